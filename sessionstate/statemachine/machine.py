@@ -1,0 +1,131 @@
+"""The one ``transitions.Machine`` of the process, and the dispatch table compiled from it.
+
+Theory of operation: the protocol of a (watcher, target) pair is the data in ``table.py``.
+That data builds a single ``transitions.Machine`` at import (building one per pair costs about
+35 µs and a trigger on a bound model about 7 µs). The hot path does not trigger the machine: it
+reads ``DISPATCH``, a plain dict compiled from the machine's own events, which costs about
+0.1 µs a lookup. Tests drive bound ``PairModel`` objects through the machine and prove the two
+paths agree. Nothing here touches SQL, a clock or I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from transitions import Machine, MachineError
+
+from ..errors import ProtocolError
+from .effects import EFFECT_FUNCTIONS, Effect
+from .positions import Positions, derive_state
+from .table import STATES, TRANSITIONS, TRIGGERS, UNWATCHED
+
+_CALLBACK_PREFIX = "apply_"  # effects run as `after` callbacks named apply_<effect>
+
+
+def build_machine() -> Machine:
+    """Build the protocol machine from ``TRANSITIONS`` (no model attached)."""
+    return Machine(
+        model=None,
+        states=list(STATES),
+        transitions=[
+            {
+                "trigger": t.trigger,
+                "source": t.source,
+                "dest": t.dest,
+                "after": _CALLBACK_PREFIX + t.effect,
+            }
+            for t in TRANSITIONS
+        ],
+        initial=UNWATCHED,
+        auto_transitions=False,
+        ignore_invalid_triggers=False,
+    )
+
+
+MACHINE: Machine = build_machine()
+
+
+def compile_dispatch(machine: Machine) -> dict[tuple[str, str], tuple[str, str]]:
+    """Read ``(state, trigger) -> (next state, effect name)`` back out of the machine."""
+    table: dict[tuple[str, str], tuple[str, str]] = {}
+    for trigger, event in machine.events.items():
+        for source, candidates in event.transitions.items():
+            if len(candidates) != 1:
+                raise ProtocolError(f"{trigger!r} from {source!r} is not deterministic")
+            (transition,) = candidates
+            (callback,) = transition.after
+            table[(source, trigger)] = (transition.dest, callback.removeprefix(_CALLBACK_PREFIX))
+    return table
+
+
+TRANSITION_TABLE: dict[tuple[str, str], tuple[str, str]] = compile_dispatch(MACHINE)
+# The hot path's view: effect names resolved to their functions once.
+DISPATCH: dict[tuple[str, str], tuple[str, Effect]] = {
+    key: (dest, EFFECT_FUNCTIONS[effect]) for key, (dest, effect) in TRANSITION_TABLE.items()
+}
+
+
+class Step(NamedTuple):
+    """What one trigger did to one pair."""
+
+    state: str
+    next_state: str
+    positions: Positions | None
+    notice_since: int | None
+
+
+def fire(pair: Any, positions: Positions | None, trigger: str, sequence: int | None = None) -> Step:
+    """Apply ``trigger`` to a pair whose cursor has ``positions``; pure.
+
+    Raises ``ProtocolError`` naming pair, state and trigger when the trigger is illegal.
+    """
+    state = derive_state(positions)
+    entry = DISPATCH.get((state, trigger))
+    if entry is None:
+        raise ProtocolError(f"pair {pair}: trigger {trigger!r} is illegal in state {state!r}")
+    dest, effect = entry
+    new_positions, notice_since = effect(positions, sequence)
+    return Step(state, dest, new_positions, notice_since)
+
+
+class PairModel:
+    """A pair bound to ``MACHINE``: the slow, explicit path used by tests and tools.
+
+    The machine sets ``state``; the effect callbacks update the positions, so after every
+    trigger ``derive_state(model.positions) == model.state`` must hold.
+    """
+
+    state: str
+
+    def __init__(self, pair: Any, positions: Positions | None) -> None:
+        self.pair = pair
+        self.positions = positions
+        self.notices: list[int] = []
+        MACHINE.add_model(self, initial=derive_state(positions))
+
+    def detach(self) -> None:
+        MACHINE.remove_model(self)
+
+    def fire(self, trigger: str, sequence: int | None = None) -> None:
+        if trigger not in TRIGGERS:
+            raise ProtocolError(f"pair {self.pair}: unknown trigger {trigger!r}")
+        try:
+            self.trigger(trigger, sequence)  # type: ignore[attr-defined]
+        except MachineError as exc:
+            raise ProtocolError(
+                f"pair {self.pair}: trigger {trigger!r} is illegal in state {self.state!r}"
+            ) from exc
+
+    def _apply(self, effect: str, sequence: int | None) -> None:
+        new_positions, notice_since = EFFECT_FUNCTIONS[effect](self.positions, sequence)
+        self.positions = new_positions
+        if notice_since is not None:
+            self.notices.append(notice_since)
+
+    def __getattr__(self, name: str) -> Any:
+        # `after` callbacks arrive by name: apply_<effect>.
+        if name.startswith(_CALLBACK_PREFIX):
+            effect = name.removeprefix(_CALLBACK_PREFIX)
+            if effect in EFFECT_FUNCTIONS:
+                return lambda sequence=None: self._apply(effect, sequence)
+        raise AttributeError(name)

@@ -1,0 +1,30 @@
+"""Cursor positions and the state derived from them (never stored)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..errors import ProtocolError
+from .table import CAUGHT_UP, NOTICE_PENDING, PENDING_WITH_MORE, UNWATCHED
+
+
+class Positions(NamedTuple):
+    """The three durable positions of a (watcher, target) cursor."""
+
+    last_seen: int
+    notified: int
+    material: int
+
+
+def derive_state(positions: Positions | None) -> str:
+    """Map a cursor's positions (``None``: no cursor row) to its protocol state."""
+    if positions is None:
+        return UNWATCHED
+    last_seen, notified, material = positions
+    if last_seen == notified == material:
+        return CAUGHT_UP
+    if last_seen < notified == material:
+        return NOTICE_PENDING
+    if last_seen < notified < material:
+        return PENDING_WITH_MORE
+    raise ProtocolError(f"positions {tuple(positions)} are not a state of the notice protocol")
