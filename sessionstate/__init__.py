@@ -1,0 +1,31 @@
+"""sessionstate: session state awareness for multi-agent gateways.
+
+A durable signal log of material changes per session, watcher cursors, one coalesced stale
+notice per (watcher, target) pair, and exact ``changesSince`` reconciliation.
+"""
+
+from .errors import (
+    InvalidArgument,
+    ProtocolError,
+    SessionExists,
+    SessionStateError,
+    UnknownSession,
+    UnknownTool,
+    UnsupportedBackend,
+)
+from .gateway import Gateway
+from .notices import notice_text
+from .statemachine import Positions
+
+__all__ = [
+    "Gateway",
+    "InvalidArgument",
+    "Positions",
+    "ProtocolError",
+    "SessionExists",
+    "SessionStateError",
+    "UnknownSession",
+    "UnknownTool",
+    "UnsupportedBackend",
+    "notice_text",
+]

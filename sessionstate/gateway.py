@@ -1,0 +1,513 @@
+"""The gateway runtime: records events, runs the notice protocol, queues notices.
+
+Every change of a cursor goes through ``statemachine.fire`` (the dispatch table compiled from
+the one machine); every byte that reaches the disk goes through ``store``. The order inside
+each public call is always: validate (raise, nothing changed) -> one transaction in the store
+-> after the commit, queue notices and send wakes (R9).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sqlite3
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, ParamSpec, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from .config import normalize_url
+from .errors import InvalidArgument, SessionExists, UnknownSession
+from .keys import (
+    DEFAULT_AGENT_ID,
+    check_key,
+    is_agent_qualified,
+    is_main_style_watcher,
+    resolve_agent_id,
+)
+from .notices import SystemEventQueue, notice_text
+from .statemachine import NOTIFYING_KINDS, Positions, fire
+from .statemachine.table import (
+    DELETE_SESSION,
+    DRAIN,
+    EXPIRE,
+    MATERIAL_EVENT,
+    RESET_WATCHER,
+    RESTART_SWEEP,
+    SEED,
+    SELF_EVENT,
+    UNWATCH,
+    UNWATCHED,
+)
+from .store import CursorRecord, EventRecord, SessionRecord, SqliteStore
+from .store.sqlite import DEFAULT_SYNCHRONOUS
+from .validation import (
+    MAX_LABEL_LENGTH,
+    MAX_SUMMARY_LENGTH,
+    SESSION_KINDS,
+    check_actor_type,
+    check_changes_since,
+    check_kind,
+    check_line,
+    check_optional_id,
+    check_timestamp,
+    encode_payload,
+    visible_payload,
+)
+from .wake import WakeCoalescer
+
+log = logging.getLogger("sessionstate")
+
+DAY_SECONDS = 86_400.0
+OCCURRED_AT_WINDOW = DAY_SECONDS  # R16
+CHANGES_PAGE = 200
+
+Clock = Callable[[], float]
+WakeHook = Callable[[str, str], None]
+Target = tuple[str, str]  # (session key, agent id)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _locked(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Serialise public calls: the queue, the wake times and the connection are shared."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with args[0]._lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+class Gateway:
+    """Session state awareness for one process that owns a state database."""
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        *,
+        clock: Clock | None = None,
+        on_wake: WakeHook | None = None,
+        retention_days: float = 30,
+        max_rows: int = 50_000,
+    ) -> None:
+        if isinstance(retention_days, bool) or not isinstance(retention_days, (int, float)) or retention_days <= 0:
+            raise InvalidArgument("retention_days must be a positive number")
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
+            raise InvalidArgument("max_rows must be a non-negative integer")
+        self.store = store
+        self.clock: Clock = clock or time.time
+        self.retention_days = retention_days
+        self.max_rows = max_rows
+        self.queue = SystemEventQueue()
+        self._wakes = WakeCoalescer(on_wake, self.clock)
+        self._lock = threading.RLock()
+        self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
+        self.closed = False
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        clock: Clock | None = None,
+        on_wake: WakeHook | None = None,
+        retention_days: float = 30,
+        max_rows: int = 50_000,
+        synchronous: str = DEFAULT_SYNCHRONOUS,
+    ) -> "Gateway":
+        """Open (creating if needed) the database at ``url`` and run the startup sweep."""
+        store = SqliteStore(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
+        try:
+            gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
+            gateway.startup_sweep()
+        except BaseException:
+            store.close()
+            raise
+        return gateway
+
+    @_locked
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.store.close()
+
+    def __enter__(self) -> "Gateway":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    @_locked
+    def create_session(
+        self,
+        key: str,
+        *,
+        agent_id: str | None = None,
+        kind: str = "main",
+        parent: str | None = None,
+        label: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Register a session; with ``parent``, a spawn edge (child_spawned + seeded cursor)."""
+        check_key(key)
+        agent = resolve_agent_id(key, agent_id) or DEFAULT_AGENT_ID
+        if kind not in SESSION_KINDS:
+            raise InvalidArgument(f"unknown session kind {kind!r}; expected one of {list(SESSION_KINDS)}")
+        if label is not None:
+            check_line(label, "label", MAX_LABEL_LENGTH)
+        run_id = check_optional_id(run_id, "run id")
+        parent_target = self._resolve(parent, None) if parent is not None else None
+        if self.store.get_session(key, agent) is not None:
+            raise SessionExists(f"session {key!r} (agent {agent!r}) already exists")
+        if parent_target == (key, agent):
+            raise InvalidArgument("a session cannot be its own parent")
+        now = self.clock()
+        record = SessionRecord(
+            key, agent, kind,
+            parent_target[0] if parent_target else None,
+            parent_target[1] if parent_target else None,
+            label, now, now,
+        )
+        with self.store.atomic():
+            self.store.insert_session(record)
+            if parent_target is not None:
+                sequence, _ = self.store.append_event(
+                    key, agent, "child_spawned", "agent", parent_target[0], run_id,
+                    f"spawned by {parent_target[0]}"[:MAX_SUMMARY_LENGTH], None, now, now,
+                    f"child-spawned:{run_id}" if run_id else None,
+                )
+                # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
+                if is_agent_qualified(parent_target[0]):
+                    self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now)
+        self.stats["events_recorded"] += parent_target is not None
+
+    def session_exists(self, key: str, agent_id: str | None = None) -> bool:
+        try:
+            self._resolve(key, agent_id)
+        except UnknownSession:
+            return False
+        return True
+
+    # -- the signal log ---------------------------------------------------------------------
+
+    @_locked
+    def record_event(
+        self,
+        session_key: str,
+        kind: str,
+        *,
+        actor_type: str,
+        summary: str,
+        actor_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        payload: dict[str, Any] | None = None,
+        dedupe_key: str | None = None,
+        occurred_at: float | None = None,
+    ) -> int | None:
+        """Append one event; returns its sequence, or ``None`` if storage failed (R15)."""
+        check_key(session_key)
+        check_kind(kind)
+        check_actor_type(actor_type)
+        check_line(summary, "summary", MAX_SUMMARY_LENGTH)
+        if actor_id is not None:
+            check_key(actor_id, "actor id")
+        run_id = check_optional_id(run_id, "run id")
+        dedupe_key = check_optional_id(dedupe_key, "dedupe key")
+        payload_text = encode_payload(kind, payload)
+        produced_at = check_timestamp(occurred_at)
+        target = self._resolve(session_key, agent_id)
+        now = self.clock()
+        occurred = now if produced_at is None else min(max(produced_at, now - OCCURRED_AT_WINDOW), now)
+        notices: list[tuple[str, Target, int]] = []
+        try:
+            with self.store.atomic():
+                sequence, inserted = self.store.append_event(
+                    target[0], target[1], kind, actor_type, actor_id, run_id, summary,
+                    payload_text, occurred, now, dedupe_key,
+                )
+                if inserted and kind in NOTIFYING_KINDS:
+                    notices = self._decide_notices(target, actor_id, sequence, now)
+        except (sqlite3.Error, SQLAlchemyError):
+            self.stats["append_failures"] += 1
+            log.exception("recording %s on %r failed; the turn goes on", kind, session_key)
+            return None
+        if inserted:
+            self.stats["events_recorded"] += 1
+        self._queue_notices(notices)
+        return sequence
+
+    def _decide_notices(self, target: Target, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, Target, int]]:
+        """The hot path of a notifying event: only caught-up cursors change (R6, R7).
+
+        A pending cursor's transition on `material_event` is `raise_material`, which the store
+        keeps derived from the log, so pending cursors are neither read nor written here.
+        """
+        changes: list[tuple[str, tuple[int, int, int] | None]] = []
+        notices: list[tuple[str, Target, int]] = []
+        for watcher, positions in self.store.caught_up_watchers(*target):
+            trigger = SELF_EVENT if watcher == actor_id else MATERIAL_EVENT
+            step = fire((watcher, target[0]), Positions(*positions), trigger, sequence)
+            if step.positions != positions:
+                changes.append((watcher, step.positions))
+            if step.notice_since is not None:
+                notices.append((watcher, target, step.notice_since))
+        if changes:
+            self.store.put_cursors(target[0], target[1], changes, now)
+        return notices
+
+    # -- watching ---------------------------------------------------------------------------
+
+    @_locked
+    def watch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
+        """Watch ``target_key`` from its current state version (R4).
+
+        Returns ``True`` when a cursor was created, ``False`` when the pair was already
+        watched (it is kept as it is, pending notice included).
+        """
+        watcher, target = self._check_pair(watcher_key, target_key, target_agent_id)
+        head = self.store.head(*target)
+        version = head.last_sequence if head else 0
+        now = self.clock()
+        with self.store.atomic():
+            (step,) = self._fire_pairs([(watcher, target, None)], SEED, version, now, load=True)
+        return step.state == UNWATCHED
+
+    @_locked
+    def unwatch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
+        """Stop watching; ``True`` when a cursor was removed."""
+        watcher, target = self._check_pair(watcher_key, target_key, target_agent_id)
+        with self.store.atomic():
+            (step,) = self._fire_pairs([(watcher, target, None)], UNWATCH, None, self.clock(), load=True)
+        self.queue.withdraw_notice(watcher, target)
+        return step.state != UNWATCHED
+
+    def _check_pair(self, watcher_key: str, target_key: str, target_agent_id: str | None) -> tuple[str, Target]:
+        check_key(watcher_key, "watcher key")
+        check_key(target_key, "target key")
+        if not is_agent_qualified(watcher_key):
+            raise InvalidArgument(
+                f"watcher {watcher_key!r} is not agent-qualified (agent:<id>:...); it gets no proactive notices"
+            )
+        watcher = self._resolve(watcher_key, None)
+        target = self._resolve(target_key, target_agent_id)
+        if target == watcher:
+            raise InvalidArgument("a session cannot watch itself")
+        return watcher_key, target
+
+    # -- turns ------------------------------------------------------------------------------
+
+    @_locked
+    def drain_system_events(self, session_key: str) -> list[str]:
+        """The system lines for the session's next turn; acknowledges the notices among them."""
+        check_key(session_key)
+        self._resolve_any_agent(session_key)
+        entries = self.queue.peek(session_key)
+        if not entries:
+            return []
+        acks = [(session_key, e.target, None) for e in entries if e.target is not None]
+        follow_ups: list[tuple[str, Target, int]] = []
+        if acks:
+            with self.store.atomic():
+                steps = self._fire_pairs(acks, DRAIN, None, self.clock(), load=True)
+            follow_ups = [
+                (session_key, pair[1], step.notice_since)
+                for pair, step in zip(acks, steps)
+                if step.notice_since is not None
+            ]
+        self.queue.remove(session_key, [e.text for e in entries])
+        self._queue_notices(follow_ups)
+        return [e.text for e in entries]
+
+    def pending_system_events(self, session_key: str) -> list[str]:
+        """What the next drain would return, without acknowledging anything."""
+        return [e.text for e in self.queue.peek(session_key)]
+
+    @_locked
+    def enqueue_system_event(self, session_key: str, text: str) -> bool:
+        """Queue a plain system line (announcements) for the session's next turn."""
+        check_key(session_key)
+        self._resolve_any_agent(session_key)
+        if not isinstance(text, str) or not text:
+            raise InvalidArgument("system event text must be a non-empty string")
+        added = self.queue.enqueue(session_key, text)
+        if added and is_main_style_watcher(session_key):
+            self._wakes.wake(session_key, "system-event")
+        return added
+
+    # -- reconciliation ---------------------------------------------------------------------
+
+    @_locked
+    def session_status(
+        self, session_key: str, *, changes_since: int | None = None, agent_id: str | None = None
+    ) -> dict[str, Any]:
+        check_key(session_key)
+        if changes_since is not None:
+            check_changes_since(changes_since)
+        target = self._resolve(session_key, agent_id)
+        head = self.store.head(*target)
+        last, pruned = (head.last_sequence, head.pruned_max_sequence) if head else (0, 0)
+        result: dict[str, Any] = {"sessionKey": target[0], "stateVersion": last}
+        if changes_since is not None:
+            rows = self.store.events_after(target[0], target[1], changes_since, CHANGES_PAGE + 1)
+            result["stateChanges"] = {
+                "events": [event_json(r) for r in rows[:CHANGES_PAGE]],
+                "truncated": len(rows) > CHANGES_PAGE,
+                "earliestAvailableSequence": self.store.earliest_sequence(*target),
+                "historyGap": changes_since < pruned,  # INV8: from the watermark only
+            }
+        return result
+
+    def call_tool(self, caller_key: str, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run an agent-facing tool; failures come back as error results, never raised."""
+        from .tools.dispatch import call_tool
+
+        return call_tool(self, caller_key, name, args)
+
+    # -- reset, delete, retention -----------------------------------------------------------
+
+    @_locked
+    def reset_session(self, key: str, *, agent_id: str | None = None) -> None:
+        """R14: the session's own cursors go; the history of its targets stays."""
+        check_key(key)
+        self._resolve(key, agent_id)
+        with self.store.atomic():
+            self._fire_records(self.store.cursors_held_by(key), RESET_WATCHER)
+        self.queue.clear(key)
+
+    @_locked
+    def delete_session(self, key: str, *, agent_id: str | None = None) -> None:
+        """R14: remove the session's events, head, registry row and every cursor naming it."""
+        check_key(key)
+        target = self._resolve(key, agent_id)
+        naming = self.store.cursors_naming(*target)
+        with self.store.atomic():
+            self._fire_records(naming, DELETE_SESSION)
+            self.store.delete_session_data(*target)
+        for record in naming:
+            self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
+        self.queue.clear(key)
+
+    @_locked
+    def prune(self) -> dict[str, int]:
+        """R13: retention window and row cap for events; expiry for idle cursors."""
+        now = self.clock()
+        cutoff = now - self.retention_days * DAY_SECONDS
+        counts = self.store.prune_events(cutoff, self.max_rows)
+        expired = self.store.expired_cursors(cutoff)
+        with self.store.atomic():
+            self._fire_records(expired, EXPIRE)
+        for record in expired:
+            self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
+        return {"events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"]}
+
+    @_locked
+    def startup_sweep(self) -> int:
+        """R11: re-materialise every owed notice from the durable cursors; returns how many."""
+        with self.store.atomic():
+            notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
+        self._queue_notices(notices)
+        return len(notices)
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def cursor_positions(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> Positions | None:
+        """The pair's effective positions (``None`` when unwatched)."""
+        target = self._resolve(target_key, target_agent_id)
+        record = self.store.cursor(watcher_key, *target)
+        return Positions(*record.positions) if record else None
+
+    def state_version(self, key: str, agent_id: str | None = None) -> int:
+        head = self.store.head(*self._resolve(key, agent_id))
+        return head.last_sequence if head else 0
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _resolve(self, key: Any, agent_id: Any) -> Target:
+        """(key, agent id) of an existing session, or ``UnknownSession``."""
+        check_key(key)
+        agent = resolve_agent_id(key, agent_id)
+        if agent is None:
+            agents = self.store.agents_with_session_key(key)
+            if len(agents) != 1:
+                detail = "unknown" if not agents else f"ambiguous across agents {agents}; give agent_id"
+                raise UnknownSession(f"session {key!r} is {detail}")
+            agent = agents[0]
+        elif self.store.get_session(key, agent) is None:
+            raise UnknownSession(f"unknown session {key!r} (agent {agent!r})")
+        return key, agent
+
+    def _resolve_any_agent(self, key: str) -> None:
+        agent = resolve_agent_id(key, None)
+        known = self.store.get_session(key, agent) is not None if agent else bool(self.store.agents_with_session_key(key))
+        if not known:
+            raise UnknownSession(f"unknown session {key!r}")
+
+    def _fire_pairs(
+        self,
+        pairs: Iterable[tuple[str, Target, Positions | None]],
+        trigger: str,
+        sequence: int | None,
+        now: float,
+        *,
+        load: bool = False,
+    ) -> list[Any]:
+        """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
+
+        Must run inside ``store.atomic()``; with ``load`` the positions are read first.
+        """
+        steps = []
+        for watcher, target, positions in pairs:
+            if load:
+                record = self.store.cursor(watcher, *target)
+                positions = Positions(*record.positions) if record else None
+            step = fire((watcher, target[0]), positions, trigger, sequence)
+            if step.positions != positions:
+                self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
+            steps.append(step)
+        return steps
+
+    def _fire_records(self, records: list[CursorRecord], trigger: str) -> list[tuple[str, Target, int]]:
+        pairs = [(r.watcher, (r.target_key, r.target_agent_id), Positions(*r.positions)) for r in records]
+        steps = self._fire_pairs(pairs, trigger, None, self.clock())
+        return [
+            (watcher, target, step.notice_since)
+            for (watcher, target, _), step in zip(pairs, steps)
+            if step.notice_since is not None
+        ]
+
+    def _queue_notices(self, notices: Iterable[tuple[str, Target, int]]) -> None:
+        for watcher, target, since in notices:
+            if self.queue.enqueue(watcher, notice_text(target[0], since), target):
+                self.stats["notices_enqueued"] += 1
+                if is_main_style_watcher(watcher):
+                    self._wakes.wake(watcher, f"session-state: {target[0]}")
+
+
+def iso_time(epoch: float) -> str:
+    moment = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def event_json(record: EventRecord) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "sequence": record.sequence,
+        "kind": record.kind,
+        "actorType": record.actor_type,
+        "occurredAt": iso_time(record.occurred_at),
+        "summary": record.summary,
+    }
+    if record.actor_id is not None:
+        event["actorId"] = record.actor_id
+    if record.run_id is not None:
+        event["runId"] = record.run_id
+    payload = visible_payload(record.payload)
+    if payload is not None:
+        event["payload"] = payload
+    return event

@@ -1,0 +1,68 @@
+"""The in-memory system event queue and the exact stale-notice text.
+
+The queue is per session, ordered, and deduplicated on exact text: re-enqueueing a notice
+whose text is already queued is a no-op (R5). It is not durable on purpose; the startup sweep
+rebuilds the notices from the cursors (R11).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+NOTICE_TEMPLATE = (
+    'Session "{target}" changed (other actor). Reconcile before acting: '
+    'session_status sessionKey "{target}" changesSince {since}.'
+)
+
+
+def notice_text(target_key: str, since: int) -> str:
+    return NOTICE_TEMPLATE.format(target=target_key, since=since)
+
+
+class QueuedEvent(NamedTuple):
+    text: str
+    # For stale notices: the target (key, agent id) whose cursor a drain acknowledges.
+    target: tuple[str, str] | None
+
+
+class SystemEventQueue:
+    def __init__(self) -> None:
+        self._queues: dict[str, dict[str, QueuedEvent]] = {}
+
+    def enqueue(self, session_key: str, text: str, target: tuple[str, str] | None = None) -> bool:
+        """Queue ``text`` for the session's next turn; ``False`` when it was already queued."""
+        queue = self._queues.setdefault(session_key, {})
+        if text in queue:
+            return False
+        queue[text] = QueuedEvent(text, target)
+        return True
+
+    def take(self, session_key: str) -> list[QueuedEvent]:
+        return list(self._queues.pop(session_key, {}).values())
+
+    def peek(self, session_key: str) -> list[QueuedEvent]:
+        return list(self._queues.get(session_key, {}).values())
+
+    def remove(self, session_key: str, texts: list[str]) -> None:
+        queue = self._queues.get(session_key)
+        if queue is None:
+            return
+        for text in texts:
+            queue.pop(text, None)
+        if not queue:
+            del self._queues[session_key]
+
+    def withdraw_notice(self, session_key: str, target: tuple[str, str]) -> None:
+        queue = self._queues.get(session_key)
+        if not queue:
+            return
+        for text in [t for t, e in queue.items() if e.target == target]:
+            del queue[text]
+        if not queue:
+            del self._queues[session_key]
+
+    def clear(self, session_key: str) -> None:
+        self._queues.pop(session_key, None)
+
+    def sessions(self) -> list[str]:
+        return list(self._queues)

@@ -1,0 +1,468 @@
+"""The SQLite store: the only place that speaks SQL.
+
+One ``SqliteStore`` owns one DBAPI connection for the life of a gateway. The schema comes from
+SQLModel (``schema.py``); every statement below is a constant string that ``sqlite3`` prepares
+once and keeps in its statement cache, so the hot path (append, head, cursor decision) never
+goes through an ORM session. Positions cross this boundary as plain ``(last_seen, notified,
+material)`` tuples: the store knows nothing of the protocol's states.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+from sqlmodel import SQLModel
+
+from ..errors import UnknownSession, UnsupportedBackend
+from . import schema
+
+PositionsTuple = tuple[int, int, int]
+
+# Durability: WAL with synchronous=NORMAL survives any crash of the process (SIGKILL
+# included); after a power loss or OS crash the last transactions may roll back. FULL
+# trades a fsync per commit for surviving those too.
+SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+DEFAULT_SYNCHRONOUS = "NORMAL"
+BUSY_TIMEOUT_MS = 10_000
+PRUNE_CHUNK_ROWS = 2_000
+
+
+class CursorRecord(NamedTuple):
+    watcher: str
+    target_key: str
+    target_agent_id: str
+    positions: PositionsTuple
+    updated_at: float
+
+
+class EventRecord(NamedTuple):
+    sequence: int
+    session_key: str
+    agent_id: str
+    kind: str
+    actor_type: str
+    actor_id: str | None
+    run_id: str | None
+    summary: str
+    payload: str | None
+    occurred_at: float
+    recorded_at: float
+    dedupe_key: str | None
+
+
+class SessionRecord(NamedTuple):
+    session_key: str
+    agent_id: str
+    kind: str
+    parent_key: str | None
+    parent_agent_id: str | None
+    label: str | None
+    created_at: float
+    updated_at: float
+
+
+class Head(NamedTuple):
+    last_sequence: int
+    pruned_max_sequence: int
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a ``sqlite:///`` URL (``None`` for an in-memory database)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        raise UnsupportedBackend(
+            f"backend {parsed.get_backend_name()!r} is not supported yet; use a sqlite:/// URL"
+        )
+    if not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+class SqliteStore:
+    """Durable signal log, heads, cursors and session registry on one SQLite file."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        notifying_kinds: Iterable[str],
+        synchronous: str = DEFAULT_SYNCHRONOUS,
+    ) -> None:
+        if synchronous.upper() not in SYNCHRONOUS_LEVELS:
+            raise UnsupportedBackend(f"synchronous must be one of {SYNCHRONOUS_LEVELS}")
+        path = sqlite_path(url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.url = url
+        self.path = path
+        self._engine = create_engine(
+            url, poolclass=NullPool, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}
+        )
+        self._proxy = self._engine.raw_connection()
+        db = self._proxy.driver_connection
+        assert isinstance(db, sqlite3.Connection)
+        db.isolation_level = None  # transactions are explicit: see atomic()
+        self.db: sqlite3.Connection = db
+        self._depth = 0
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if path is not None:
+            db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        SQLModel.metadata.create_all(self._engine)
+        db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+        self._build_statements(sorted(notifying_kinds))
+
+    def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
+        kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
+        # R7: a pending cursor's effective material watermark is the larger of the stored one
+        # and the newest notifying event on its target after `notified` by another actor.
+        self._effective_material = f"""
+            CASE WHEN c.notified_sequence > c.last_seen_sequence THEN max(
+                c.material_sequence,
+                coalesce((SELECT max(e.sequence) FROM session_state_events e
+                          WHERE e.session_key = c.target_session_key
+                            AND e.agent_id = c.target_agent_id
+                            AND e.sequence > c.notified_sequence
+                            AND e.kind IN ({kinds})
+                            AND (e.actor_id IS NULL OR e.actor_id != c.watcher_session_key)),
+                         0))
+            ELSE c.material_sequence END"""
+        self._cursor_columns = f"""
+            c.watcher_session_key, c.target_session_key, c.target_agent_id,
+            c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at"""
+
+    # -- lifecycle and transactions ---------------------------------------------------------
+
+    def close(self) -> None:
+        self._proxy.close()
+        self._engine.dispose()
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One transaction (a savepoint when nested); rolls back and re-raises on error."""
+        db = self.db
+        if self._depth == 0:
+            db.execute("BEGIN IMMEDIATE")
+        else:
+            db.execute(f"SAVEPOINT sp{self._depth}")
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            if self._depth == 0:
+                db.execute("ROLLBACK")
+            else:
+                db.execute(f"ROLLBACK TO sp{self._depth}")
+                db.execute(f"RELEASE sp{self._depth}")
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            db.execute("COMMIT")
+        else:
+            db.execute(f"RELEASE sp{self._depth}")
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def insert_session(self, record: SessionRecord) -> None:
+        self.db.execute(
+            "INSERT INTO sessions (session_key, agent_id, kind, parent_key, parent_agent_id,"
+            " label, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            record,
+        )
+        self.db.execute(
+            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
+            " pruned_max_sequence, updated_at) VALUES (?, ?, 0, 0, ?)"
+            " ON CONFLICT (session_key, agent_id) DO NOTHING",
+            (record.session_key, record.agent_id, record.created_at),
+        )
+
+    def get_session(self, key: str, agent_id: str) -> SessionRecord | None:
+        row = self.db.execute(
+            "SELECT session_key, agent_id, kind, parent_key, parent_agent_id, label,"
+            " created_at, updated_at FROM sessions WHERE session_key = ? AND agent_id = ?",
+            (key, agent_id),
+        ).fetchone()
+        return SessionRecord(*row) if row else None
+
+    def agents_with_session_key(self, key: str) -> list[str]:
+        rows = self.db.execute(
+            "SELECT agent_id FROM sessions WHERE session_key = ? ORDER BY agent_id", (key,)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def list_sessions(self) -> list[SessionRecord]:
+        rows = self.db.execute(
+            "SELECT session_key, agent_id, kind, parent_key, parent_agent_id, label,"
+            " created_at, updated_at FROM sessions ORDER BY created_at, session_key"
+        ).fetchall()
+        return [SessionRecord(*r) for r in rows]
+
+    def delete_session_data(self, key: str, agent_id: str) -> int:
+        """Remove a session's events, head and registry row; returns events removed."""
+        args = (key, agent_id)
+        removed = self.db.execute(
+            "DELETE FROM session_state_events WHERE session_key = ? AND agent_id = ?", args
+        ).rowcount
+        self.db.execute(
+            "DELETE FROM session_state_heads WHERE session_key = ? AND agent_id = ?", args
+        )
+        self.db.execute("DELETE FROM sessions WHERE session_key = ? AND agent_id = ?", args)
+        return removed
+
+    # -- the signal log ---------------------------------------------------------------------
+
+    def append_event(
+        self,
+        key: str,
+        agent_id: str,
+        kind: str,
+        actor_type: str,
+        actor_id: str | None,
+        run_id: str | None,
+        summary: str,
+        payload: str | None,
+        occurred_at: float,
+        recorded_at: float,
+        dedupe_key: str | None,
+    ) -> tuple[int, bool]:
+        """Append one event and bump its head; ``(sequence, inserted)``.
+
+        A dedupe key already in the log returns the existing sequence and bumps nothing.
+        Must run inside ``atomic()``; raises ``UnknownSession`` (rolling back with it) when
+        the session has no head row.
+        """
+        db = self.db
+        row = db.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " actor_id, run_id, summary, payload, occurred_at, recorded_at, dedupe_key)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence",
+            (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,
+             occurred_at, recorded_at, dedupe_key),
+        ).fetchone()
+        if row is None:
+            existing = db.execute(
+                "SELECT sequence FROM session_state_events WHERE dedupe_key = ?", (dedupe_key,)
+            ).fetchone()
+            return int(existing[0]), False
+        sequence = int(row[0])
+        bumped = db.execute(
+            "UPDATE session_state_heads SET last_sequence = ?, updated_at = ?"
+            " WHERE session_key = ? AND agent_id = ?",
+            (sequence, recorded_at, key, agent_id),
+        ).rowcount
+        if bumped != 1:
+            raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
+        return sequence, True
+
+    def head(self, key: str, agent_id: str) -> Head | None:
+        row = self.db.execute(
+            "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
+            " WHERE session_key = ? AND agent_id = ?",
+            (key, agent_id),
+        ).fetchone()
+        return Head(*row) if row else None
+
+    def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]:
+        rows = self.db.execute(
+            "SELECT sequence, session_key, agent_id, kind, actor_type, actor_id, run_id,"
+            " summary, payload, occurred_at, recorded_at, dedupe_key FROM session_state_events"
+            " WHERE session_key = ? AND agent_id = ? AND sequence > ?"
+            " ORDER BY sequence LIMIT ?",
+            (key, agent_id, after, limit),
+        ).fetchall()
+        return [EventRecord(*r) for r in rows]
+
+    def earliest_sequence(self, key: str, agent_id: str) -> int | None:
+        row = self.db.execute(
+            "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
+            (key, agent_id),
+        ).fetchone()
+        return row[0]
+
+    def event_count(self) -> int:
+        return int(self.db.execute("SELECT count(*) FROM session_state_events").fetchone()[0])
+
+    # -- cursors ----------------------------------------------------------------------------
+
+    def cursor(self, watcher: str, target_key: str, target_agent_id: str) -> CursorRecord | None:
+        row = self.db.execute(
+            f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
+            " WHERE c.watcher_session_key = ? AND c.target_session_key = ?"
+            " AND c.target_agent_id = ?",
+            (watcher, target_key, target_agent_id),
+        ).fetchone()
+        return _cursor_record(row) if row else None
+
+    def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
+        """Watchers of a target whose cursor is caught up (the partial index serves this)."""
+        rows = self.db.execute(
+            "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence"
+            " FROM session_watch_cursors INDEXED BY ix_cursors_target_caught_up"
+            " WHERE target_session_key = ? AND target_agent_id = ?"
+            " AND notified_sequence = last_seen_sequence",
+            (target_key, target_agent_id),
+        ).fetchall()
+        return [(r[0], (r[1], r[2], r[3])) for r in rows]
+
+    def cursors_behind(self) -> list[CursorRecord]:
+        """Cursors with a notice owed (effective material > last_seen) whose watcher exists."""
+        rows = self.db.execute(
+            f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
+            " WHERE c.notified_sequence > c.last_seen_sequence"
+            " AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key)"
+            " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
+        ).fetchall()
+        return [_cursor_record(r) for r in rows]
+
+    def cursors_held_by(self, watcher: str) -> list[CursorRecord]:
+        rows = self.db.execute(
+            f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
+            " WHERE c.watcher_session_key = ? ORDER BY c.target_session_key, c.target_agent_id",
+            (watcher,),
+        ).fetchall()
+        return [_cursor_record(r) for r in rows]
+
+    def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
+        rows = self.db.execute(
+            f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
+            " WHERE c.watcher_session_key = ?"
+            " OR (c.target_session_key = ? AND c.target_agent_id = ?)"
+            " ORDER BY c.watcher_session_key, c.target_session_key",
+            (key, key, agent_id),
+        ).fetchall()
+        return [_cursor_record(r) for r in rows]
+
+    def all_cursors(self) -> list[CursorRecord]:
+        rows = self.db.execute(
+            f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
+            " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
+        ).fetchall()
+        return [_cursor_record(r) for r in rows]
+
+    def expired_cursors(self, cutoff: float) -> list[CursorRecord]:
+        """Cursors whose row and whose target's head were both last updated before cutoff."""
+        rows = self.db.execute(
+            f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
+            " LEFT JOIN session_state_heads h ON h.session_key = c.target_session_key"
+            " AND h.agent_id = c.target_agent_id"
+            " WHERE c.updated_at < ? AND coalesce(h.updated_at, 0) < ?",
+            (cutoff, cutoff),
+        ).fetchall()
+        return [_cursor_record(r) for r in rows]
+
+    def put_cursors(
+        self,
+        target_key: str,
+        target_agent_id: str,
+        changes: Sequence[tuple[str, PositionsTuple | None]],
+        now: float,
+    ) -> None:
+        """Write new positions (insert or update) or delete (``None``) for watchers of a target."""
+        upserts = [
+            (watcher, target_key, target_agent_id, p[0], p[1], p[2], now)
+            for watcher, p in changes
+            if p is not None
+        ]
+        deletes = [(w, target_key, target_agent_id) for w, p in changes if p is None]
+        if upserts:
+            self.db.executemany(
+                "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key,"
+                " target_agent_id, last_seen_sequence, notified_sequence, material_sequence,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (watcher_session_key, target_session_key, target_agent_id)"
+                " DO UPDATE SET last_seen_sequence = excluded.last_seen_sequence,"
+                " notified_sequence = excluded.notified_sequence,"
+                " material_sequence = excluded.material_sequence,"
+                " updated_at = excluded.updated_at",
+                upserts,
+            )
+        if deletes:
+            self.db.executemany(
+                "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?"
+                " AND target_session_key = ? AND target_agent_id = ?",
+                deletes,
+            )
+
+    # -- retention --------------------------------------------------------------------------
+
+    def prune_events(self, cutoff: float, max_rows: int, chunk_rows: int = PRUNE_CHUNK_ROWS) -> dict[str, int]:
+        """Delete events older than ``cutoff`` and beyond the newest ``max_rows``, in chunks.
+
+        Each chunk is one short transaction that first writes the effective material
+        watermark of the affected targets' pending cursors (R7), then raises the affected
+        sessions' pruned watermark, then deletes.
+        """
+        db = self.db
+        row = db.execute(
+            "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
+            (max_rows,),
+        ).fetchone()
+        beyond = int(row[0]) if row else 0  # every sequence <= beyond is over the row cap
+        where = "(recorded_at < ? OR sequence <= ?)"
+        deleted = chunks = 0
+        while True:
+            with self.atomic():
+                last = db.execute(
+                    f"SELECT sequence FROM session_state_events WHERE {where}"
+                    " ORDER BY sequence LIMIT 1 OFFSET ?",
+                    (cutoff, beyond, chunk_rows - 1),
+                ).fetchone()
+                upper = int(last[0]) if last else None
+                chunk_where = f"{where} AND sequence <= ?"
+                args: tuple[Any, ...] = (cutoff, beyond, upper if upper is not None else 2**62)
+                affected = db.execute(
+                    f"SELECT session_key, agent_id, max(sequence) FROM session_state_events"
+                    f" WHERE {chunk_where} GROUP BY session_key, agent_id",
+                    args,
+                ).fetchall()
+                if not affected:
+                    break
+                db.executemany(
+                    f"UPDATE session_watch_cursors AS c SET material_sequence = "
+                    f"{self._effective_material}"
+                    " WHERE c.target_session_key = ? AND c.target_agent_id = ?"
+                    " AND c.notified_sequence > c.last_seen_sequence",
+                    [(k, a) for k, a, _ in affected],
+                )
+                db.executemany(
+                    "UPDATE session_state_heads SET pruned_max_sequence ="
+                    " max(pruned_max_sequence, ?) WHERE session_key = ? AND agent_id = ?",
+                    [(m, k, a) for k, a, m in affected],
+                )
+                deleted += db.execute(
+                    f"DELETE FROM session_state_events WHERE {chunk_where}", args
+                ).rowcount
+                chunks += 1
+            if upper is None:
+                break
+        return {"events": deleted, "chunks": chunks}
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every table, in a stable order (tests compare before and after)."""
+        tables = {
+            "sessions": "session_key, agent_id",
+            "session_state_events": "sequence",
+            "session_state_heads": "session_key, agent_id",
+            "session_watch_cursors": "watcher_session_key, target_session_key, target_agent_id",
+        }
+        return {
+            name: self.db.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall()
+            for name, order in tables.items()
+        }
+
+    def integrity_check(self) -> str:
+        return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _cursor_record(row: Sequence[Any]) -> CursorRecord:
+    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]))
