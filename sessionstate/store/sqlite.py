@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
 from ..errors import UnknownSession, UnsupportedBackend
-from . import schema
+from . import schema, tables  # noqa: F401  (tables registers every table module)
 
 PositionsTuple = tuple[int, int, int]
 

@@ -1,0 +1,7 @@
+"""Imports every module that declares SQLModel tables, so ``create_all`` sees them all.
+
+A feature that needs its own tables declares them in its own module under ``store/`` and adds
+one import here.
+"""
+
+from . import schema  # noqa: F401  the core tables
