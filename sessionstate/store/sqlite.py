@@ -239,19 +239,21 @@ class SqliteStore:
         the session has no head row.
         """
         db = self.db
-        row = db.execute(
-            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
-            " actor_id, run_id, summary, payload, occurred_at, recorded_at, dedupe_key)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence",
-            (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,
-             occurred_at, recorded_at, dedupe_key),
-        ).fetchone()
-        if row is None:
+        if dedupe_key is not None:
+            # Looked up first, not left to ON CONFLICT: a conflicting INSERT would still
+            # consume an AUTOINCREMENT value. The write lock (BEGIN IMMEDIATE) makes it safe.
             existing = db.execute(
                 "SELECT sequence FROM session_state_events WHERE dedupe_key = ?", (dedupe_key,)
             ).fetchone()
-            return int(existing[0]), False
+            if existing is not None:
+                return int(existing[0]), False
+        row = db.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " actor_id, run_id, summary, payload, occurred_at, recorded_at, dedupe_key)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING sequence",
+            (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,
+             occurred_at, recorded_at, dedupe_key),
+        ).fetchone()
         sequence = int(row[0])
         bumped = db.execute(
             "UPDATE session_state_heads SET last_sequence = ?, updated_at = ?"

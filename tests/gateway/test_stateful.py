@@ -1,0 +1,267 @@
+"""The real Gateway on a real SQLite file, driven against the reference model.
+
+Every rule applies one operation to both sides; one invariant per spec invariant (INV1-INV9)
+compares them. Restarts close and reopen the same file, losing the in-memory queue.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import note, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from sessionstate import Gateway
+from tests.reference_model import ACTORS, DAY, KINDS, NOTIFYING, Model, agent_of
+
+MAIN_KEYS = ("agent:a:main", "agent:a:peer", "agent:b:main")
+CHILD_KEYS = ("agent:a:subagent:c1", "agent:a:subagent:c2", "agent:b:subagent:c3")
+GLOBAL_KEY = "global"
+MAX_ROWS = 12
+SUMMARIES = ("human message via telegram", "goal updated", "run finished", "history compacted")
+
+
+class GatewayVersusModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp(prefix="sessionstate-stateful-"))
+        self.url = f"sqlite:///{self.directory / 'state.db'}"
+        self.model = Model(max_rows=MAX_ROWS)
+        self.wakes: list[tuple[str, str]] = []
+        self.gw = self._open()
+        self.seen_versions: dict[str, int] = {}
+        self.pending_texts: dict[tuple[str, str], str] = {}
+        self.opened_by_last_step: set[str] = set()
+        self.last_step_quiet = False  # the last step was a self-caused or log-only event
+        self.runs = 0
+
+    def _open(self) -> Gateway:
+        return Gateway.open(
+            self.url,
+            clock=lambda: self.model.now,
+            on_wake=lambda w, r: self.wakes.append((w, r)),
+            max_rows=MAX_ROWS,
+        )
+
+    def teardown(self) -> None:
+        self.gw.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _all_pending(self) -> set[tuple[str, str]]:
+        return {(w, text) for w in self.model.sessions for text in self.gw.pending_system_events(w)}
+
+    def _step(self, action, *, quiet: bool = False) -> None:
+        before = self._all_pending()
+        action()
+        after = self._all_pending()
+        self.opened_by_last_step = {text for _, text in after - before}
+        self.last_step_quiet = quiet
+
+    def _live(self, keys) -> list[str]:
+        return [k for k in keys if k in self.model.sessions]
+
+    # -- rules ------------------------------------------------------------------------------
+
+    @initialize()
+    def start_with_a_manager(self) -> None:
+        self.gw.create_session("agent:a:main")
+        self.model.create("agent:a:main")
+
+    @precondition(lambda self: any(k not in self.model.sessions for k in MAIN_KEYS + (GLOBAL_KEY,)))
+    @rule(data=st.data())
+    def create_session(self, data) -> None:
+        key = data.draw(st.sampled_from([k for k in MAIN_KEYS + (GLOBAL_KEY,) if k not in self.model.sessions]))
+        note(f"create {key}")
+        self.gw.create_session(key, agent_id="a" if key == GLOBAL_KEY else None)
+        self.model.create(key)
+        self._step(lambda: None)
+
+    @precondition(lambda self: any(k not in self.model.sessions for k in CHILD_KEYS))
+    @rule(data=st.data())
+    def spawn_child(self, data) -> None:
+        child = data.draw(st.sampled_from([k for k in CHILD_KEYS if k not in self.model.sessions]))
+        parent = data.draw(st.sampled_from(sorted(self.model.sessions)))
+        note(f"spawn {child} from {parent}")
+        self.runs += 1
+        run_id = f"run-{self.runs}"
+        self._step(lambda: self.gw.create_session(child, kind="subagent", parent=parent, run_id=run_id))
+        self.model.create(child, parent=parent, run_id=run_id)
+
+    @precondition(lambda self: bool(self.model.sessions))
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(KINDS),
+        actor_type=st.sampled_from(ACTORS),
+        summary=st.sampled_from(SUMMARIES),
+        dedupe=st.one_of(st.none(), st.sampled_from(["d1", "d2", "d3"])),
+        skew=st.one_of(st.none(), st.floats(min_value=-3 * DAY, max_value=3 * DAY)),
+    )
+    def record_event(self, data, kind, actor_type, summary, dedupe, skew) -> None:
+        target = data.draw(st.sampled_from(sorted(self.model.sessions)), label="target")
+        actor_id = data.draw(st.one_of(st.none(), st.sampled_from(sorted(self.model.sessions))), label="actor")
+        note(f"record {kind} on {target} by {actor_type} {actor_id} dedupe={dedupe} skew={skew}")
+        payload = {"outcome": "timeout"} if kind == "run_failed" else None
+        occurred = None if skew is None else self.model.now + skew
+        watchers = {w for (w, t) in self.model.cursors if t == target}
+        quiet = kind not in NOTIFYING or (watchers and watchers <= {actor_id})
+        got: list[int | None] = []
+        self._step(
+            lambda: got.append(self.gw.record_event(
+                target, kind, actor_type=actor_type, summary=summary, actor_id=actor_id,
+                payload=payload, dedupe_key=dedupe, occurred_at=occurred)),
+            quiet=bool(quiet),
+        )
+        want = self.model.record(target, kind, actor_type, actor_id, summary, payload, dedupe, occurred)
+        assert got == [want]
+
+    @precondition(lambda self: len(self.model.sessions) >= 2)
+    @rule(data=st.data())
+    def watch(self, data) -> None:
+        watchers = [k for k in sorted(self.model.sessions) if agent_of(k) is not None]
+        if not watchers:
+            return
+        watcher = data.draw(st.sampled_from(watchers))
+        target = data.draw(st.sampled_from([k for k in sorted(self.model.sessions) if k != watcher]))
+        note(f"watch {watcher} -> {target}")
+        got: list[bool] = []
+        self._step(lambda: got.append(self.gw.watch(watcher, target)))
+        assert got == [self.model.watch(watcher, target)]
+
+    @precondition(lambda self: bool(self.model.cursors))
+    @rule(data=st.data())
+    def unwatch(self, data) -> None:
+        watcher, target = data.draw(st.sampled_from(sorted(self.model.cursors)))
+        note(f"unwatch {watcher} -> {target}")
+        got: list[bool] = []
+        self._step(lambda: got.append(self.gw.unwatch(watcher, target)))
+        assert got == [self.model.unwatch(watcher, target)]
+
+    @precondition(lambda self: bool(self.model.sessions))
+    @rule(data=st.data())
+    def drain(self, data) -> None:
+        watcher = data.draw(st.sampled_from(sorted(self.model.sessions)))
+        note(f"drain {watcher}")
+        got: list[list[str]] = []
+        self._step(lambda: got.append(self.gw.drain_system_events(watcher)))
+        assert sorted(got[0]) == sorted(self.model.drain(watcher))
+        for pair in [p for p in self.pending_texts if p[0] == watcher]:
+            del self.pending_texts[pair]
+
+    @rule()
+    def restart(self) -> None:
+        note("restart")
+        self.gw.close()
+        self.model.restart()
+        self.gw = self._open()
+        self.pending_texts.clear()
+        self.opened_by_last_step = set()
+        self.last_step_quiet = False
+
+    @rule(hours=st.sampled_from([0.001, 1, 12, 24 * 10, 24 * 31]))
+    def advance_clock(self, hours) -> None:
+        note(f"advance clock {hours} h")
+        self.model.now += hours * 3600
+
+    @rule()
+    def prune(self) -> None:
+        note("prune")
+        got = self.gw.prune()
+        want = self.model.prune()
+        assert (got["events"], got["cursors"]) == (want["events"], want["cursors"])
+        self.pending_texts = {p: t for p, t in self.pending_texts.items() if p in self.model.cursors}
+        self.last_step_quiet = False
+
+    @precondition(lambda self: bool(self.model.sessions))
+    @rule(data=st.data())
+    def reset(self, data) -> None:
+        key = data.draw(st.sampled_from(sorted(self.model.sessions)))
+        note(f"reset {key}")
+        self._step(lambda: self.gw.reset_session(key))
+        self.model.reset(key)
+        self.pending_texts = {p: t for p, t in self.pending_texts.items() if p[0] != key}
+
+    @precondition(lambda self: len(self.model.sessions) >= 2)
+    @rule(data=st.data())
+    def delete(self, data) -> None:
+        key = data.draw(st.sampled_from(sorted(self.model.sessions)))
+        note(f"delete {key}")
+        self._step(lambda: self.gw.delete_session(key))
+        self.model.delete(key)
+        self.seen_versions.pop(key, None)
+        self.pending_texts = {p: t for p, t in self.pending_texts.items() if key not in p}
+
+    # -- invariants, one per spec invariant --------------------------------------------------
+
+    @invariant()
+    def inv1_ordered_positions(self) -> None:
+        for (watcher, target), cursor in self.model.cursors.items():
+            got = self.gw.cursor_positions(watcher, target)
+            assert got is not None and tuple(got) == cursor.positions(), (watcher, target, got, cursor)
+            last_seen, notified, material = got
+            assert last_seen <= notified <= material
+            assert last_seen < notified or notified == material
+
+    @invariant()
+    def inv2_one_notice_per_pair(self) -> None:
+        for watcher in self.model.sessions:
+            targets = [t for t in self.gw.queue.peek(watcher) if t.target is not None]
+            assert len(targets) == len({t.target for t in targets}), targets
+
+    @invariant()
+    def inv3_byte_stable_notice(self) -> None:
+        for watcher in self.model.sessions:
+            for entry in self.gw.queue.peek(watcher):
+                if entry.target is None:
+                    continue
+                pair = (watcher, entry.target[0])
+                assert self.pending_texts.setdefault(pair, entry.text) == entry.text, pair
+
+    @invariant()
+    def inv4_queue_matches_cursors(self) -> None:
+        for watcher in self.model.sessions:
+            assert sorted(self.gw.pending_system_events(watcher)) == sorted(self.model.pending(watcher))
+        assert self.wakes == self.model.wakes
+
+    @invariant()
+    def inv5_no_self_or_log_only_notices(self) -> None:
+        if self.last_step_quiet:
+            assert not self.opened_by_last_step, self.opened_by_last_step
+
+    @invariant()
+    def inv6_nothing_uncovered(self) -> None:
+        assert self.model.uncovered() == []
+        for (watcher, target), cursor in self.model.cursors.items():
+            positions = self.gw.cursor_positions(watcher, target)
+            owed = positions is not None and positions.material > positions.last_seen
+            queued = any(e.target and e.target[0] == target for e in self.gw.queue.peek(watcher))
+            assert owed == queued, (watcher, target, positions)
+
+    @invariant()
+    def inv7_monotonic_heads(self) -> None:
+        for key in self.model.sessions:
+            version = self.gw.state_version(key)
+            assert version == self.model.heads[key]
+            assert version >= self.seen_versions.get(key, 0)
+            self.seen_versions[key] = version
+            retained = [e.seq for e in self.model.events if e.session == key]
+            assert all(seq <= version for seq in retained)
+
+    @invariant()
+    def inv8_exact_history_gap(self) -> None:
+        for key in self.model.sessions:
+            for since in {0, self.model.pruned[key], max(self.model.pruned[key] - 1, 0)}:
+                got = self.gw.session_status(key, changes_since=since)["stateChanges"]["historyGap"]
+                assert got == (since < self.model.pruned[key])
+
+    @invariant()
+    def inv9_exact_delta(self) -> None:
+        for key in self.model.sessions:
+            candidates = {0, self.model.heads[key]} | {c.last_seen for (w, t), c in self.model.cursors.items() if t == key}
+            for since in candidates:
+                assert self.gw.session_status(key, changes_since=since) == self.model.status(key, since)
+            assert self.gw.session_status(key) == self.model.status(key, None)
+
+
+TestGatewayVersusModel = GatewayVersusModel.TestCase
