@@ -1,0 +1,47 @@
+"""The spec's tables and the code's tables are the same tables."""
+
+from __future__ import annotations
+
+from sessionstate.notices import notice_text
+from sessionstate.statemachine import EVENT_KINDS, STATES, TRANSITION_TABLE, TRANSITIONS, TRIGGERS
+from sessionstate.statemachine.table import EFFECTS
+from tests.protocol.spec_tables import kind_rows, notice_template, table_rows, transition_rows
+
+ILLEGAL = "—"
+
+
+def test_states_and_triggers_match_the_spec():
+    assert tuple(r[0] for r in table_rows("2. States")) == STATES
+    assert tuple(r[0] for r in table_rows("3. Triggers")) == TRIGGERS
+    assert tuple(r[0] for r in table_rows("5. Effects")) == EFFECTS
+
+
+def test_spec_lists_every_state_trigger_pair_exactly_once():
+    pairs = [(state, trigger) for state, trigger, _, _ in transition_rows()]
+    assert sorted(pairs) == sorted((s, t) for s in STATES for t in TRIGGERS)
+
+
+def test_legal_transitions_match_the_spec():
+    spec_legal = {(s, t, d, e) for s, t, d, e in transition_rows() if d != ILLEGAL}
+    assert spec_legal == set(TRANSITIONS)
+
+
+def test_illegal_transitions_match_the_spec():
+    spec_illegal = {(s, t) for s, t, d, e in transition_rows() if d == ILLEGAL}
+    assert all(e == "illegal" for s, t, d, e in transition_rows() if d == ILLEGAL)
+    declared = {(s, t) for s, t, _, _ in TRANSITIONS}
+    assert spec_illegal == {(s, t) for s in STATES for t in TRIGGERS} - declared
+
+
+def test_machine_compiles_back_to_the_spec_table():
+    spec_legal = {(s, t): (d, e) for s, t, d, e in transition_rows() if d != ILLEGAL}
+    assert TRANSITION_TABLE == spec_legal
+
+
+def test_event_kinds_match_the_spec():
+    assert kind_rows() == [(p.kind, p.notifies) for p in EVENT_KINDS]
+
+
+def test_notice_text_matches_the_spec():
+    rendered = notice_template().replace("<target>", "agent:main:subagent:child").replace("<N>", "12")
+    assert notice_text("agent:main:subagent:child", 12) == rendered

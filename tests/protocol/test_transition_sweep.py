@@ -1,0 +1,108 @@
+"""Every (state, trigger) pair, through both paths (compiled table and bound machine model),
+against the spec table and the effect formulas of spec section 5."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from sessionstate import ProtocolError
+from sessionstate.statemachine import STATES, TRIGGERS, PairModel, Positions, derive_state, fire
+from tests.protocol.spec_tables import transition_rows
+
+SPEC = {(s, t): (d, e) for s, t, d, e in transition_rows()}
+SEQUENCE = 1_000  # the trigger's sequence: above every position drawn below
+
+
+def positions_in(state: str) -> st.SearchStrategy[Positions | None]:
+    n = st.integers(min_value=0, max_value=500)
+    if state == "unwatched":
+        return st.none()
+    if state == "caught_up":
+        return n.map(lambda a: Positions(a, a, a))
+    if state == "notice_pending":
+        return st.tuples(n, st.integers(1, 400)).map(lambda p: Positions(p[0], p[0] + p[1], p[0] + p[1]))
+    return st.tuples(n, st.integers(1, 200), st.integers(1, 200)).map(
+        lambda p: Positions(p[0], p[0] + p[1], p[0] + p[1] + p[2])
+    )
+
+
+def expected_effect(effect: str, old: Positions | None) -> tuple[Positions | None, int | None]:
+    """Spec section 5, written out independently of sessionstate.statemachine.effects."""
+    if effect == "seed":
+        return Positions(SEQUENCE, SEQUENCE, SEQUENCE), None
+    if effect == "keep":
+        return old, None
+    if effect == "remove":
+        return None, None
+    assert old is not None
+    L, N, M = old
+    if effect == "freeze":
+        return Positions(L, SEQUENCE, SEQUENCE), L
+    if effect == "raise_material":
+        return Positions(L, N, max(M, SEQUENCE)), None
+    if effect == "ack":
+        return Positions(N, max(M, N), M), (N if M > N else None)
+    if effect == "sweep":
+        return Positions(L, M, M), L
+    raise AssertionError(f"spec effect {effect!r} has no expectation here")
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("trigger", TRIGGERS)
+def test_every_state_trigger_pair(state, trigger):
+    dest, effect = SPEC[(state, trigger)]
+
+    @given(positions_in(state))
+    def check(positions):
+        assert derive_state(positions) == state
+        model = PairModel(("w", "t"), positions)
+        try:
+            if dest == "—":
+                with pytest.raises(ProtocolError) as compiled_error:
+                    fire(("w", "t"), positions, trigger, SEQUENCE)
+                message = str(compiled_error.value)
+                assert state in message and trigger in message and "'w'" in message
+                with pytest.raises(ProtocolError):
+                    model.fire(trigger, SEQUENCE)
+                # Illegal input changes nothing.
+                assert model.state == state and model.positions == positions and not model.notices
+                return
+            step = fire(("w", "t"), positions, trigger, SEQUENCE)
+            want_positions, want_notice = expected_effect(effect, positions)
+            assert (step.state, step.next_state) == (state, dest)
+            assert (step.positions, step.notice_since) == (want_positions, want_notice)
+            assert derive_state(step.positions) == dest
+            model.fire(trigger, SEQUENCE)
+            assert model.state == dest
+            assert model.positions == want_positions
+            assert model.notices == ([] if want_notice is None else [want_notice])
+        finally:
+            model.detach()
+
+    check()
+
+
+@pytest.mark.parametrize(
+    "positions", [Positions(5, 4, 4), Positions(5, 5, 7), Positions(5, 7, 6), Positions(3, 3, 2)]
+)
+def test_positions_outside_the_protocol_are_refused(positions):
+    with pytest.raises(ProtocolError):
+        derive_state(positions)
+    with pytest.raises(ProtocolError):
+        fire(("w", "t"), positions, "material_event", SEQUENCE)
+
+
+def test_unknown_trigger_is_refused():
+    with pytest.raises(ProtocolError, match="'nonsense'"):
+        fire(("w", "t"), Positions(1, 1, 1), "nonsense", 2)
+
+
+def test_one_machine_per_process():
+    import sessionstate.statemachine.machine as machine_module
+    from sessionstate.statemachine import MACHINE
+
+    model = PairModel(("w", "t"), None)
+    model.detach()
+    assert machine_module.MACHINE is MACHINE
+    assert not MACHINE.models or all(not isinstance(m, PairModel) for m in MACHINE.models)
