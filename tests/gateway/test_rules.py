@@ -1,0 +1,327 @@
+"""One test (or a few) per rule of spec/notice-protocol.md, on a real SQLite file."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+import pytest
+
+from sessionstate import Gateway, InvalidArgument, Positions, notice_text
+
+MANAGER = "agent:main:main"
+CHILD = "agent:main:subagent:child"
+PEER = "agent:main:peer"
+NOW = 1_800_000_000.0
+DAY = 86_400.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def wakes():
+    return []
+
+
+@pytest.fixture
+def gw(db_url, clock, wakes):
+    gateway = Gateway.open(db_url, clock=clock, on_wake=lambda w, r: wakes.append((w, r)))
+    gateway.create_session(MANAGER)
+    gateway.create_session(CHILD, kind="subagent", parent=MANAGER, run_id="r1")
+    yield gateway
+    gateway.close()
+
+
+def human(gw, key=CHILD, **kw):
+    return gw.record_event(key, "human_direct_message", actor_type="human", summary="human message via telegram", **kw)
+
+
+def test_r1_only_notifying_kinds_open_notices(gw):
+    for kind in ("run_completed", "run_failed", "compacted", "adopted"):
+        assert gw.record_event(CHILD, kind, actor_type="system", summary=f"{kind} happened") is not None
+    assert gw.pending_system_events(MANAGER) == []
+    gw.record_event(CHILD, "goal_changed", actor_type="agent", summary="goal updated", actor_id=PEER)
+    assert len(gw.pending_system_events(MANAGER)) == 1
+
+
+def test_r2_self_caused_events_never_notify_their_actor(gw):
+    gw.record_event(CHILD, "goal_changed", actor_type="agent", summary="goal set by manager", actor_id=MANAGER)
+    assert gw.pending_system_events(MANAGER) == []
+    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, 1, 1)
+
+
+def test_r2_self_event_does_not_hide_a_later_material_event(gw):
+    own = gw.record_event(CHILD, "goal_changed", actor_type="agent", summary="goal set", actor_id=MANAGER)
+    other = human(gw)
+    assert gw.drain_system_events(MANAGER) == [notice_text(CHILD, 1)]
+    changes = gw.session_status(CHILD, changes_since=1)["stateChanges"]["events"]
+    assert [e["sequence"] for e in changes] == [own, other]
+
+
+def test_r3_global_sessions_hold_no_cursor_but_keep_the_log(gw):
+    gw.create_session("global", agent_id="main")
+    with pytest.raises(InvalidArgument, match="agent-qualified"):
+        gw.watch("global", CHILD)
+    gw.create_session("agent:main:subagent:g-child", kind="subagent", parent="global")
+    sequence = human(gw, key="agent:main:subagent:g-child")
+    assert gw.pending_system_events("global") == []
+    status = gw.session_status("global", changes_since=0)
+    assert status["stateVersion"] == 0
+    assert gw.session_status("agent:main:subagent:g-child")["stateVersion"] == sequence
+
+
+def test_r3_two_agents_global_sessions_do_not_collide(gw):
+    gw.create_session("global", agent_id="main")
+    gw.create_session("global", agent_id="ops")
+    seq = gw.record_event("global", "compacted", actor_type="system", summary="compacted", agent_id="ops")
+    assert gw.session_status("global", agent_id="ops")["stateVersion"] == seq
+    assert gw.session_status("global", agent_id="main")["stateVersion"] == 0
+    with pytest.raises(Exception, match="ambiguous"):
+        gw.session_status("global")
+
+
+def test_r4_spawn_seeds_the_parent_at_the_spawn_version(gw):
+    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, 1, 1)
+    events = gw.session_status(CHILD, changes_since=0)["stateChanges"]["events"]
+    assert [(e["kind"], e["actorId"], e["runId"]) for e in events] == [("child_spawned", MANAGER, "r1")]
+
+
+def test_r4_explicit_watch_starts_at_the_current_version(gw):
+    gw.create_session(PEER)
+    human(gw)
+    head = gw.state_version(CHILD)
+    assert gw.watch(PEER, CHILD) is True
+    assert gw.cursor_positions(PEER, CHILD) == Positions(head, head, head)
+    assert gw.pending_system_events(PEER) == []
+    assert gw.watch(PEER, CHILD) is False  # already watched: kept as it is
+
+
+def test_r4_rewatch_keeps_a_pending_notice(gw):
+    human(gw)
+    before = gw.cursor_positions(MANAGER, CHILD)
+    assert gw.watch(MANAGER, CHILD) is False
+    assert gw.cursor_positions(MANAGER, CHILD) == before
+    assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
+
+
+def test_r5_twenty_changes_give_one_byte_identical_line(gw):
+    for _ in range(20):
+        human(gw)
+        assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
+    assert gw.drain_system_events(MANAGER) == [
+        'Session "agent:main:subagent:child" changed (other actor). Reconcile before acting: '
+        'session_status sessionKey "agent:main:subagent:child" changesSince 1.'
+    ]
+
+
+def test_r6_r7_frozen_watermark_and_lazy_material(gw):
+    first = human(gw)
+    store_row = gw.store.db.execute(
+        "SELECT last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
+    ).fetchone()
+    later = [human(gw) for _ in range(3)]
+    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, first, later[-1])
+    # R7: the pending cursor's row was not written by the later events.
+    assert gw.store.db.execute(
+        "SELECT last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
+    ).fetchone() == store_row
+
+
+def test_r8_ack_stops_at_the_frozen_watermark_and_reopens_once(gw):
+    first = human(gw)
+    second = human(gw)
+    assert gw.drain_system_events(MANAGER) == [notice_text(CHILD, 1)]
+    assert gw.cursor_positions(MANAGER, CHILD) == Positions(first, second, second)
+    assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, first)]
+    assert gw.drain_system_events(MANAGER) == [notice_text(CHILD, first)]
+    assert gw.cursor_positions(MANAGER, CHILD) == Positions(second, second, second)
+    assert gw.drain_system_events(MANAGER) == []
+
+
+def test_r8_no_reopen_without_interleaved_work(gw):
+    human(gw)
+    gw.drain_system_events(MANAGER)
+    assert gw.pending_system_events(MANAGER) == []
+
+
+def test_r9_failed_commit_queues_nothing(gw, monkeypatch):
+    def broken(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(gw.store, "put_cursors", broken)
+    before = gw.store.dump()
+    assert human(gw) is None
+    assert gw.store.dump() == before
+    assert gw.pending_system_events(MANAGER) == []
+
+
+def test_r10_duplicate_dedupe_key_returns_the_existing_sequence(gw):
+    first = human(gw, dedupe_key="upstream:telegram:42")
+    gw.drain_system_events(MANAGER)
+    before = gw.store.dump()
+    assert human(gw, dedupe_key="upstream:telegram:42") == first
+    assert gw.store.dump() == before
+    assert gw.pending_system_events(MANAGER) == []
+    assert human(gw) == first + 1  # no sequence was consumed by the duplicate
+
+
+def test_r11_restart_rematerialises_pending_notices(db_url, gw, clock):
+    human(gw)
+    human(gw)
+    gw.close()
+    reopened = Gateway.open(db_url, clock=clock)
+    try:
+        assert reopened.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
+        assert reopened.drain_system_events(MANAGER) == [notice_text(CHILD, 1)]
+        assert reopened.pending_system_events(MANAGER) == []  # the sweep set notified := material
+    finally:
+        reopened.close()
+
+
+def test_r11_restart_after_drain_keeps_the_follow_up(db_url, gw, clock):
+    first = human(gw)
+    human(gw)
+    gw.drain_system_events(MANAGER)
+    gw.close()
+    with Gateway.open(db_url, clock=clock) as reopened:
+        assert reopened.pending_system_events(MANAGER) == [notice_text(CHILD, first)]
+
+
+def test_r12_main_watchers_are_woken_once_per_window(gw, clock, wakes):
+    gw.create_session(PEER)
+    gw.create_session("agent:main:subagent:other", kind="subagent", parent=MANAGER)
+    gw.watch(PEER, "agent:main:subagent:other")
+    human(gw)
+    human(gw, key="agent:main:subagent:other")
+    assert wakes == [(MANAGER, f"session-state: {CHILD}"), (PEER, "session-state: agent:main:subagent:other")]
+    gw.drain_system_events(MANAGER)
+    clock.now += 5
+    human(gw)  # reopens for MANAGER within 20 s: no second wake
+    assert len([w for w in wakes if w[0] == MANAGER]) == 1
+    gw.drain_system_events(MANAGER)
+    gw.drain_system_events(MANAGER)
+    clock.now += 20
+    human(gw)
+    assert len([w for w in wakes if w[0] == MANAGER]) == 2
+
+
+def test_r12_subagent_watchers_get_no_wake(gw, wakes):
+    watcher = "agent:main:subagent:observer"
+    gw.create_session(watcher, kind="subagent", parent=MANAGER)
+    gw.watch(watcher, CHILD)
+    wakes.clear()
+    human(gw)
+    assert gw.pending_system_events(watcher) == [notice_text(CHILD, 1)]
+    assert [w for w in wakes if w[0] == watcher] == []
+
+
+def test_r13_prune_raises_the_watermark_and_keeps_the_head(db_url, clock):
+    with Gateway.open(db_url, clock=clock, max_rows=3) as gw:
+        gw.create_session(MANAGER)
+        gw.create_session(CHILD, kind="subagent", parent=MANAGER)
+        seqs = [human(gw) for _ in range(5)]
+        result = gw.prune()
+        assert result["events"] == 3  # 6 rows (spawn + 5) down to the newest 3
+        status = gw.session_status(CHILD, changes_since=0)
+        assert status["stateVersion"] == seqs[-1]
+        assert status["stateChanges"]["historyGap"] is True
+        assert status["stateChanges"]["earliestAvailableSequence"] == seqs[2]
+        exact = gw.session_status(CHILD, changes_since=seqs[1])["stateChanges"]
+        assert exact["historyGap"] is False
+        assert [e["sequence"] for e in exact["events"]] == seqs[2:]
+
+
+def test_r13_prune_keeps_the_pending_notice_owed(db_url, clock):
+    with Gateway.open(db_url, clock=clock, max_rows=1) as gw:
+        gw.create_session(MANAGER)
+        gw.create_session(CHILD, kind="subagent", parent=MANAGER)
+        human(gw)
+        last = [human(gw) for _ in range(3)][-1]
+        gw.record_event(MANAGER, "compacted", actor_type="system", summary="compacted")
+        gw.prune()  # every event of CHILD is deleted
+        assert gw.cursor_positions(MANAGER, CHILD).material == last
+        gw.drain_system_events(MANAGER)
+        assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 2)]
+
+
+def test_r13_old_events_and_idle_cursors_expire(gw, clock):
+    human(gw)
+    gw.drain_system_events(MANAGER)
+    clock.now += 31 * DAY
+    result = gw.prune()
+    assert result == {"events": 2, "cursors": 1, "chunks": 1}
+    assert gw.cursor_positions(MANAGER, CHILD) is None
+    assert gw.state_version(CHILD) == 2
+
+
+def test_r13_cursor_on_an_active_target_does_not_expire(gw, clock):
+    clock.now += 29 * DAY
+    human(gw)
+    gw.drain_system_events(MANAGER)
+    clock.now += 2 * DAY
+    assert gw.prune()["cursors"] == 0
+
+
+def test_r14_reset_removes_the_watchers_cursors_only(gw):
+    human(gw)
+    gw.reset_session(MANAGER)
+    assert gw.cursor_positions(MANAGER, CHILD) is None
+    assert gw.pending_system_events(MANAGER) == []
+    assert gw.state_version(CHILD) == 2
+    assert len(gw.session_status(CHILD, changes_since=0)["stateChanges"]["events"]) == 2
+
+
+def test_r14_delete_removes_events_head_and_every_cursor_naming_it(gw):
+    gw.create_session(PEER)
+    gw.watch(PEER, CHILD)
+    human(gw)
+    gw.delete_session(CHILD)
+    assert not gw.session_exists(CHILD)
+    assert gw.pending_system_events(MANAGER) == [] and gw.pending_system_events(PEER) == []
+    dump = gw.store.dump()
+    assert dump["session_watch_cursors"] == []
+    assert all(CHILD not in row for row in dump["session_state_events"] + dump["session_state_heads"])
+
+
+def test_r15_storage_failure_is_logged_counted_and_returns_none(gw, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(gw.store, "append_event", broken)
+    with caplog.at_level(logging.ERROR, logger="sessionstate"):
+        assert human(gw) is None
+    assert gw.stats["append_failures"] == 1
+    assert "human_direct_message" in caplog.text
+
+
+def test_r16_occurred_at_is_clamped(gw, clock):
+    human(gw, occurred_at=clock.now - 3 * DAY)
+    human(gw, occurred_at=clock.now + 3 * DAY)
+    human(gw, occurred_at=clock.now - 60)
+    events = gw.session_status(CHILD, changes_since=1)["stateChanges"]["events"]
+    from datetime import datetime, timezone
+
+    def iso(t):
+        return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+    assert [e["occurredAt"] for e in events] == [iso(clock.now - DAY), iso(clock.now), iso(clock.now - 60)]
+
+
+def test_unwatch_withdraws_the_notice(gw):
+    human(gw)
+    assert gw.unwatch(MANAGER, CHILD) is True
+    assert gw.pending_system_events(MANAGER) == []
+    assert gw.unwatch(MANAGER, CHILD) is False
+    human(gw)
+    assert gw.pending_system_events(MANAGER) == []
