@@ -1,0 +1,49 @@
+"""``changesSince`` reads at 50,000 rows: a full page of 200 and a near-head page of 5.
+
+The project call is ``session_status(key, changes_since=N)``: validation, session lookup, head,
+page (LIMIT 201), earliest retained sequence, and one JSON-ready dict per event. The baseline
+runs the same three SELECTs on the same file and keeps the rows as tuples.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _support import TARGET, RawLog, cached_log_file, measure, open_gateway, scaled
+
+ROWS = scaled(50_000, 2_000)
+SESSIONS = 10
+
+
+@pytest.fixture(scope="module")
+def log_file(tmp_path_factory):
+    return cached_log_file(tmp_path_factory.mktemp("read"), rows=ROWS, sessions=SESSIONS)
+
+
+def _since(path, page: str) -> tuple[int, int]:
+    raw = RawLog(path)
+    seqs = [r[0] for r in raw.db.execute(
+        "SELECT sequence FROM session_state_events WHERE session_key = ? ORDER BY sequence", (TARGET,))]
+    raw.close()
+    # "full": from the middle of the target's log, so 200 events come back and more remain.
+    mid = len(seqs) // 2
+    return (seqs[mid], min(200, len(seqs) - mid - 1)) if page == "full" else (seqs[-6], 5)
+
+
+@pytest.mark.parametrize("page", ["full", "head"])
+def test_changes_since_project(benchmark, log_file, page):
+    since, expect = _since(log_file, page)
+    gw = open_gateway(log_file)
+    result = measure(benchmark, gw.session_status, key=f"page.{page}.project", rounds_full=2000,
+                     args=(TARGET,), kwargs={"changes_since": since}, rows=ROWS)
+    assert len(result["stateChanges"]["events"]) == expect
+    gw.close()
+
+
+@pytest.mark.parametrize("page", ["full", "head"])
+def test_changes_since_raw(benchmark, log_file, page):
+    since, expect = _since(log_file, page)
+    raw = RawLog(log_file)
+    result = measure(benchmark, raw.page, key=f"page.{page}.raw", rounds_full=2000,
+                     args=(TARGET, since), rows=ROWS)
+    assert len(result[1][:200]) == expect
+    raw.close()

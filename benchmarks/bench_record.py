@@ -1,0 +1,130 @@
+"""Recording events: one material event per transaction, and bursts of 500 per transaction.
+
+Every round starts from the same state: the watchers that should be caught up are put back
+to caught up (as a drain would leave them) and the in-memory queue is emptied, untimed. The
+timed call then pays for the whole decision: insert, head bump, caught-up lookup, a `freeze`
+per caught-up watcher, the cursor upsert and the commit (plus, for the project, validation,
+the session lookup and queueing the notices).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _support import (
+    KIND,
+    TARGET,
+    RawLog,
+    build_log_file,
+    clear_queue,
+    make_pending,
+    measure,
+    open_gateway,
+    reset_caught_up,
+    scaled,
+    watcher_key,
+)
+
+EVENT = {"actor_type": "human", "summary": "hello"}
+BATCH = scaled(500, 50)
+PENDING = scaled(1_000, 50)
+
+
+def _file(tmp_path: Path, watchers: int, pending_after_first: bool = False) -> Path:
+    path = tmp_path / "record.db"
+    build_log_file(path, rows=1_000, sessions=10, watchers=watchers)
+    if pending_after_first:
+        raw = RawLog(path)
+        make_pending(raw.db, skip=watcher_key(0))
+        raw.close()
+    return path
+
+
+@pytest.mark.parametrize("watchers", [1, 3])
+def test_record_project(benchmark, tmp_path, watchers):
+    gw = open_gateway(_file(tmp_path, watchers))
+
+    def setup() -> None:
+        reset_caught_up(gw.store.db)
+        clear_queue(gw)
+
+    measure(benchmark, gw.record_event, key=f"record.w{watchers}.project", setup=setup,
+            rounds_full=2000, args=(TARGET, KIND), kwargs=EVENT)
+    assert len(gw.queue.sessions()) == watchers
+    gw.close()
+
+
+@pytest.mark.parametrize("watchers", [1, 3])
+def test_record_raw(benchmark, tmp_path, watchers):
+    raw = RawLog(_file(tmp_path, watchers))
+    measure(benchmark, raw.record, key=f"record.w{watchers}.raw", setup=lambda: reset_caught_up(raw.db),
+            rounds_full=2000)
+    raw.close()
+
+
+def test_record_pending_project(benchmark, tmp_path):
+    """1 caught-up watcher plus PENDING watchers already holding a notice on the target."""
+    gw = open_gateway(_file(tmp_path, PENDING + 1, pending_after_first=True))
+
+    def setup() -> None:
+        reset_caught_up(gw.store.db, watcher=watcher_key(0))
+        clear_queue(gw)
+
+    measure(benchmark, gw.record_event, key="record.pending.project", setup=setup,
+            rounds_full=2000, args=(TARGET, KIND), kwargs=EVENT, pending=PENDING)
+    gw.close()
+
+
+def test_record_pending_raw(benchmark, tmp_path):
+    raw = RawLog(_file(tmp_path, PENDING + 1, pending_after_first=True))
+    measure(benchmark, raw.record, key="record.pending.raw",
+            setup=lambda: reset_caught_up(raw.db, watcher=watcher_key(0)), rounds_full=2000, pending=PENDING)
+    raw.close()
+
+
+def test_batch_project(benchmark, tmp_path):
+    """BATCH events in one outer ``store.atomic()``: each record_event's own atomic() runs
+    nested, i.e. as SAVEPOINT sp1 ... RELEASE sp1 inside the outer BEGIN IMMEDIATE."""
+    gw = open_gateway(_file(tmp_path, 3))
+    savepoints: list[str] = []
+    original_execute = gw.store.db.execute
+
+    def burst() -> None:
+        with gw.store.atomic():
+            for _ in range(BATCH):
+                gw.record_event(TARGET, KIND, **EVENT)
+
+    def setup() -> None:
+        reset_caught_up(gw.store.db)
+        clear_queue(gw)
+
+    # Prove (once, untimed) that the inner atomic() really is a savepoint.
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(gw.store.__dict__["_spy_db"], name)
+
+        def execute(self, sql, *args):
+            if sql.startswith(("SAVEPOINT", "RELEASE")):
+                savepoints.append(sql)
+            return original_execute(sql, *args)
+
+    gw.store.__dict__["_spy_db"] = gw.store.db
+    gw.store.db = Spy()  # type: ignore[assignment]
+    with gw.store.atomic():
+        gw.record_event(TARGET, KIND, **EVENT)
+    gw.store.db = gw.store.__dict__.pop("_spy_db")
+    assert savepoints == ["SAVEPOINT sp1", "RELEASE sp1"], savepoints
+
+    measure(benchmark, burst, key="batch.project", setup=setup, rounds_full=40, warmup=2,
+            events=BATCH, inner_statements=savepoints)
+    gw.close()
+
+
+@pytest.mark.parametrize("savepoints", [False, True], ids=["plain", "savepoints"])
+def test_batch_raw(benchmark, tmp_path, savepoints):
+    raw = RawLog(_file(tmp_path, 3))
+    measure(benchmark, raw.record_batch, key=f"batch.raw{'.savepoints' if savepoints else ''}",
+            setup=lambda: reset_caught_up(raw.db), rounds_full=40, warmup=2,
+            args=(BATCH,), kwargs={"savepoints": savepoints}, events=BATCH)
+    raw.close()
