@@ -1,0 +1,89 @@
+"""The ``sessionstate`` command line: demo, status, diagram."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import default_url
+from .errors import SessionStateError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sessionstate",
+        description="Session state awareness: signal log, watcher cursors, stale notices.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="a narrated run of the notice protocol")
+    demo.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
+
+    status = commands.add_parser("status", help="a session's state version and changes")
+    status.add_argument("key", help="session key, e.g. agent:main:main")
+    status.add_argument("--changes-since", type=int, default=None, metavar="N")
+    status.add_argument("--agent", default=None, help="agent id, for keys that are not agent-qualified")
+    status.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
+    status.add_argument("--json", action="store_true", help="print the session_status JSON")
+
+    diagram = commands.add_parser("diagram", help="the protocol's state diagram, generated from the machine")
+    diagram.add_argument("--write", type=Path, default=None, metavar="FILE", help="write Markdown to FILE")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args.db)
+        if args.command == "status":
+            return _status(args)
+        return _diagram(args)
+    except SessionStateError as exc:
+        print(f"sessionstate: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .gateway import Gateway
+
+    with Gateway.open(args.db) as gw:
+        result = gw.session_status(args.key, changes_since=args.changes_since, agent_id=args.agent)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{result['sessionKey']}: stateVersion {result['stateVersion']}")
+    changes: dict[str, Any] | None = result.get("stateChanges")
+    if changes is not None:
+        if changes["historyGap"]:
+            print("historyGap: the requested version is older than the retained history; refresh the whole session")
+        for event in changes["events"]:
+            actor = f" ({event['actorId']})" if "actorId" in event else ""
+            print(f"  {event['sequence']:>8}  {event['occurredAt']}  {event['kind']:<22} {event['actorType']}{actor}: {event['summary']}")
+        if changes["truncated"]:
+            print(f"  ... more after {changes['events'][-1]['sequence']}")
+    return 0
+
+
+def _diagram(args: argparse.Namespace) -> int:
+    from .statemachine.diagram import diagram_markdown, mermaid
+
+    if args.write is None:
+        print(mermaid(), end="")
+    else:
+        args.write.write_text(diagram_markdown(), encoding="utf-8")
+        print(f"wrote {args.write}")
+    return 0
+
+
+def describe_default_db() -> str:
+    return default_url()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""``sessionstate demo``: the protocol told as a story, on a real database file."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .config import normalize_url
+from .gateway import DAY_SECONDS, Gateway
+
+MANAGER = "agent:main:main"
+WORKER = "agent:main:subagent:worker"
+DEMO_SESSIONS = (WORKER, MANAGER)
+
+
+class DemoClock:
+    """Real time, plus whatever the story fast-forwards."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._time = time.time
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return self._time() + self.offset
+
+
+def _heading(number: int, text: str) -> None:
+    print(f"\n== {number}. {text}")
+
+
+def _lines(label: str, lines: list[str]) -> None:
+    print(f"   {label}: {len(lines)} line(s)")
+    for line in lines:
+        print(f"     | {line}")
+
+
+def _json(data: Any, *, keep_events: int = 4) -> None:
+    """Pretty JSON with one event per line, long event lists elided in the middle."""
+    shown = json.loads(json.dumps(data))
+    changes = shown.get("stateChanges")
+    events = changes.pop("events") if changes is not None else None
+    text = json.dumps(shown, indent=2)
+    if events is not None:
+        rows = [json.dumps(e) for e in events]
+        if len(rows) > keep_events:
+            rows = rows[:2] + [f'"... {len(rows) - keep_events} more ..."'] + rows[-(keep_events - 2):]
+        body = ",\n".join(f"      {r}" for r in rows)
+        listing = '"events": [\n' + body + "\n    ],\n    " if rows else '"events": [],\n    '
+        text = text.replace('"stateChanges": {\n    ', '"stateChanges": {\n    ' + listing, 1)
+    for line in text.splitlines():
+        print(f"     {line}")
+
+
+def run_demo(db: str | None) -> int:
+    url = normalize_url(db)
+    clock = DemoClock()
+    wakes: list[tuple[str, str]] = []
+
+    def on_wake(watcher: str, reason: str) -> None:
+        wakes.append((watcher, reason))
+        print(f"   wake -> {watcher} ({reason})")
+
+    print(f"sessionstate demo on {url}")
+    gw = Gateway.open(url, clock=clock, on_wake=on_wake)
+    for key in DEMO_SESSIONS:  # a previous run's sessions, so the story starts clean
+        if gw.session_exists(key):
+            gw.delete_session(key)
+
+    _heading(1, "A manager spawns a worker: the spawn edge seeds the manager's cursor")
+    gw.create_session(MANAGER)
+    gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
+    spawn_version = gw.state_version(WORKER)
+    print(f"   worker stateVersion {spawn_version}; manager cursor {tuple(gw.cursor_positions(MANAGER, WORKER))}")
+
+    _heading(2, "A human steps into the worker over telegram, twenty times")
+    for turn in range(1, 21):
+        gw.record_event(
+            WORKER, "human_direct_message", actor_type="human",
+            summary="human message via telegram", payload={"channel": "telegram", "turns": 1},
+            dedupe_key=None,
+        )
+        if turn == 1:
+            _lines("manager's queue after the first message", gw.pending_system_events(MANAGER))
+    _lines("manager's queue after twenty messages", gw.pending_system_events(MANAGER))
+    print(f"   wakes sent: {len(wakes)} (coalesced within 20 s)")
+
+    _heading(3, "The manager's turn: one notice, then reconcile with changesSince")
+    drained = gw.drain_system_events(MANAGER)
+    _lines("drained", drained)
+    reply = gw.call_tool(MANAGER, "session_status", {"sessionKey": WORKER, "changesSince": spawn_version})
+    _json(reply)
+    follow_up = gw.pending_system_events(MANAGER)
+    print("   events that landed after the notice was queued reopen exactly one follow-up:")
+    _lines("manager's queue", follow_up)
+    gw.drain_system_events(MANAGER)
+    print(f"   manager cursor now {tuple(gw.cursor_positions(MANAGER, WORKER))}")
+
+    _heading(4, "The worker's goal changes, then the gateway restarts before the manager's turn")
+    gw.record_event(WORKER, "goal_changed", actor_type="human", summary="goal updated")
+    before = gw.pending_system_events(MANAGER)
+    _lines("queue before the restart", before)
+    gw.close()
+    gw = Gateway.open(url, clock=clock, on_wake=on_wake)
+    after = gw.pending_system_events(MANAGER)
+    _lines("queue after reopening (startup sweep)", after)
+    print(f"   byte-identical after the restart: {before == after}")
+    noticed_since = gw.cursor_positions(MANAGER, WORKER).last_seen
+    gw.drain_system_events(MANAGER)
+
+    _heading(5, "Thirty-one days pass; pruning opens an exact history gap")
+    clock.offset += 31 * DAY_SECONDS
+    counts = gw.prune()
+    print(f"   pruned: {counts}")
+    gap = gw.session_status(WORKER, changes_since=noticed_since)
+    _json(gap)
+    print("   historyGap true: refresh the whole session instead of trusting a delta;")
+    print(f"   stateVersion stays {gap['stateVersion']}: heads survive pruning.")
+    gw.close()
+    return 0
