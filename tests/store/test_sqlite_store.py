@@ -1,0 +1,123 @@
+"""The store on a real SQLite file: transactions, pragmas, sequences, pages, pruning."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from sessionstate import Gateway, UnsupportedBackend
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import SessionRecord, SqliteStore
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SqliteStore(f"sqlite:///{tmp_path / 'store.db'}", notifying_kinds=NOTIFYING_KINDS)
+    for key in ("agent:a:one", "agent:a:two"):
+        s.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
+    yield s
+    s.close()
+
+
+def append(store, key="agent:a:one", kind="human_direct_message", dedupe=None, at=1.0):
+    with store.atomic():
+        return store.append_event(key, "a", kind, "human", None, None, "s", None, at, at, dedupe)
+
+
+def test_wal_and_synchronous_normal(store):
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+
+
+def test_only_sqlite_urls_are_accepted(tmp_path):
+    with pytest.raises(UnsupportedBackend):
+        SqliteStore("postgresql://localhost/x", notifying_kinds=NOTIFYING_KINDS)
+    with pytest.raises(UnsupportedBackend):
+        SqliteStore(f"sqlite:///{tmp_path / 'x.db'}", notifying_kinds=NOTIFYING_KINDS, synchronous="SOMETIMES")
+
+
+def test_sequences_are_global_and_sparse_per_session(store):
+    one = append(store)[0]
+    two = append(store, key="agent:a:two")[0]
+    three = append(store)[0]
+    assert (one, two, three) == (1, 2, 3)
+    assert [e.sequence for e in store.events_after("agent:a:one", "a", 0, 10)] == [1, 3]
+    assert store.head("agent:a:one", "a").last_sequence == 3
+
+
+def test_nested_atomic_rolls_back_only_the_savepoint(store):
+    with store.atomic():
+        store.append_event("agent:a:one", "a", "compacted", "system", None, None, "kept", None, 1, 1, None)
+        with pytest.raises(RuntimeError):
+            with store.atomic():
+                store.append_event("agent:a:one", "a", "compacted", "system", None, None, "gone", None, 1, 1, None)
+                raise RuntimeError("boom")
+    assert [e.summary for e in store.events_after("agent:a:one", "a", 0, 10)] == ["kept"]
+
+
+def test_outer_failure_rolls_back_everything(store):
+    before = store.dump()
+    with pytest.raises(ValueError):
+        with store.atomic():
+            store.append_event("agent:a:one", "a", "compacted", "system", None, None, "x", None, 1, 1, None)
+            raise ValueError("boom")
+    assert store.dump() == before
+
+
+def test_unknown_session_append_rolls_back(store):
+    before = store.dump()
+    with pytest.raises(Exception, match="unknown session"):
+        append(store, key="agent:a:ghost")
+    assert store.dump() == before
+
+
+def test_dedupe_returns_existing_without_consuming_a_sequence(store):
+    first, inserted = append(store, dedupe="k")
+    assert inserted
+    assert append(store, dedupe="k") == (first, False)
+    assert append(store)[0] == first + 1
+
+
+def test_caught_up_lookup_uses_the_partial_index(store):
+    plan = store.db.execute(
+        "EXPLAIN QUERY PLAN SELECT watcher_session_key FROM session_watch_cursors"
+        " WHERE target_session_key = ? AND target_agent_id = ? AND notified_sequence = last_seen_sequence",
+        ("t", "a"),
+    ).fetchall()
+    assert "ix_cursors_target_caught_up" in " ".join(str(row) for row in plan)
+
+
+def test_prune_in_chunks_raises_the_watermark_first(store):
+    seqs = [append(store, key=("agent:a:one" if i % 2 else "agent:a:two"))[0] for i in range(25)]
+    result = store.prune_events(cutoff=0.0, max_rows=5, chunk_rows=4)
+    assert result["events"] == 20
+    assert result["chunks"] == 5
+    assert store.event_count() == 5
+    kept = {e.sequence for k in ("agent:a:one", "agent:a:two") for e in store.events_after(k, "a", 0, 100)}
+    assert kept == set(seqs[-5:])
+    one_deleted = max(s for i, s in enumerate(seqs[:20]) if i % 2)
+    assert store.head("agent:a:one", "a").pruned_max_sequence == one_deleted
+    assert store.integrity_check() == "ok"
+
+
+def test_changes_page_is_200_and_says_truncated(tmp_path):
+    with Gateway.open(str(tmp_path / "g.db")) as gw:
+        gw.create_session("agent:a:one")
+        seqs = [gw.record_event("agent:a:one", "compacted", actor_type="system", summary="c") for _ in range(205)]
+        page = gw.session_status("agent:a:one", changes_since=0)["stateChanges"]
+        assert [e["sequence"] for e in page["events"]] == seqs[:200]
+        assert page["truncated"] is True
+        rest = gw.session_status("agent:a:one", changes_since=seqs[199])["stateChanges"]
+        assert [e["sequence"] for e in rest["events"]] == seqs[200:]
+        assert rest["truncated"] is False
+
+
+def test_a_second_process_sees_committed_events(tmp_path):
+    path = tmp_path / "shared.db"
+    with Gateway.open(str(path)) as gw:
+        gw.create_session("agent:a:one")
+        seq = gw.record_event("agent:a:one", "goal_changed", actor_type="human", summary="goal set")
+        other = sqlite3.connect(path)
+        assert other.execute("SELECT max(sequence) FROM session_state_events").fetchone()[0] == seq
+        other.close()
