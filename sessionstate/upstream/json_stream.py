@@ -41,7 +41,7 @@ MAX_DEPTH = 512
 TRACK_DEPTH = 4
 #: Worst case raw JSON bytes per decoded char (a \\uXXXX\\uXXXX surrogate pair).
 RAW_PER_CHAR = 12
-_UTF8_SLICE = 64 * 1024
+_UTF8_SLICE = 16 * 1024
 
 # Parser modes.
 _VALUE = "V"  # a value must come next
@@ -83,7 +83,6 @@ _PATH_TARGETS: dict[tuple[Any, ...], str] = {
     ("message", "content", _ARRAY_LEVEL, "text"): "block_text",
 }
 _SMALL_TARGETS = frozenset({"key", "type", "uuid", "timestamp", "user_type", "block_type"})
-_SMALL_RAW_LIMIT = RAW_PER_CHAR * (SMALL_FIELD_CHARS + 1)
 
 
 def _decode_complete(raw: bytes) -> str | None:
@@ -135,6 +134,7 @@ class LineScanner:
         self._target: str | None = None
         self._cap: bytearray | None = None
         self._cap_limit = 0
+        self._cap_chars = 0  # chars a text capture must deliver (its budget)
         self._cap_over = False
         self._lit = bytearray()
         # The content block being read (message.content[i]).
@@ -179,6 +179,7 @@ class LineScanner:
 
     def to_state(self) -> dict[str, Any]:
         """Plain JSON-able state; ``from_state`` rebuilds an equal scanner."""
+        self._compact_capture()
         pending, flag = self._utf8.getstate()
         return {
             "stack": "".join(self._stack),
@@ -189,6 +190,7 @@ class LineScanner:
             "tg": self._target,
             "cap": None if self._cap is None else _b64(bytes(self._cap)),
             "cl": self._cap_limit,
+            "cc": self._cap_chars,
             "co": self._cap_over,
             "lit": self._lit.decode("ascii"),
             "blk": [
@@ -222,6 +224,7 @@ class LineScanner:
             cap = state["cap"]
             scanner._cap = None if cap is None else bytearray(base64.b64decode(cap))
             scanner._cap_limit = int(state["cl"])
+            scanner._cap_chars = int(state["cc"])
             scanner._cap_over = bool(state["co"])
             scanner._lit = bytearray(str(state["lit"]).encode("ascii"))
             active, block_type, block_text, block_over = state["blk"]
@@ -235,6 +238,29 @@ class LineScanner:
         except (KeyError, TypeError, ValueError, UnicodeError) as exc:
             raise ValueError(f"damaged scanner state: {exc}") from exc
         return scanner
+
+    def _compact_capture(self) -> None:
+        """Shrink a text capture that already holds more chars than it needs.
+
+        The raw budget assumes the worst escaping (12 bytes a char). Before the
+        state travels in a marker, a capture that decodes to more than its
+        char budget is re-encoded as exactly budget + 1 chars and closed, so
+        the marker carries a few KiB instead of the worst case.
+        """
+        if self._cap is None or self._target not in ("content", "block_text"):
+            return
+        budget = self._cap_chars
+        text = _decode_prefix(bytes(self._cap))
+        if text is None or len(text) <= budget:
+            return
+        body = json.dumps(text[: budget + 1])[1:-1].encode("ascii")
+        try:
+            body = json.dumps(text[: budget + 1], ensure_ascii=False)[1:-1].encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: keep the ASCII-escaped form
+        self._cap = bytearray(body)
+        self._cap_limit = len(body)
+        self._cap_over = True
 
     # -- structure --------------------------------------------------------
 
@@ -383,22 +409,26 @@ class LineScanner:
     def _begin_string(self, *, is_key: bool, target: str | None) -> None:
         if is_key:
             target = "key" if len(self._stack) <= TRACK_DEPTH else None
+        chars = 0
         if target in _SMALL_TARGETS:
-            limit = _SMALL_RAW_LIMIT
+            chars = SMALL_FIELD_CHARS
         elif target == "content":
-            limit = RAW_PER_CHAR * (TEXT_PREFIX_CHARS + 1)
+            chars = TEXT_PREFIX_CHARS
         elif target == "block_text":
             facts = self._facts
             used = len(facts.text) + (1 if facts.has_text_block else 0)
-            limit = RAW_PER_CHAR * (max(TEXT_PREFIX_CHARS - used, 0) + 1)
-        else:
-            limit = 0
+            chars = max(TEXT_PREFIX_CHARS - used, 0)
+        # Enough raw bytes to decode chars + 1 even at 12 bytes a char, so a
+        # capture that overflows always yields more than its budget.
+        captured = target in _SMALL_TARGETS or target in ("content", "block_text")
+        limit = RAW_PER_CHAR * (chars + 1) if captured else 0
         self._mode = _STRING
         self._str_key = is_key
         self._esc = 0
         self._target = target
         self._cap = bytearray() if limit else None
         self._cap_limit = limit
+        self._cap_chars = chars
         self._cap_over = False
 
     def _capture(self, data: bytes, i: int, j: int) -> None:

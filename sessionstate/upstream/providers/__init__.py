@@ -1,0 +1,48 @@
+"""Upstream providers (one file each) and the registry the monitor uses.
+
+Add a provider by writing a ``UpstreamProvider`` subclass in its own module
+and listing it in ``PROVIDERS`` under its ``name``.
+"""
+
+from __future__ import annotations
+
+from sessionstate.upstream.providers.base import (
+    CheckResult,
+    CheckStatus,
+    UpstreamActivity,
+    UpstreamProvider,
+)
+from sessionstate.upstream.providers.claude_jsonl import ClaudeJsonlProvider
+from sessionstate.upstream.providers.paired_node import (
+    NodeTranscriptClient,
+    NodeUnavailable,
+    PairedNodeProvider,
+)
+
+#: Provider classes by ``name`` (the value stored in an upstream link).
+PROVIDERS: dict[str, type[UpstreamProvider]] = {
+    ClaudeJsonlProvider.name: ClaudeJsonlProvider,
+    PairedNodeProvider.name: PairedNodeProvider,
+}
+
+
+def provider_class(name: str) -> type[UpstreamProvider]:
+    """The provider class registered as ``name``; ``KeyError`` names the known ones."""
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        raise KeyError(f"unknown upstream provider {name!r}; known: {sorted(PROVIDERS)}") from None
+
+
+__all__ = [
+    "PROVIDERS",
+    "CheckResult",
+    "CheckStatus",
+    "ClaudeJsonlProvider",
+    "NodeTranscriptClient",
+    "NodeUnavailable",
+    "PairedNodeProvider",
+    "UpstreamActivity",
+    "UpstreamProvider",
+    "provider_class",
+]
