@@ -1,0 +1,219 @@
+"""Turn pytest-benchmark's saved JSON into the ratio table and scaling tables.
+
+    ./dev bench --benchmark-json=.benchmarks/latest.json
+    ./dev run .venv/bin/python benchmarks/report.py .benchmarks/latest.json
+
+Prints the tables and rewrites the generated section of docs/performance.md (between the
+two ``report.py`` marker comments). With matplotlib importable it also draws the curves into
+docs/performance-curves.png; without it the plot is skipped and said so.
+
+Every figure is the median of a benchmark's rounds (robust on shared, noisy machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "performance.md"
+PLOT = ROOT / "docs" / "performance-curves.png"
+BEGIN = "<!-- report.py:begin (generated; do not edit by hand) -->"
+END = "<!-- report.py:end -->"
+
+# (label, numerator key, denominator key, target ratio or None for "report")
+RATIOS: list[tuple[str, str, str, float | None]] = [
+    ("record one material event, 3 watchers, commit per event", "record.w3.project", "record.w3.raw", 1.25),
+    ("record one material event, 1 watcher (reference)", "record.w1.project", "record.w1.raw", None),
+    ("same + 1,000 pending watchers, vs the project's own 1-watcher cost",
+     "record.pending.project", "record.w1.project", 1.5),
+    ("same + 1,000 pending watchers, vs raw with the same cursors", "record.pending.project", "record.pending.raw", None),
+    ("batched append, 500 events per transaction", "batch.project", "batch.raw", 1.25),
+    ("changesSince page of 200 at 50,000 rows", "page.full.project", "page.full.raw", 1.2),
+    ("changesSince near-head page of 5 at 50,000 rows", "page.head.project", "page.head.raw", 1.2),
+    ("drain + ack of one notice, vs one raw UPDATE + commit", "drain.project", "drain.raw", 2.0),
+    ("prune 60,000 -> 50,000 rows", "prune.project", "prune.raw", 1.5),
+    ("restart sweep, 10,000 cursors, 1,000 behind (sweep alone)", "sweep.project", "sweep.raw", None),
+    ("restart: whole Gateway.open incl. sweep, vs raw sweep", "sweep.open.project", "sweep.raw", None),
+]
+LOCK_TARGET_MS = 15.0
+CURVES = [
+    ("table_size", "cost per event vs rows in the log (3 caught-up watchers)", "rows"),
+    ("watchers_caught_up", "cost per event vs watchers on the target, all caught up", "watchers"),
+    ("watchers_pending", "cost per event vs watchers on the target, all pending", "watchers"),
+    ("sessions", "cost per event vs number of sessions (one watcher on each)", "sessions"),
+]
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1e-1:
+        return f"{seconds * 1e3:,.0f} ms"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:,.2f} ms"
+    return f"{seconds * 1e6:,.1f} µs"
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def index(data: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[int, dict[str, dict[str, Any]]]]]:
+    by_key: dict[str, dict[str, Any]] = {}
+    curves: dict[str, dict[int, dict[str, dict[str, Any]]]] = {}
+    for bench in data["benchmarks"]:
+        info = bench.get("extra_info", {})
+        if "key" in info:
+            by_key[info["key"]] = bench
+        if "curve" in info:
+            curves.setdefault(info["curve"], {}).setdefault(int(info["x"]), {})[info["side"]] = bench
+    return by_key, curves
+
+
+def median(bench: dict[str, Any] | None) -> float | None:
+    return None if bench is None else float(bench["stats"]["median"])
+
+
+def ratio_rows(by_key: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for label, num, den, target in RATIOS:
+        a, b = median(by_key.get(num)), median(by_key.get(den))
+        if a is None or b is None:
+            continue
+        r = a / b
+        status = "report" if target is None else ("met" if r <= target else "MISSED")
+        rows.append(dict(label=label, project=a, baseline=b, ratio=r, target=target, status=status))
+    return rows
+
+
+def render(data: dict[str, Any], plot_note: str) -> str:
+    by_key, curves = index(data)
+    smoke = any(b.get("extra_info", {}).get("smoke") for b in data["benchmarks"])
+    machine = data.get("machine_info", {})
+    out: list[str] = []
+    out.append(
+        f"Run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}"
+        f"{' (dirty tree)' if data.get('commit_info', {}).get('dirty') else ''},"
+        f" Python {machine.get('python_version', platform.python_version())},"
+        f" SQLite {__import__('sqlite3').sqlite_version}, {machine.get('cpu', {}).get('brand_raw', machine.get('processor', '?'))}."
+        " Figures are medians of each benchmark's rounds."
+    )
+    if smoke:
+        out.append("")
+        out.append("**SMOKE RUN: sizes shrunk and 2 rounds per benchmark; these numbers mean nothing.**")
+    out += ["", "### Ratio table", "",
+            "| path | project | raw sqlite3 (or reference) | ratio | target | status |",
+            "|---|---:|---:|---:|---:|---|"]
+    for row in ratio_rows(by_key):
+        target = "report" if row["target"] is None else f"≤ {row['target']:g}"
+        out.append(
+            f"| {row['label']} | {fmt_time(row['project'])} | {fmt_time(row['baseline'])} |"
+            f" {row['ratio']:.2f} | {target} | {row['status']} |"
+        )
+    prune_p, prune_r = by_key.get("prune.project"), by_key.get("prune.raw")
+    if prune_p:
+        info = prune_p["extra_info"]
+        worst = info.get("longest_lock_ms_max", float("nan"))
+        out.append(
+            f"| prune: longest write lock of one chunk (worst of all rounds; median round"
+            f" {info.get('longest_lock_ms_median', float('nan')):.1f} ms; {info.get('chunks', '?')} chunks) |"
+            f" {worst:.1f} ms | {prune_r['extra_info'].get('longest_lock_ms_max', float('nan')) if prune_r else float('nan'):.1f} ms |"
+            f" | ≤ {LOCK_TARGET_MS:g} ms | {'met' if worst <= LOCK_TARGET_MS else 'MISSED'} |"
+        )
+    extra = []
+    batch, plain, sp = by_key.get("batch.project"), by_key.get("batch.raw"), by_key.get("batch.raw.savepoints")
+    if batch and plain and sp:
+        n = batch["extra_info"].get("events", 500)
+        extra.append(
+            f"- Batched append: {fmt_time(median(batch) / n)} per event in the project,"
+            f" {fmt_time(median(plain) / n)} raw; the nested `atomic()` of each `record_event` runs as"
+            f" `{' / '.join(batch['extra_info'].get('inner_statements', []))}`; the same savepoints in raw SQL cost"
+            f" {fmt_time((median(sp) - median(plain)) / n)} per event"
+            f" (raw with savepoints / raw plain = {median(sp) / median(plain):.2f})."
+        )
+    mem = by_key.get("memory.open_pending")
+    if mem:
+        info = mem["extra_info"]
+        extra.append(
+            f"- Memory with {info['cursors']:,} cursors: {info['python_bytes_per_caught_up_cursor']:.2f} Python bytes"
+            f" per caught-up cursor, {info['python_bytes_per_pending_cursor']:.0f} per pending cursor (its queued"
+            f" notice line), {info['file_bytes_per_cursor']:.0f} file bytes per cursor; {info['machines_alive']}"
+            f" `transitions.Machine` alive (the module's `MACHINE`: {info['machine_is_the_module_one']},"
+            f" {info['machine_models']} models bound); opening with all of them pending takes {fmt_time(median(mem))}."
+        )
+    if extra:
+        out += ["", *extra]
+    for name, title, xlabel in CURVES:
+        points = curves.get(name)
+        if not points:
+            continue
+        out += ["", f"### Scaling: {title}", "", f"| {xlabel} | project per event | raw per event | ratio |", "|---:|---:|---:|---:|"]
+        for x in sorted(points):
+            p, r = median(points[x].get("project")), median(points[x].get("raw"))
+            ratio = f"{p / r:.2f}" if p and r else "–"
+            out.append(f"| {x:,} | {fmt_time(p) if p else '–'} | {fmt_time(r) if r else '–'} | {ratio} |")
+    out += ["", plot_note]
+    return "\n".join(out)
+
+
+def plot(data: dict[str, Any], target: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "_(No plot: matplotlib is not installed; `pip install matplotlib` and rerun report.py to draw one.)_"
+    _, curves = index(data)
+    names = [c for c in CURVES if c[0] in curves]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
+    for ax, (name, title, xlabel) in zip(axes[0], names):
+        points = curves[name]
+        xs = sorted(points)
+        for side in ("project", "raw"):
+            ys = [median(points[x].get(side)) for x in xs]
+            ax.plot(xs, [y * 1e6 if y else None for y in ys], marker="o", label=side)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("µs per event (median)")
+        ax.set_title(title, fontsize=8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(target, dpi=110)
+    return f"![scaling curves]({target.name})"
+
+
+def rewrite(doc: Path, section: str) -> None:
+    text = doc.read_text() if doc.exists() else "# Performance\n"
+    block = f"{BEGIN}\n{section}\n{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + block + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    doc.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("json", type=Path, help="pytest-benchmark JSON (--benchmark-json)")
+    parser.add_argument("--doc", type=Path, default=DOC, help="markdown file whose generated section is rewritten")
+    parser.add_argument("--no-write", action="store_true", help="print only; touch no file")
+    args = parser.parse_args(argv)
+    data = load(args.json)
+    note = "_(Plot not written: --no-write.)_" if args.no_write else plot(data, args.doc.parent / PLOT.name)
+    section = render(data, note)
+    print(section)
+    if not args.no_write:
+        rewrite(args.doc, section)
+        print(f"\nwrote {args.doc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
