@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sessionstate.upstream.claude_lines import COMPACTION_PREFIX
@@ -134,7 +136,7 @@ class _BrokenClient:
     def __init__(self, answer: object) -> None:
         self.answer = answer
 
-    def newest_items(self, thread_id: str, limit: int) -> object:
+    def newest_items(self, thread_id: str, limit: int) -> Any:  # deliberately ill-typed answers
         if isinstance(self.answer, BaseException):
             raise self.answer
         return self.answer
