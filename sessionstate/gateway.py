@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, ParamSpec, TypeVar
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, ParamSpec, Sequence, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -69,6 +69,18 @@ WakeHook = Callable[[str, str], None]
 Target = tuple[str, str]  # (session key, agent id)
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+
+class _PreparedEvent(NamedTuple):
+    target: Target
+    kind: str
+    actor_type: str
+    actor_id: str | None
+    run_id: str | None
+    summary: str
+    payload: str | None
+    occurred_at: float | None
+    dedupe_key: str | None
 
 
 def _locked(method: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -212,6 +224,48 @@ class Gateway:
         occurred_at: float | None = None,
     ) -> int | None:
         """Append one event; returns its sequence, or ``None`` if storage failed (R15)."""
+        event = self._prepare_event(
+            session_key, kind, actor_type=actor_type, summary=summary, actor_id=actor_id,
+            agent_id=agent_id, run_id=run_id, payload=payload, dedupe_key=dedupe_key,
+            occurred_at=occurred_at,
+        )
+        return self._append_prepared([event])[0]
+
+    @_locked
+    def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
+        """Append a burst in one transaction; each item holds ``record_event``'s arguments
+        (``session_key``, ``kind`` and the keywords).
+
+        Every item is validated before anything is written: one bad item raises and nothing
+        changes. A storage failure rolls the whole burst back and returns ``None`` for each.
+        """
+        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+            raise InvalidArgument("events must be a sequence of mappings")
+        prepared = []
+        for index, item in enumerate(events):
+            if not isinstance(item, Mapping):
+                raise InvalidArgument(f"events[{index}] must be a mapping")
+            try:
+                prepared.append(self._prepare_event(**item))
+            except TypeError as exc:  # missing or unknown argument names
+                raise InvalidArgument(f"events[{index}]: {exc}") from None
+        return self._append_prepared(prepared)
+
+    def _prepare_event(
+        self,
+        session_key: str,
+        kind: str,
+        *,
+        actor_type: str,
+        summary: str,
+        actor_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        payload: dict[str, Any] | None = None,
+        dedupe_key: str | None = None,
+        occurred_at: float | None = None,
+    ) -> "_PreparedEvent":
+        """Validate one event's arguments (raising, nothing written) and resolve its target."""
         check_key(session_key)
         check_kind(kind)
         check_actor_type(actor_type)
@@ -222,26 +276,45 @@ class Gateway:
         dedupe_key = check_optional_id(dedupe_key, "dedupe key")
         payload_text = encode_payload(kind, payload)
         produced_at = check_timestamp(occurred_at)
-        target = self._resolve(session_key, agent_id)
+        agent = resolve_agent_id(session_key, agent_id)
+        if agent is not None and dedupe_key is None:
+            # The head bump inside the transaction proves the session exists (append_event
+            # raises UnknownSession and the transaction rolls back): no separate read.
+            target: Target = (session_key, agent)
+        else:
+            target = self._resolve(session_key, agent_id)
+        return _PreparedEvent(target, kind, actor_type, actor_id, run_id, summary, payload_text,
+                              produced_at, dedupe_key)
+
+    def _append_prepared(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
+        """One transaction for all of ``events``; notices are queued after the commit (R9)."""
         now = self.clock()
-        occurred = now if produced_at is None else min(max(produced_at, now - OCCURRED_AT_WINDOW), now)
+        floor = now - OCCURRED_AT_WINDOW
         notices: list[tuple[str, Target, int]] = []
+        sequences: list[int | None] = []
+        inserted_count = 0
+        append = self.store.append_event
         try:
             with self.store.atomic():
-                sequence, inserted = self.store.append_event(
-                    target[0], target[1], kind, actor_type, actor_id, run_id, summary,
-                    payload_text, occurred, now, dedupe_key,
-                )
-                if inserted and kind in NOTIFYING_KINDS:
-                    notices = self._decide_notices(target, actor_id, sequence, now)
+                for e in events:
+                    occurred = now if e.occurred_at is None else min(max(e.occurred_at, floor), now)
+                    sequence, inserted = append(
+                        e.target[0], e.target[1], e.kind, e.actor_type, e.actor_id, e.run_id,
+                        e.summary, e.payload, occurred, now, e.dedupe_key,
+                    )
+                    sequences.append(sequence)
+                    if inserted:
+                        inserted_count += 1
+                        if e.kind in NOTIFYING_KINDS:
+                            notices += self._decide_notices(e.target, e.actor_id, sequence, now)
         except (sqlite3.Error, SQLAlchemyError):
-            self.stats["append_failures"] += 1
-            log.exception("recording %s on %r failed; the turn goes on", kind, session_key)
-            return None
-        if inserted:
-            self.stats["events_recorded"] += 1
+            self.stats["append_failures"] += len(events)
+            kinds = ", ".join(sorted({e.kind for e in events}))
+            log.exception("recording %d event(s) (%s) failed; the turn goes on", len(events), kinds)
+            return [None] * len(events)
+        self.stats["events_recorded"] += inserted_count
         self._queue_notices(notices)
-        return sequence
+        return sequences
 
     def _decide_notices(self, target: Target, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, Target, int]]:
         """The hot path of a notifying event: only caught-up cursors change (R6, R7).
@@ -307,10 +380,11 @@ class Gateway:
     def drain_system_events(self, session_key: str) -> list[str]:
         """The system lines for the session's next turn; acknowledges the notices among them."""
         check_key(session_key)
-        self._resolve_any_agent(session_key)
         entries = self.queue.peek(session_key)
         if not entries:
+            self._resolve_any_agent(session_key)
             return []
+        # A non-empty queue proves the session exists: deleting a session clears its queue.
         acks = [(session_key, e.target, None) for e in entries if e.target is not None]
         follow_ups: list[tuple[str, Target, int]] = []
         if acks:
@@ -491,8 +565,8 @@ class Gateway:
 
 
 def iso_time(epoch: float) -> str:
-    moment = datetime.fromtimestamp(epoch, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    # isoformat truncates to milliseconds like microsecond // 1000; "+00:00" becomes "Z".
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def event_json(record: EventRecord) -> dict[str, Any]:

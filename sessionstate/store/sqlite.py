@@ -32,6 +32,16 @@ DEFAULT_SYNCHRONOUS = "NORMAL"
 BUSY_TIMEOUT_MS = 10_000
 PRUNE_CHUNK_ROWS = 2_000
 
+# The hot path's cursor read. INDEXED BY pins the partial index (the planner may otherwise
+# tie-break to the plain target index, which also reads the pending cursors); SQLite refuses
+# the statement outright if the index could not serve it.
+CAUGHT_UP_WATCHERS_SQL = (
+    "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence"
+    " FROM session_watch_cursors INDEXED BY ix_cursors_target_caught_up"
+    " WHERE target_session_key = ? AND target_agent_id = ?"
+    " AND notified_sequence = last_seen_sequence"
+)
+
 
 class CursorRecord(NamedTuple):
     watcher: str
@@ -305,13 +315,7 @@ class SqliteStore:
 
     def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
         """Watchers of a target whose cursor is caught up (the partial index serves this)."""
-        rows = self.db.execute(
-            "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence"
-            " FROM session_watch_cursors INDEXED BY ix_cursors_target_caught_up"
-            " WHERE target_session_key = ? AND target_agent_id = ?"
-            " AND notified_sequence = last_seen_sequence",
-            (target_key, target_agent_id),
-        ).fetchall()
+        rows = self.db.execute(CAUGHT_UP_WATCHERS_SQL, (target_key, target_agent_id)).fetchall()
         return [(r[0], (r[1], r[2], r[3])) for r in rows]
 
     def cursors_behind(self) -> list[CursorRecord]:

@@ -325,3 +325,43 @@ def test_unwatch_withdraws_the_notice(gw):
     assert gw.unwatch(MANAGER, CHILD) is False
     human(gw)
     assert gw.pending_system_events(MANAGER) == []
+
+
+def test_record_events_is_one_transaction_with_notices_after_commit(gw, wakes):
+    burst = [
+        dict(session_key=CHILD, kind="human_direct_message", actor_type="human", summary=f"turn {i}")
+        for i in range(5)
+    ]
+    seqs = gw.record_events(burst)
+    assert seqs == list(range(2, 7))
+    assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
+    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, 2, 6)
+
+
+def test_record_events_validates_every_item_before_writing(gw):
+    before = gw.store.dump()
+    good = dict(session_key=CHILD, kind="compacted", actor_type="system", summary="ok")
+    for bad in ({**good, "kind": "nope"}, {**good, "colour": "red"}, {**good, "session_key": "agent:main:ghost"}):
+        with pytest.raises(Exception) as error:
+            gw.record_events([good, bad])
+        assert error.value.code in {"invalid_argument", "unknown_session"}
+        assert gw.store.dump() == before
+
+
+def test_record_events_storage_failure_rolls_back_the_burst(gw, monkeypatch):
+    original = gw.store.append_event
+    calls = []
+
+    def fail_second(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise sqlite3.OperationalError("disk I/O error")
+        return original(*args)
+
+    monkeypatch.setattr(gw.store, "append_event", fail_second)
+    before = gw.store.dump()
+    item = dict(session_key=CHILD, kind="human_direct_message", actor_type="human", summary="x")
+    assert gw.record_events([item, item]) == [None, None]
+    assert gw.store.dump() == before
+    assert gw.pending_system_events(MANAGER) == []
+    assert gw.stats["append_failures"] == 2

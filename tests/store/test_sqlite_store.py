@@ -9,6 +9,7 @@ import pytest
 from sessionstate import Gateway, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, SqliteStore
+from sessionstate.store.sqlite import CAUGHT_UP_WATCHERS_SQL
 
 
 @pytest.fixture
@@ -79,13 +80,13 @@ def test_dedupe_returns_existing_without_consuming_a_sequence(store):
     assert append(store)[0] == first + 1
 
 
-def test_caught_up_lookup_uses_the_partial_index(store):
-    plan = store.db.execute(
-        "EXPLAIN QUERY PLAN SELECT watcher_session_key FROM session_watch_cursors"
-        " WHERE target_session_key = ? AND target_agent_id = ? AND notified_sequence = last_seen_sequence",
-        ("t", "a"),
-    ).fetchall()
-    assert "ix_cursors_target_caught_up" in " ".join(str(row) for row in plan)
+def test_caught_up_lookup_reads_only_the_partial_index(store):
+    plan = store.db.execute("EXPLAIN QUERY PLAN " + CAUGHT_UP_WATCHERS_SQL, ("t", "a")).fetchall()
+    assert "USING INDEX ix_cursors_target_caught_up" in " ".join(str(row) for row in plan)
+    rows = [("w1", 1, 1, 1), ("w2", 1, 5, 5), ("w3", 2, 2, 2), ("w4", 2, 3, 9)]
+    with store.atomic():
+        store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
+    assert store.caught_up_watchers("t", "a") == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
 
 
 def test_prune_in_chunks_raises_the_watermark_first(store):
