@@ -13,7 +13,6 @@ import logging
 import sqlite3
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, ParamSpec, Sequence, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -43,6 +42,7 @@ from .statemachine.table import (
 )
 from .store import CursorRecord, EventRecord, SessionRecord, SqliteStore
 from .store.sqlite import DEFAULT_SYNCHRONOUS
+from .timefmt import iso_millis
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
@@ -424,9 +424,12 @@ class Gateway:
         check_key(session_key)
         if changes_since is not None:
             check_changes_since(changes_since)
-        target = self._resolve(session_key, agent_id)
+        agent = resolve_agent_id(session_key, agent_id)
+        target = (session_key, agent) if agent is not None else self._resolve(session_key, None)
         head = self.store.head(*target)
-        last, pruned = (head.last_sequence, head.pruned_max_sequence) if head else (0, 0)
+        if head is None:  # every registered session has a head row; deleting removes both
+            raise UnknownSession(f"unknown session {session_key!r} (agent {target[1]!r})")
+        last, pruned = head
         result: dict[str, Any] = {"sessionKey": target[0], "stateVersion": last}
         if changes_since is not None:
             rows = self.store.events_after(target[0], target[1], changes_since, CHANGES_PAGE + 1)
@@ -564,17 +567,12 @@ class Gateway:
                     self._wakes.wake(watcher, f"session-state: {target[0]}")
 
 
-def iso_time(epoch: float) -> str:
-    # isoformat truncates to milliseconds like microsecond // 1000; "+00:00" becomes "Z".
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
-
-
 def event_json(record: EventRecord) -> dict[str, Any]:
     event: dict[str, Any] = {
         "sequence": record.sequence,
         "kind": record.kind,
         "actorType": record.actor_type,
-        "occurredAt": iso_time(record.occurred_at),
+        "occurredAt": iso_millis(record.occurred_at),
         "summary": record.summary,
     }
     if record.actor_id is not None:

@@ -1,0 +1,19 @@
+from datetime import datetime, timezone
+
+from hypothesis import example, given, strategies as st
+
+from sessionstate.timefmt import iso_millis
+
+
+def reference(epoch: float) -> str:
+    moment = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
+@example(1_700_000_000.9999996)
+@example(1_700_000_000.0004995)
+@example(1_700_000_000.9995)
+@example(0.0)
+def test_iso_millis_is_byte_identical_to_datetime(epoch):
+    assert iso_millis(epoch) == reference(epoch)
