@@ -5,3 +5,4 @@ one import here.
 """
 
 from . import schema  # noqa: F401  the core tables
+from . import upstream_links  # noqa: F401  adopted sessions: upstream links

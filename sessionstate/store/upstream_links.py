@@ -1,0 +1,189 @@
+"""Upstream links: which gateway session follows which external thread, and where it stands.
+
+One live row per adopted session (session key + agent id). ``generation`` is an AUTOINCREMENT
+id, so a link dropped and created again (a Continue) never reuses it; ``version`` grows on every
+write. Every monitor write is a compare-and-set on (generation, version): a write computed
+from a link that a Continue, a drop or a session delete replaced in the meantime changes
+nothing and the caller rolls its events back.
+
+A session delete drops its link through an SQLite trigger created with the table, so the core
+``Gateway.delete_session`` needs no knowledge of this table, the drop is inside the delete's own
+transaction, and it holds for every process and every ``Gateway`` instance on the file.
+
+All SQL for links lives in this module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+from sqlalchemy import DDL, Column, Integer, UniqueConstraint, event
+from sqlmodel import Field, SQLModel
+
+if TYPE_CHECKING:  # sqlite.py imports this module (through tables.py) while it loads
+    from .sqlite import SqliteStore
+
+
+class UpstreamLinkRow(SQLModel, table=True):
+    """A live upstream link of one adopted session."""
+
+    __tablename__ = "upstream_links"
+    __table_args__ = (
+        UniqueConstraint("session_key", "agent_id", name="uq_upstream_links_session"),
+        # The activity dedupe key names provider + thread, so one thread feeds one session.
+        UniqueConstraint("provider", "thread_id", name="uq_upstream_links_thread"),
+        {"sqlite_autoincrement": True},
+    )
+
+    generation: Optional[int] = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    session_key: str
+    agent_id: str
+    provider: str
+    host: str
+    thread_id: str
+    marker: Optional[str] = None
+    # False until a check has moved the marker to the thread's end (pre-adoption history).
+    primed: bool = False
+    consecutive_misses: int = 0
+    version: int = 0
+    last_checked_at: Optional[float] = None
+    last_status: Optional[str] = None
+    created_at: float
+
+
+_DROP_ON_SESSION_DELETE = DDL(
+    "CREATE TRIGGER IF NOT EXISTS trg_upstream_links_session_deleted"
+    " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
+    " DELETE FROM upstream_links WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
+    " END"
+)
+event.listen(UpstreamLinkRow.__table__, "after_create", _DROP_ON_SESSION_DELETE)
+
+
+class UpstreamLink(NamedTuple):
+    generation: int
+    session_key: str
+    agent_id: str
+    provider: str
+    host: str
+    thread_id: str
+    marker: str | None
+    primed: bool
+    consecutive_misses: int
+    version: int
+    last_checked_at: float | None
+    last_status: str | None
+    created_at: float
+
+
+_COLUMNS = (
+    "l.generation, l.session_key, l.agent_id, l.provider, l.host, l.thread_id, l.marker,"
+    " l.primed, l.consecutive_misses, l.version, l.last_checked_at, l.last_status, l.created_at"
+)
+GET_SQL = f"SELECT {_COLUMNS} FROM upstream_links l WHERE l.session_key = ? AND l.agent_id = ?"
+BY_THREAD_SQL = f"SELECT {_COLUMNS} FROM upstream_links l WHERE l.provider = ? AND l.thread_id = ?"
+ALL_SQL = f"SELECT {_COLUMNS} FROM upstream_links l ORDER BY l.generation"
+# Only watched sessions are monitored: some cursor must target the linked session.
+WATCHED_SQL = (
+    f"SELECT {_COLUMNS} FROM upstream_links l WHERE EXISTS (SELECT 1 FROM session_watch_cursors c"
+    " WHERE c.target_session_key = l.session_key AND c.target_agent_id = l.agent_id)"
+    " ORDER BY l.generation"
+)
+INSERT_SQL = (
+    "INSERT INTO upstream_links (session_key, agent_id, provider, host, thread_id, marker, primed,"
+    " consecutive_misses, version, last_checked_at, last_status, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?) RETURNING generation"
+)
+DELETE_SESSION_LINK_SQL = "DELETE FROM upstream_links WHERE session_key = ? AND agent_id = ?"
+# Compare-and-set writes: each matches only the exact (generation, version) that was read.
+ADVANCE_SQL = (
+    "UPDATE upstream_links SET marker = ?, primed = ?, consecutive_misses = 0,"
+    " version = version + 1, last_checked_at = ?, last_status = 'found'"
+    " WHERE generation = ? AND version = ?"
+)
+MISS_SQL = (
+    "UPDATE upstream_links SET consecutive_misses = consecutive_misses + 1,"
+    " version = version + 1, last_checked_at = ?, last_status = 'missing'"
+    " WHERE generation = ? AND version = ?"
+)
+# An error leaves the marker and the miss count alone (an error is never a miss).
+ERROR_SQL = (
+    "UPDATE upstream_links SET version = version + 1, last_checked_at = ?, last_status = 'error'"
+    " WHERE generation = ? AND version = ?"
+)
+DROP_SQL = "DELETE FROM upstream_links WHERE generation = ? AND version = ?"
+
+
+def _link(row: tuple[object, ...]) -> UpstreamLink:
+    (generation, key, agent, provider, host, thread, marker, primed, misses, version,
+     checked, status, created) = row
+    return UpstreamLink(
+        int(generation), str(key), str(agent), str(provider), str(host), str(thread),
+        None if marker is None else str(marker), bool(primed), int(misses), int(version),
+        None if checked is None else float(checked), None if status is None else str(status),
+        float(created),
+    )
+
+
+class UpstreamLinkStore:
+    """Link rows on the gateway's own connection and transactions.
+
+    Reads and writes must run under the gateway's lock (the connection is shared); the
+    callers in ``sessionstate.upstream`` take it. CAS methods return ``True`` when they wrote.
+    """
+
+    def __init__(self, store: "SqliteStore") -> None:
+        self.store = store
+
+    def get(self, session_key: str, agent_id: str) -> UpstreamLink | None:
+        row = self.store.db.execute(GET_SQL, (session_key, agent_id)).fetchone()
+        return _link(row) if row else None
+
+    def by_thread(self, provider: str, thread_id: str) -> UpstreamLink | None:
+        row = self.store.db.execute(BY_THREAD_SQL, (provider, thread_id)).fetchone()
+        return _link(row) if row else None
+
+    def all(self) -> list[UpstreamLink]:
+        return [_link(r) for r in self.store.db.execute(ALL_SQL).fetchall()]
+
+    def watched(self) -> list[UpstreamLink]:
+        return [_link(r) for r in self.store.db.execute(WATCHED_SQL).fetchall()]
+
+    def replace(
+        self,
+        session_key: str,
+        agent_id: str,
+        *,
+        provider: str,
+        host: str,
+        thread_id: str,
+        marker: str | None,
+        primed: bool,
+        now: float,
+    ) -> int:
+        """Drop the session's link (if any) and insert a new one; returns its generation."""
+        with self.store.atomic():
+            self.store.db.execute(DELETE_SESSION_LINK_SQL, (session_key, agent_id))
+            row = self.store.db.execute(
+                INSERT_SQL,
+                (session_key, agent_id, provider, host, thread_id, marker, int(primed),
+                 now if primed else None, "found" if primed else None, now),
+            ).fetchone()
+        return int(row[0])
+
+    def advance(self, link: UpstreamLink, marker: str | None, now: float, *, primed: bool = True) -> bool:
+        """A found check: new marker, misses reset (``primed=False`` while priming goes on)."""
+        cur = self.store.db.execute(ADVANCE_SQL, (marker, int(primed), now, link.generation, link.version))
+        return cur.rowcount == 1
+
+    def miss(self, link: UpstreamLink, now: float) -> bool:
+        cur = self.store.db.execute(MISS_SQL, (now, link.generation, link.version))
+        return cur.rowcount == 1
+
+    def note_error(self, link: UpstreamLink, now: float) -> bool:
+        cur = self.store.db.execute(ERROR_SQL, (now, link.generation, link.version))
+        return cur.rowcount == 1
+
+    def drop(self, link: UpstreamLink) -> bool:
+        cur = self.store.db.execute(DROP_SQL, (link.generation, link.version))
+        return cur.rowcount == 1

@@ -1,0 +1,56 @@
+"""Shared by adoption and the monitor: the gateway's lock, the link store, priming.
+
+Priming moves a fresh link's marker to the thread's current end without recording anything:
+what happened upstream before adoption is history, not activity. A provider reads a bounded
+window per check (1 MiB for Claude JSONL), so priming repeats checks until the marker stops
+moving, at most ``PRIME_MAX_ROUNDS`` times; a longer backlog keeps the link unprimed and the
+monitor finishes priming on later ticks.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sessionstate.store.upstream_links import UpstreamLinkStore
+from sessionstate.upstream.providers.base import CheckStatus, UpstreamProvider
+
+if TYPE_CHECKING:
+    from sessionstate.gateway import Gateway
+
+PRIME_MAX_ROUNDS = 64
+
+
+def gateway_lock(gw: "Gateway") -> threading.RLock:
+    """The gateway's (reentrant) call lock.
+
+    Link reads and writes share the gateway's one SQLite connection and must not interleave
+    with its public calls, and a link write plus its events form one transaction; the
+    gateway exposes no public transaction API, so its lock is borrowed here, in one place.
+    """
+    return gw._lock  # noqa: SLF001
+
+
+def link_store(gw: "Gateway") -> UpstreamLinkStore:
+    return UpstreamLinkStore(gw.store)
+
+
+@dataclass(frozen=True, slots=True)
+class Priming:
+    status: CheckStatus
+    marker: str | None
+    done: bool  # the marker reached the thread's end
+    detail: str | None = None
+
+
+def prime(provider: UpstreamProvider, thread_id: str, marker: str | None, max_rounds: int = PRIME_MAX_ROUNDS) -> Priming:
+    """Check until the marker stops moving; activities seen on the way are discarded."""
+    for _ in range(max_rounds):
+        result = provider.check(thread_id, marker)
+        if result.status is not CheckStatus.FOUND:
+            return Priming(result.status, marker, False, result.detail)
+        if result.marker == marker:
+            return Priming(CheckStatus.FOUND, marker, True)
+        marker = result.marker
+    return Priming(CheckStatus.FOUND, marker, False, "backlog longer than one priming pass")
