@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .errors import InvalidArgument
 
 DEFAULT_AGENT_ID = "main"
@@ -9,6 +11,7 @@ MAX_KEY_LENGTH = 512
 _AGENT_PREFIX = "agent:"
 
 
+@lru_cache(maxsize=65_536)  # keys repeat on every event of a session: parse each once
 def agent_of(key: str) -> str | None:
     """The agent id an ``agent:<id>:<rest>`` key carries, else ``None``."""
     if not key.startswith(_AGENT_PREFIX):
@@ -25,6 +28,7 @@ def is_subagent_key(key: str) -> bool:
     return ":subagent:" in key
 
 
+@lru_cache(maxsize=65_536)
 def is_main_style_watcher(key: str) -> bool:
     """Watchers woken through ``on_wake``: agent-qualified and not a sub-agent (R12)."""
     return is_agent_qualified(key) and not is_subagent_key(key)

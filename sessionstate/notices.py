@@ -16,7 +16,11 @@ NOTICE_TEMPLATE = (
 
 
 def notice_text(target_key: str, since: int) -> str:
-    return NOTICE_TEMPLATE.format(target=target_key, since=since)
+    # Same text as NOTICE_TEMPLATE (a test holds them equal); an f-string is the fast path.
+    return (
+        f'Session "{target_key}" changed (other actor). Reconcile before acting: '
+        f'session_status sessionKey "{target_key}" changesSince {since}.'
+    )
 
 
 class QueuedEvent(NamedTuple):

@@ -10,9 +10,8 @@ material)`` tuples: the store knows nothing of the protocol's states.
 from __future__ import annotations
 
 import sqlite3
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
@@ -153,30 +152,9 @@ class SqliteStore:
         self._proxy.close()
         self._engine.dispose()
 
-    @contextmanager
-    def atomic(self) -> Iterator[None]:
+    def atomic(self) -> "_Transaction":
         """One transaction (a savepoint when nested); rolls back and re-raises on error."""
-        db = self.db
-        if self._depth == 0:
-            db.execute("BEGIN IMMEDIATE")
-        else:
-            db.execute(f"SAVEPOINT sp{self._depth}")
-        self._depth += 1
-        try:
-            yield
-        except BaseException:
-            self._depth -= 1
-            if self._depth == 0:
-                db.execute("ROLLBACK")
-            else:
-                db.execute(f"ROLLBACK TO sp{self._depth}")
-                db.execute(f"RELEASE sp{self._depth}")
-            raise
-        self._depth -= 1
-        if self._depth == 0:
-            db.execute("COMMIT")
-        else:
-            db.execute(f"RELEASE sp{self._depth}")
+        return _Transaction(self)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -468,6 +446,41 @@ class SqliteStore:
 
     def integrity_check(self) -> str:
         return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE``/``COMMIT`` at depth 0, ``SAVEPOINT``/``RELEASE`` when nested.
+
+    A class rather than a generator context manager: it is entered on every event, and this
+    costs about a microsecond less per use.
+    """
+
+    __slots__ = ("_store", "_name")
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._name = ""
+
+    def __enter__(self) -> None:
+        store = self._store
+        if store._depth == 0:
+            store.db.execute("BEGIN IMMEDIATE")
+        else:
+            self._name = f"sp{store._depth}"
+            store.db.execute(f"SAVEPOINT {self._name}")
+        store._depth += 1
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        store = self._store
+        store._depth -= 1
+        db = store.db
+        if exc_type is None:
+            db.execute("RELEASE " + self._name if self._name else "COMMIT")
+        elif self._name:
+            db.execute(f"ROLLBACK TO {self._name}")
+            db.execute(f"RELEASE {self._name}")
+        else:
+            db.execute("ROLLBACK")
 
 
 def _cursor_record(row: Sequence[Any]) -> CursorRecord:
