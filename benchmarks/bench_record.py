@@ -84,47 +84,24 @@ def test_record_pending_raw(benchmark, tmp_path):
 
 
 def test_batch_project(benchmark, tmp_path):
-    """BATCH events in one outer ``store.atomic()``: each record_event's own atomic() runs
-    nested, i.e. as SAVEPOINT sp1 ... RELEASE sp1 inside the outer BEGIN IMMEDIATE."""
+    """BATCH events through ``Gateway.record_events``: validated up front, appended in one
+    transaction, notices queued after the commit."""
     gw = open_gateway(_file(tmp_path, 3))
-    savepoints: list[str] = []
-    original_execute = gw.store.db.execute
-
-    def burst() -> None:
-        with gw.store.atomic():
-            for _ in range(BATCH):
-                gw.record_event(TARGET, KIND, **EVENT)
+    burst = [dict(session_key=TARGET, kind=KIND, **EVENT) for _ in range(BATCH)]
 
     def setup() -> None:
         reset_caught_up(gw.store.db)
         clear_queue(gw)
 
-    # Prove (once, untimed) that the inner atomic() really is a savepoint.
-    class Spy:
-        def __getattr__(self, name):
-            return getattr(gw.store.__dict__["_spy_db"], name)
-
-        def execute(self, sql, *args):
-            if sql.startswith(("SAVEPOINT", "RELEASE")):
-                savepoints.append(sql)
-            return original_execute(sql, *args)
-
-    gw.store.__dict__["_spy_db"] = gw.store.db
-    gw.store.db = Spy()  # type: ignore[assignment]
-    with gw.store.atomic():
-        gw.record_event(TARGET, KIND, **EVENT)
-    gw.store.db = gw.store.__dict__.pop("_spy_db")
-    assert savepoints == ["SAVEPOINT sp1", "RELEASE sp1"], savepoints
-
-    measure(benchmark, burst, key="batch.project", setup=setup, rounds_full=40, warmup=2,
-            events=BATCH, inner_statements=savepoints)
+    result = measure(benchmark, gw.record_events, key="batch.project", setup=setup, rounds_full=40,
+                     warmup=2, args=(burst,), events=BATCH)
+    assert len(result) == BATCH and None not in result
     gw.close()
 
 
-@pytest.mark.parametrize("savepoints", [False, True], ids=["plain", "savepoints"])
-def test_batch_raw(benchmark, tmp_path, savepoints):
+def test_batch_raw(benchmark, tmp_path):
     raw = RawLog(_file(tmp_path, 3))
-    measure(benchmark, raw.record_batch, key=f"batch.raw{'.savepoints' if savepoints else ''}",
+    measure(benchmark, raw.record_batch, key="batch.raw",
             setup=lambda: reset_caught_up(raw.db), rounds_full=40, warmup=2,
-            args=(BATCH,), kwargs={"savepoints": savepoints}, events=BATCH)
+            args=(BATCH,), events=BATCH)
     raw.close()

@@ -124,15 +124,12 @@ def render(data: dict[str, Any], plot_note: str) -> str:
             f" | ≤ {LOCK_TARGET_MS:g} ms | {'met' if worst <= LOCK_TARGET_MS else 'MISSED'} |"
         )
     extra = []
-    batch, plain, sp = by_key.get("batch.project"), by_key.get("batch.raw"), by_key.get("batch.raw.savepoints")
-    if batch and plain and sp:
+    batch, plain = by_key.get("batch.project"), by_key.get("batch.raw")
+    if batch and plain:
         n = batch["extra_info"].get("events", 500)
         extra.append(
-            f"- Batched append: {fmt_time(median(batch) / n)} per event in the project,"
-            f" {fmt_time(median(plain) / n)} raw; the nested `atomic()` of each `record_event` runs as"
-            f" `{' / '.join(batch['extra_info'].get('inner_statements', []))}`; the same savepoints in raw SQL cost"
-            f" {fmt_time((median(sp) - median(plain)) / n)} per event"
-            f" (raw with savepoints / raw plain = {median(sp) / median(plain):.2f})."
+            f"- Batched append: {fmt_time(median(batch) / n)} per event in the project"
+            f" (`Gateway.record_events`, one transaction), {fmt_time(median(plain) / n)} raw."
         )
     mem = by_key.get("memory.open_pending")
     if mem:
