@@ -278,13 +278,18 @@ SELECT_BEHIND = (
     " AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key)"
     " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
 )
-PRUNE_WHERE = "(recorded_at < ? OR sequence <= ?)"
 PRUNE_BEYOND = "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?"
-PRUNE_UPPER = f"SELECT sequence FROM session_state_events WHERE {PRUNE_WHERE} ORDER BY sequence LIMIT 1 OFFSET ?"
-PRUNE_AFFECTED = (
-    f"SELECT session_key, agent_id, max(sequence) FROM session_state_events"
-    f" WHERE {PRUNE_WHERE} AND sequence <= ? GROUP BY session_key, agent_id"
+# The same two passes as the project: the row cap as a primary-key range, then the retention
+# window as a range of ix_events_recorded_at, each chunk pinned to its range.
+PRUNE_CAP_BOUND = (
+    "SELECT sequence FROM session_state_events WHERE sequence <= ? ORDER BY sequence LIMIT 1 OFFSET ?"
 )
+PRUNE_AGE_BOUND = (
+    "SELECT recorded_at FROM session_state_events WHERE recorded_at < ? ORDER BY recorded_at LIMIT 1 OFFSET ?"
+)
+PRUNE_BY_SEQUENCE = ("NOT INDEXED", "sequence <= ?")
+PRUNE_BY_AGE = ("INDEXED BY ix_events_recorded_at", "recorded_at < ?")
+PRUNE_BY_AGE_BOUND = ("INDEXED BY ix_events_recorded_at", "recorded_at <= ?")
 PRUNE_MATERIAL = (
     f"UPDATE session_watch_cursors AS c SET material_sequence = {EFFECTIVE_MATERIAL}"
     " WHERE c.target_session_key = ? AND c.target_agent_id = ? AND c.notified_sequence > c.last_seen_sequence"
@@ -293,7 +298,6 @@ PRUNE_WATERMARK = (
     "UPDATE session_state_heads SET pruned_max_sequence = max(pruned_max_sequence, ?)"
     " WHERE session_key = ? AND agent_id = ?"
 )
-PRUNE_DELETE = f"DELETE FROM session_state_events WHERE {PRUNE_WHERE} AND sequence <= ?"
 SELECT_EXPIRED = (
     "SELECT c.watcher_session_key FROM session_watch_cursors c LEFT JOIN session_state_heads h"
     " ON h.session_key = c.target_session_key AND h.agent_id = c.target_agent_id"
@@ -362,27 +366,44 @@ class RawLog:
         row = db.execute(PRUNE_BEYOND, (max_rows,)).fetchone()
         beyond = row[0] if row else 0
         deleted = 0
+        while beyond:
+            bound = db.execute(PRUNE_CAP_BOUND, (beyond, chunk_rows - 1)).fetchone()
+            count = self._prune_chunk(PRUNE_BY_SEQUENCE, (bound[0] if bound else beyond,))
+            if not count:
+                break
+            deleted += count
         while True:
-            start = time.perf_counter()
-            db.execute("BEGIN IMMEDIATE")
-            last = db.execute(PRUNE_UPPER, (cutoff, beyond, chunk_rows - 1)).fetchone()
-            upper = last[0] if last else None
-            args = (cutoff, beyond, upper if upper is not None else 2**62)
-            affected = db.execute(PRUNE_AFFECTED, args).fetchall()
-            if not affected:
-                db.execute("COMMIT")
+            bound = db.execute(PRUNE_AGE_BOUND, (cutoff, chunk_rows - 1)).fetchone()
+            if bound is None:
+                count = self._prune_chunk(PRUNE_BY_AGE, (cutoff,))
+            else:
+                count = self._prune_chunk(PRUNE_BY_AGE_BOUND, (bound[0],))
+            if not count:
                 break
-            db.executemany(PRUNE_MATERIAL, [(k, a) for k, a, _ in affected])
-            db.executemany(PRUNE_WATERMARK, [(m, k, a) for k, a, m in affected])
-            deleted += db.execute(PRUNE_DELETE, args).rowcount
-            db.execute("COMMIT")
-            self.chunk_durations.append(time.perf_counter() - start)
-            if upper is None:
-                break
+            deleted += count
         db.execute("BEGIN IMMEDIATE")
         db.execute(SELECT_EXPIRED, (cutoff, cutoff)).fetchall()
         db.execute("COMMIT")
         return deleted
+
+    def _prune_chunk(self, range_: tuple[str, str], args: tuple[Any, ...]) -> int:
+        db = self.db
+        hint, where = range_
+        start = time.perf_counter()
+        db.execute("BEGIN IMMEDIATE")
+        affected = db.execute(
+            f"SELECT session_key, agent_id, max(sequence) FROM session_state_events {hint}"
+            f" WHERE {where} GROUP BY session_key, agent_id", args,
+        ).fetchall()
+        count = 0
+        if affected:
+            db.executemany(PRUNE_MATERIAL, [(k, a) for k, a, _ in affected])
+            db.executemany(PRUNE_WATERMARK, [(m, k, a) for k, a, m in affected])
+            count = db.execute(f"DELETE FROM session_state_events {hint} WHERE {where}", args).rowcount
+        db.execute("COMMIT")
+        if count:
+            self.chunk_durations.append(time.perf_counter() - start)
+        return count
 
     def sweep(self) -> int:
         """Read every cursor that owes a notice and write the swept positions (L, M, M)."""

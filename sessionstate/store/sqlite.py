@@ -30,6 +30,7 @@ SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 DEFAULT_SYNCHRONOUS = "NORMAL"
 BUSY_TIMEOUT_MS = 10_000
 PRUNE_CHUNK_ROWS = 2_000
+_BY_RECORDED_AT = "INDEXED BY ix_events_recorded_at"
 
 # The hot path's cursor read. INDEXED BY pins the partial index (the planner may otherwise
 # tie-break to the plain target index, which also reads the pending cursors); SQLite refuses
@@ -378,11 +379,15 @@ class SqliteStore:
     # -- retention --------------------------------------------------------------------------
 
     def prune_events(self, cutoff: float, max_rows: int, chunk_rows: int = PRUNE_CHUNK_ROWS) -> dict[str, int]:
-        """Delete events older than ``cutoff`` and beyond the newest ``max_rows``, in chunks.
+        """Delete events beyond the newest ``max_rows`` and those recorded before ``cutoff``.
 
-        Each chunk is one short transaction that first writes the effective material
-        watermark of the affected targets' pending cursors (R7), then raises the affected
-        sessions' pruned watermark, then deletes.
+        Two passes, each in chunks of about ``chunk_rows`` rows, each chunk one short
+        transaction: first the row cap as a range of the primary key (every sequence up to a
+        bound goes), then the retention window as a range of ``ix_events_recorded_at``. Both
+        keep every statement on an index range, so a chunk's write lock stays short. Inside a
+        chunk, before any row goes, the effective material watermark of the affected targets'
+        pending cursors is written into their rows (R7) and the affected sessions' pruned
+        watermark is raised (R13).
         """
         db = self.db
         row = db.execute(
@@ -390,44 +395,58 @@ class SqliteStore:
             (max_rows,),
         ).fetchone()
         beyond = int(row[0]) if row else 0  # every sequence <= beyond is over the row cap
-        where = "(recorded_at < ? OR sequence <= ?)"
         deleted = chunks = 0
-        while True:
-            with self.atomic():
-                last = db.execute(
-                    f"SELECT sequence FROM session_state_events WHERE {where}"
-                    " ORDER BY sequence LIMIT 1 OFFSET ?",
-                    (cutoff, beyond, chunk_rows - 1),
-                ).fetchone()
-                upper = int(last[0]) if last else None
-                chunk_where = f"{where} AND sequence <= ?"
-                args: tuple[Any, ...] = (cutoff, beyond, upper if upper is not None else 2**62)
-                affected = db.execute(
-                    f"SELECT session_key, agent_id, max(sequence) FROM session_state_events"
-                    f" WHERE {chunk_where} GROUP BY session_key, agent_id",
-                    args,
-                ).fetchall()
-                if not affected:
-                    break
-                db.executemany(
-                    f"UPDATE session_watch_cursors AS c SET material_sequence = "
-                    f"{self._effective_material}"
-                    " WHERE c.target_session_key = ? AND c.target_agent_id = ?"
-                    " AND c.notified_sequence > c.last_seen_sequence",
-                    [(k, a) for k, a, _ in affected],
-                )
-                db.executemany(
-                    "UPDATE session_state_heads SET pruned_max_sequence ="
-                    " max(pruned_max_sequence, ?) WHERE session_key = ? AND agent_id = ?",
-                    [(m, k, a) for k, a, m in affected],
-                )
-                deleted += db.execute(
-                    f"DELETE FROM session_state_events WHERE {chunk_where}", args
-                ).rowcount
-                chunks += 1
-            if upper is None:
+        while beyond:
+            bound = db.execute(
+                "SELECT sequence FROM session_state_events WHERE sequence <= ?"
+                " ORDER BY sequence LIMIT 1 OFFSET ?",
+                (beyond, chunk_rows - 1),
+            ).fetchone()
+            count = self._prune_chunk("NOT INDEXED", "sequence <= ?", (bound[0] if bound else beyond,))
+            if not count:
                 break
+            deleted, chunks = deleted + count, chunks + 1
+        while True:
+            bound = db.execute(
+                "SELECT recorded_at FROM session_state_events WHERE recorded_at < ?"
+                " ORDER BY recorded_at LIMIT 1 OFFSET ?",
+                (cutoff, chunk_rows - 1),
+            ).fetchone()
+            if bound is None:
+                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at < ?", (cutoff,))
+            else:
+                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at <= ?", (bound[0],))
+            if not count:
+                break
+            deleted, chunks = deleted + count, chunks + 1
         return {"events": deleted, "chunks": chunks}
+
+    def _prune_chunk(self, index_hint: str, where: str, args: tuple[Any, ...]) -> int:
+        # The hint keeps each chunk on its range: left alone, the planner prefers walking the
+        # whole (session, sequence) index to serve the GROUP BY, which reads every row.
+        db = self.db
+        with self.atomic():
+            affected = db.execute(
+                f"SELECT session_key, agent_id, max(sequence) FROM session_state_events {index_hint}"
+                f" WHERE {where} GROUP BY session_key, agent_id",
+                args,
+            ).fetchall()
+            if not affected:
+                return 0
+            db.executemany(
+                f"UPDATE session_watch_cursors AS c SET material_sequence = {self._effective_material}"
+                " WHERE c.target_session_key = ? AND c.target_agent_id = ?"
+                " AND c.notified_sequence > c.last_seen_sequence",
+                [(k, a) for k, a, _ in affected],
+            )
+            db.executemany(
+                "UPDATE session_state_heads SET pruned_max_sequence = max(pruned_max_sequence, ?)"
+                " WHERE session_key = ? AND agent_id = ?",
+                [(m, k, a) for k, a, m in affected],
+            )
+            return int(
+                db.execute(f"DELETE FROM session_state_events {index_hint} WHERE {where}", args).rowcount
+            )
 
     # -- inspection -------------------------------------------------------------------------
 
