@@ -40,9 +40,9 @@ from .statemachine.table import (
     UNWATCH,
     UNWATCHED,
 )
-from .store import CursorRecord, EventRecord, SessionRecord, SqliteStore
+from .reconcile import events_json
+from .store import CursorRecord, SessionRecord, SqliteStore
 from .store.sqlite import DEFAULT_SYNCHRONOUS
-from .timefmt import iso_millis
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
@@ -54,7 +54,6 @@ from .validation import (
     check_optional_id,
     check_timestamp,
     encode_payload,
-    visible_payload,
 )
 from .wake import WakeCoalescer
 
@@ -432,9 +431,9 @@ class Gateway:
         last, pruned = head
         result: dict[str, Any] = {"sessionKey": target[0], "stateVersion": last}
         if changes_since is not None:
-            rows = self.store.events_after(target[0], target[1], changes_since, CHANGES_PAGE + 1)
+            rows = self.store.event_page(target[0], target[1], changes_since, CHANGES_PAGE + 1)
             result["stateChanges"] = {
-                "events": [event_json(r) for r in rows[:CHANGES_PAGE]],
+                "events": events_json(rows[:CHANGES_PAGE]),
                 "truncated": len(rows) > CHANGES_PAGE,
                 "earliestAvailableSequence": self.store.earliest_sequence(*target),
                 "historyGap": changes_since < pruned,  # INV8: from the watermark only
@@ -565,21 +564,3 @@ class Gateway:
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self._wakes.wake(watcher, f"session-state: {target[0]}")
-
-
-def event_json(record: EventRecord) -> dict[str, Any]:
-    event: dict[str, Any] = {
-        "sequence": record.sequence,
-        "kind": record.kind,
-        "actorType": record.actor_type,
-        "occurredAt": iso_millis(record.occurred_at),
-        "summary": record.summary,
-    }
-    if record.actor_id is not None:
-        event["actorId"] = record.actor_id
-    if record.run_id is not None:
-        event["runId"] = record.run_id
-    payload = visible_payload(record.payload)
-    if payload is not None:
-        event["payload"] = payload
-    return event

@@ -271,6 +271,16 @@ class SqliteStore:
         ).fetchall()
         return [EventRecord(*r) for r in rows]
 
+    def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
+        """The reconciliation page: only the columns ``changesSince`` shows, as plain tuples
+        ``(sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload)``."""
+        return self.db.execute(
+            "SELECT sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload"
+            " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
+            " ORDER BY sequence LIMIT ?",
+            (key, agent_id, after, limit),
+        ).fetchall()
+
     def earliest_sequence(self, key: str, agent_id: str) -> int | None:
         row = self.db.execute(
             "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
