@@ -196,8 +196,10 @@ class Gateway:
                 # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
                 if is_agent_qualified(parent_target[0]):
                     self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now)
-        self.stats["events_recorded"] += parent_target is not None
+        if parent_target is not None:
+            self.stats["events_recorded"] += 1
 
+    @_locked
     def session_exists(self, key: str, agent_id: str | None = None) -> bool:
         try:
             self._resolve(key, agent_id)
@@ -344,10 +346,10 @@ class Gateway:
         watched (it is kept as it is, pending notice included).
         """
         watcher, target = self._check_pair(watcher_key, target_key, target_agent_id)
-        head = self.store.head(*target)
-        version = head.last_sequence if head else 0
         now = self.clock()
-        with self.store.atomic():
+        with self.store.atomic():  # the head is read under the write lock: no event slips between
+            head = self.store.head(*target)
+            version = head.last_sequence if head else 0
             (step,) = self._fire_pairs([(watcher, target, None)], SEED, version, now, load=True)
         return step.state == UNWATCHED
 
@@ -398,6 +400,7 @@ class Gateway:
         self._queue_notices(follow_ups)
         return [e.text for e in entries]
 
+    @_locked
     def pending_system_events(self, session_key: str) -> list[str]:
         """What the next drain would return, without acknowledging anything."""
         return [e.text for e in self.queue.peek(session_key)]
@@ -462,8 +465,8 @@ class Gateway:
         """R14: remove the session's events, head, registry row and every cursor naming it."""
         check_key(key)
         target = self._resolve(key, agent_id)
-        naming = self.store.cursors_naming(*target)
         with self.store.atomic():
+            naming = self.store.cursors_naming(*target)
             self._fire_records(naming, DELETE_SESSION)
             self.store.delete_session_data(*target)
         for record in naming:
@@ -476,8 +479,8 @@ class Gateway:
         now = self.clock()
         cutoff = now - self.retention_days * DAY_SECONDS
         counts = self.store.prune_events(cutoff, self.max_rows)
-        expired = self.store.expired_cursors(cutoff)
         with self.store.atomic():
+            expired = self.store.expired_cursors(cutoff)
             self._fire_records(expired, EXPIRE)
         for record in expired:
             self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
@@ -493,12 +496,14 @@ class Gateway:
 
     # -- inspection -------------------------------------------------------------------------
 
+    @_locked
     def cursor_positions(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> Positions | None:
         """The pair's effective positions (``None`` when unwatched)."""
         target = self._resolve(target_key, target_agent_id)
         record = self.store.cursor(watcher_key, *target)
         return Positions(*record.positions) if record else None
 
+    @_locked
     def state_version(self, key: str, agent_id: str | None = None) -> int:
         head = self.store.head(*self._resolve(key, agent_id))
         return head.last_sequence if head else 0
