@@ -28,8 +28,11 @@ from .keys import (
 )
 from .notices import SystemEventQueue, notice_text
 from .statemachine import NOTIFYING_KINDS, Positions, fire
+from .statemachine.machine import states_written_by
 from .statemachine.table import (
+    CAUGHT_UP,
     DELETE_SESSION,
+    LOG_ONLY_EVENT,
     DRAIN,
     EXPIRE,
     MATERIAL_EVENT,
@@ -68,6 +71,15 @@ WakeHook = Callable[[str, str], None]
 Target = tuple[str, str]  # (session key, agent id)
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+
+# The event hot path reads only caught-up cursors (through a partial index) and skips
+# log-only kinds entirely. That is sound only while the table says so; if it changes, this
+# import fails instead of the gateway silently missing transitions.
+if (states_written_by(MATERIAL_EVENT) | states_written_by(SELF_EVENT)) - {CAUGHT_UP} or states_written_by(
+    LOG_ONLY_EVENT
+):
+    raise ImportError("the transition table needs cursor writes the event hot path does not make")
 
 
 class _PreparedEvent(NamedTuple):

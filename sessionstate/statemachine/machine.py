@@ -17,7 +17,15 @@ from transitions import Machine, MachineError
 from ..errors import ProtocolError
 from .effects import EFFECT_FUNCTIONS, Effect
 from .positions import Positions, derive_state
-from .table import STATES, TRANSITIONS, TRIGGERS, UNWATCHED
+from .table import (
+    EFFECT_KEEP,
+    EFFECT_RAISE_MATERIAL,
+    STATES,
+    TRANSITIONS,
+    TRIGGERS,
+    UNWATCHED,
+    WATCHED_STATES,
+)
 
 _CALLBACK_PREFIX = "apply_"  # effects run as `after` callbacks named apply_<effect>
 
@@ -63,6 +71,20 @@ TRANSITION_TABLE: dict[tuple[str, str], tuple[str, str]] = compile_dispatch(MACH
 DISPATCH: dict[tuple[str, str], tuple[str, Effect]] = {
     key: (dest, EFFECT_FUNCTIONS[effect]) for key, (dest, effect) in TRANSITION_TABLE.items()
 }
+
+
+# Effects that never need a cursor write: `keep` changes nothing, and `raise_material` is
+# derived from the log by the store (spec R7).
+DERIVED_EFFECTS = frozenset({EFFECT_KEEP, EFFECT_RAISE_MATERIAL})
+
+
+def states_written_by(trigger: str) -> frozenset[str]:
+    """Watched states in which ``trigger`` has an effect the store must write."""
+    return frozenset(
+        state
+        for state in WATCHED_STATES
+        if (state, trigger) in TRANSITION_TABLE and TRANSITION_TABLE[(state, trigger)][1] not in DERIVED_EFFECTS
+    )
 
 
 class Step(NamedTuple):

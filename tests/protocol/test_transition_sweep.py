@@ -106,3 +106,13 @@ def test_one_machine_per_process():
     model.detach()
     assert machine_module.MACHINE is MACHINE
     assert not MACHINE.models or all(not isinstance(m, PairModel) for m in MACHINE.models)
+
+
+def test_event_triggers_write_only_caught_up_cursors():
+    """What the gateway's hot path relies on (it reads only caught-up cursors)."""
+    from sessionstate.statemachine.machine import states_written_by
+
+    assert states_written_by("material_event") == {"caught_up"}
+    assert states_written_by("self_event") == frozenset()
+    assert states_written_by("log_only_event") == frozenset()
+    assert states_written_by("drain") == {"notice_pending", "pending_with_more"}
