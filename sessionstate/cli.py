@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagram = commands.add_parser("diagram", help="the protocol's state diagram, generated from the machine")
     diagram.add_argument("--write", type=Path, default=None, metavar="FILE", help="write Markdown to FILE")
+
+    check = commands.add_parser("check", help="model check, fuzz, crash and concurrency trials (exit 1 on failure)")
+    from .verify.runner import add_arguments as add_check_arguments
+
+    add_check_arguments(check)
     return parser
 
 
@@ -43,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.db)
         if args.command == "status":
             return _status(args)
+        if args.command == "check":
+            from .verify.runner import run_check
+
+            return run_check(args)
         return _diagram(args)
     except SessionStateError as exc:
         print(f"sessionstate: {exc.code}: {exc.message}", file=sys.stderr)

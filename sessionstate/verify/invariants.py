@@ -1,0 +1,109 @@
+"""The spec's invariants, stated on the abstract worlds of the model check.
+
+``state_violations`` checks one state (both sides must agree on everything observable);
+``edge_violations`` checks what one action changed (INV3, INV5, INV7's monotonicity,
+INV8's watermark, and that no obligation is dropped while still uncovered).
+"""
+
+from __future__ import annotations
+
+from ..errors import ProtocolError
+from ..statemachine import derive_state
+from .machinepath import MachWorld
+from .refmodel import Event, RefWorld
+from .world import Action
+
+
+def observable(world: RefWorld | MachWorld) -> tuple:
+    return (sorted(world.sessions), world.events, sorted(world.heads.items()),
+            sorted(world.pruned.items()), sorted(world.positions().items()), sorted(world.queue))
+
+
+def state_violations(ref: RefWorld, mach: MachWorld) -> list[str]:
+    out: list[str] = []
+    if observable(ref) != observable(mach):
+        out.append(f"AGREE: reference {observable(ref)} != machine path {observable(mach)}")
+    positions = ref.positions()
+    for pair, (last, notified, material) in positions.items():
+        if not (last <= notified <= material and (last < notified or notified == material)):
+            out.append(f"INV1: {pair} positions {(last, notified, material)}")
+    for pair, eff in mach.positions().items():
+        try:
+            derive_state(eff)  # type: ignore[arg-type]
+        except ProtocolError as exc:
+            out.append(f"INV1: machine path {pair}: {exc}")
+    per_pair: dict[tuple[str, str], list[int]] = {}
+    for watcher, target, since in ref.queue:
+        per_pair.setdefault((watcher, target), []).append(since)
+    for pair, sinces in per_pair.items():
+        if len(sinces) > 1:
+            out.append(f"INV2: {pair} has {len(sinces)} notices queued")
+        if pair not in positions:
+            out.append(f"INV4: notice queued for {pair}, which has no cursor")
+    for pair, (last, notified, _material) in positions.items():
+        queued = per_pair.get(pair, [])
+        if (last < notified) != bool(queued):
+            out.append(f"INV4: {pair} pending={last < notified} but queued={queued}")
+        if any(since != last for since in queued):
+            out.append(f"INV4: {pair} notice says changesSince {queued}, L is {last}")
+    out += _coverage_violations(ref, per_pair)
+    for session in ref.sessions:
+        mine = [e[0] for e in ref.events if e[1] == session]
+        if any(seq > ref.heads[session] for seq in mine) or ref.pruned[session] > ref.heads[session]:
+            out.append(f"INV7: head of {session} ({ref.heads[session]}) below a retained or pruned sequence")
+        if any(seq <= ref.pruned[session] for seq in mine):
+            out.append(f"INV8: {session} retains an event at or below its pruned watermark")
+    return out
+
+
+def _coverage_violations(ref: RefWorld, per_pair: dict[tuple[str, str], list[int]]) -> list[str]:
+    out: list[str] = []
+    for watcher, target, seq in ref.owed:
+        cursor = ref.cursors.get((watcher, target))
+        if cursor is None or seq <= cursor[0]:
+            out.append(f"OBLIGATION: ({watcher}, {target}, {seq}) kept after it was discharged")
+            continue
+        if seq > cursor[2] or (watcher, target) not in per_pair:
+            out.append(f"INV6: event {seq} on {target} owed to {watcher} is not covered by a queued notice")
+        shown, gap = ref.delta(target, cursor[0])
+        if seq not in shown and not gap:  # INV8/INV9: reconciling must show it or flag the gap
+            out.append(f"INV9: changesSince {cursor[0]} on {target} hides owed event {seq} without historyGap")
+    for (watcher, target), (last, _n, _m, seed) in ref.cursors.items():
+        for seq, session, notifying, actor in ref.events:
+            if (session == target and notifying and actor != watcher and seq > max(last, seed)
+                    and (watcher, target, seq) not in ref.owed):
+                out.append(f"INV6: event {seq} on {target} by {actor} is not tracked as owed to {watcher}")
+    return out
+
+
+def edge_violations(action: Action, before: RefWorld, after: RefWorld, pruned: Event | None) -> list[str]:
+    out: list[str] = []
+    kind = action[0]
+    for pair, old in before.cursors.items():
+        new = after.cursors.get(pair)
+        if new is None or old[0] >= old[1] or new[0] >= new[1]:
+            continue
+        if kind == "drain" and action[1] == pair[0]:
+            continue  # the notice was consumed; a follow-up is a new notice
+        old_n = sorted(n for n in before.queue if n[:2] == pair)
+        new_n = sorted(n for n in after.queue if n[:2] == pair)
+        if old_n != new_n:
+            out.append(f"INV3: pending {pair} notice changed {old_n} -> {new_n}")
+    opened = after.queue - before.queue
+    for watcher, target, since in opened:
+        if kind == "event":
+            _, ev_target, actor, notifying = action
+            if not notifying or watcher == actor or target != ev_target:
+                out.append(f"INV5: {kind} opened a notice for ({watcher}, {target})")
+        elif kind not in ("restart",) and not (kind == "drain" and action[1] == watcher):
+            out.append(f"INV5: {' '.join(map(str, action))} opened a notice for ({watcher}, {target})")
+    for session in before.sessions & after.sessions:
+        if after.heads[session] < before.heads[session]:
+            out.append(f"INV7: head of {session} fell {before.heads[session]} -> {after.heads[session]}")
+    if pruned is not None and pruned[1] in after.pruned and after.pruned[pruned[1]] < pruned[0]:
+        out.append(f"INV8: pruned event {pruned[0]} above the watermark {after.pruned[pruned[1]]}")
+    for watcher, target, seq in before.owed - after.owed:
+        cursor = after.cursors.get((watcher, target))
+        if cursor is not None and cursor[0] < seq:
+            out.append(f"LIVENESS: owed event {seq} on {target} dropped for {watcher} while uncovered")
+    return out

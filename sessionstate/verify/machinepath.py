@@ -1,0 +1,187 @@
+"""The ``transitions`` machine path, abstracted: ``fire`` over the compiled ``DISPATCH``.
+
+It does what ``Gateway`` does, on plain data: only caught-up cursors are written on a
+material event; a pending cursor's ``material`` is a stored lower bound and the effective value
+is derived from the event log (R7); pruning writes the effective value back before deleting
+(R13). For pending cursors it also fires the trigger the gateway skips and checks that the
+lazily derived positions equal what ``raise_material``/``keep`` would have written.
+
+Optionally (``check_bound``) every fire is repeated on a ``PairModel`` bound to the one
+``transitions.Machine`` and must agree with the dispatch table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..statemachine import PairModel, Positions, fire
+from ..statemachine.machine import Step
+from ..statemachine.table import (
+    DELETE_SESSION,
+    DRAIN,
+    LOG_ONLY_EVENT,
+    MATERIAL_EVENT,
+    RESET_WATCHER,
+    RESTART_SWEEP,
+    SEED,
+    SELF_EVENT,
+    UNWATCH,
+)
+from .refmodel import Event, Notice, Pair
+
+Stored = tuple[int, int, int]  # (last_seen, notified, stored material)
+
+
+class PathViolation(AssertionError):
+    """The machine path contradicted itself (lazy rule, bound machine, illegal trigger)."""
+
+
+@dataclass(slots=True)
+class MachWorld:
+    sessions: set[str]
+    events: list[Event] = field(default_factory=list)
+    heads: dict[str, int] = field(default_factory=dict)
+    pruned: dict[str, int] = field(default_factory=dict)
+    cursors: dict[Pair, Stored] = field(default_factory=dict)
+    queue: set[Notice] = field(default_factory=set)
+    next_seq: int = 1
+    check_bound: bool = False
+    write_back_on_prune: bool = True  # a switch so tests can prove the checker catches R7 bugs
+
+    @classmethod
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], **options: bool) -> "MachWorld":
+        world = cls(set(sessions), heads={s: 0 for s in sessions}, pruned={s: 0 for s in sessions}, **options)
+        for pair in pairs:
+            world.watch(*pair)
+        return world
+
+    def copy(self) -> "MachWorld":
+        return MachWorld(set(self.sessions), list(self.events), dict(self.heads), dict(self.pruned),
+                         dict(self.cursors), set(self.queue), self.next_seq, self.check_bound,
+                         self.write_back_on_prune)
+
+    # -- R7 ------------------------------------------------------------------------------
+
+    def effective(self, pair: Pair) -> Positions | None:
+        stored = self.cursors.get(pair)
+        if stored is None:
+            return None
+        last, notified, material = stored
+        if notified > last:
+            watcher, target = pair
+            for seq, session, notifying, actor in self.events:
+                if session == target and notifying and seq > notified and actor != watcher:
+                    material = max(material, seq)
+        return Positions(last, notified, material)
+
+    def _fire(self, pair: Pair, positions: Positions | None, trigger: str, seq: int | None = None) -> Step:
+        step = fire(pair, positions, trigger, seq)
+        if self.check_bound:
+            model = PairModel(pair, positions)
+            try:
+                model.fire(trigger, seq)
+            finally:
+                model.detach()
+            bound = (model.state, model.positions, model.notices[-1] if model.notices else None)
+            if bound != (step.next_state, step.positions, step.notice_since):
+                raise PathViolation(f"bound machine {bound} != dispatch {step} for {pair} {trigger}")
+        return step
+
+    def _write(self, pair: Pair, positions: Positions | None) -> None:
+        if positions is None:
+            self.cursors.pop(pair, None)
+            self.queue = {n for n in self.queue if (n[0], n[1]) != pair}
+        else:
+            self.cursors[pair] = tuple(positions)  # type: ignore[assignment]
+
+    # -- actions (mirroring Gateway) -----------------------------------------------------
+
+    def event(self, target: str, actor: str | None, notifying: bool) -> int:
+        pairs = sorted(p for p in self.cursors if p[1] == target)
+        before = {p: self.effective(p) for p in pairs}
+        seq = self.next_seq
+        self.next_seq += 1
+        self.events.append((seq, target, notifying, actor))
+        self.heads[target] = seq
+        for pair in pairs:
+            old = before[pair]
+            assert old is not None
+            if not notifying:
+                trigger = LOG_ONLY_EVENT
+            else:
+                trigger = SELF_EVENT if pair[0] == actor else MATERIAL_EVENT
+            step = self._fire(pair, old, trigger, seq)
+            if notifying and old.notified == old.last_seen:  # caught up: the gateway writes it
+                self._write(pair, step.positions)
+                if step.notice_since is not None:
+                    self.queue.add((pair[0], target, step.notice_since))
+            elif step.positions != self.effective(pair) or step.notice_since is not None:
+                # Nothing is written for pending (or log-only) cursors: the log must imply it.
+                raise PathViolation(
+                    f"{pair}: {trigger} gives {step.positions} but the log implies {self.effective(pair)}")
+        return seq
+
+    def drain(self, watcher: str) -> list[Notice]:
+        taken = sorted(n for n in self.queue if n[0] == watcher)
+        follow_ups = []
+        for _, target, _since in taken:
+            pair = (watcher, target)
+            step = self._fire(pair, self.effective(pair), DRAIN)
+            self._write(pair, step.positions)
+            if step.notice_since is not None:
+                follow_ups.append((watcher, target, step.notice_since))
+        self.queue -= set(taken)
+        self.queue |= set(follow_ups)
+        return taken
+
+    def restart(self) -> None:
+        self.queue = set()
+        for pair in sorted(self.cursors):
+            last, notified, _ = self.cursors[pair]
+            if notified > last and pair[0] in self.sessions:  # the store's cursors_behind()
+                step = self._fire(pair, self.effective(pair), RESTART_SWEEP)
+                self._write(pair, step.positions)
+                if step.notice_since is not None:
+                    self.queue.add((pair[0], pair[1], step.notice_since))
+
+    def prune(self) -> Event:
+        oldest = self.events[0]
+        session = oldest[1]
+        if self.write_back_on_prune:  # R7/R13: persist the effective watermark first
+            for pair in [p for p in self.cursors if p[1] == session]:
+                last, notified, _ = self.cursors[pair]
+                if notified > last:
+                    self.cursors[pair] = tuple(self.effective(pair))  # type: ignore[assignment]
+        self.pruned[session] = max(self.pruned[session], oldest[0])
+        self.events.pop(0)
+        return oldest
+
+    def reset(self, watcher: str) -> None:
+        for pair in sorted(p for p in self.cursors if p[0] == watcher):
+            self._write(pair, self._fire(pair, self.effective(pair), RESET_WATCHER).positions)
+        self.queue = {n for n in self.queue if n[0] != watcher}
+
+    def delete(self, session: str) -> None:
+        for pair in sorted(p for p in self.cursors if session in p):
+            self._write(pair, self._fire(pair, self.effective(pair), DELETE_SESSION).positions)
+        self.queue = {n for n in self.queue if n[0] != session}
+        self.events = [e for e in self.events if e[1] != session]
+        self.sessions.discard(session)
+        del self.heads[session], self.pruned[session]
+
+    def watch(self, watcher: str, target: str) -> bool:
+        pair = (watcher, target)
+        step = self._fire(pair, self.effective(pair), SEED, self.heads[target])
+        self._write(pair, step.positions)
+        return step.state == "unwatched"
+
+    def unwatch(self, watcher: str, target: str) -> bool:
+        pair = (watcher, target)
+        step = self._fire(pair, self.effective(pair), UNWATCH)
+        self._write(pair, step.positions)
+        return step.state != "unwatched"
+
+    # -- observation ---------------------------------------------------------------------
+
+    def positions(self) -> dict[Pair, tuple[int, int, int]]:
+        return {pair: tuple(self.effective(pair)) for pair in self.cursors}  # type: ignore[misc]

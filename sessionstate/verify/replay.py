@@ -1,0 +1,111 @@
+"""Replay model-check traces against the real ``Gateway`` on a SQLite file.
+
+Abstract sessions become agent-qualified keys; the abstract prune (drop the oldest retained
+event) becomes a real prune with ``max_rows`` one below the row count; restart closes and
+reopens the file (the startup sweep runs). After every step the real gateway must match the
+reference model run on the same trace: positions, queued notice texts, state versions, and
+``changesSince`` answers (sequences, actor ids, historyGap, earliest available sequence).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from ..gateway import Gateway
+from ..notices import notice_text
+from .modelcheck import apply
+from .refmodel import RefWorld
+from .world import PAIRS, SESSIONS, Action, describe
+
+KEYS = {"A": "agent:a:main", "B": "agent:b:main", "C": "agent:c:main"}
+NOW = 1_700_000_000.0  # a frozen clock: nothing expires, retention is driven by max_rows
+
+
+def _open(url: str) -> Gateway:
+    return Gateway.open(url, clock=lambda: NOW)
+
+
+def _apply_real(gw: Gateway, url: str, action: Action) -> Gateway:
+    kind = action[0]
+    if kind == "event":
+        _, target, actor, notifying = action
+        gw.record_event(
+            KEYS[target],
+            "human_direct_message" if notifying else "run_completed",
+            actor_type="human" if actor is None else "agent",
+            actor_id=None if actor is None else KEYS[actor],
+            summary="model-check event",
+        )
+    elif kind == "drain":
+        gw.drain_system_events(KEYS[action[1]])
+    elif kind == "restart":
+        gw.close()
+        return _open(url)
+    elif kind == "prune":
+        gw.max_rows = gw.store.event_count() - 1
+        gw.prune()
+    elif kind == "reset":
+        gw.reset_session(KEYS[action[1]])
+    elif kind == "delete":
+        gw.delete_session(KEYS[action[1]])
+    elif kind == "watch":
+        gw.watch(KEYS[action[1]], KEYS[action[2]])
+    elif kind == "unwatch":
+        gw.unwatch(KEYS[action[1]], KEYS[action[2]])
+    return gw
+
+
+def differences(gw: Gateway, ref: RefWorld) -> list[str]:
+    out: list[str] = []
+    for watcher, target in PAIRS:
+        if watcher in ref.sessions and target in ref.sessions:
+            got = gw.cursor_positions(KEYS[watcher], KEYS[target])
+            want = ref.positions().get((watcher, target))
+            if (tuple(got) if got else None) != want:
+                out.append(f"positions ({watcher}, {target}): real {got} != model {want}")
+    for session in SESSIONS:
+        if session not in ref.sessions:
+            if gw.session_exists(KEYS[session]):
+                out.append(f"{session} was deleted but still exists")
+            continue
+        want_q = sorted(notice_text(KEYS[t], s) for w, t, s in ref.queue if w == session)
+        got_q = sorted(gw.pending_system_events(KEYS[session]))
+        if got_q != want_q:
+            out.append(f"queue of {session}: real {got_q} != model {want_q}")
+        sinces = {0, ref.heads[session], ref.pruned[session], max(ref.pruned[session] - 1, 0)}
+        sinces |= {c[0] for (w, t), c in ref.cursors.items() if t == session}
+        for since in sorted(sinces):
+            status = gw.session_status(KEYS[session], changes_since=since)
+            changes = status["stateChanges"]
+            got = ([(e["sequence"], e.get("actorId")) for e in changes["events"]], changes["historyGap"],
+                   changes["earliestAvailableSequence"], status["stateVersion"])
+            mine = [e for e in ref.events if e[1] == session]
+            want = ([(e[0], KEYS.get(e[3])) for e in mine if e[0] > since], since < ref.pruned[session],
+                    mine[0][0] if mine else None, ref.heads[session])
+            if got != want:
+                out.append(f"session_status {session} changesSince {since}: real {got} != model {want}")
+    return out
+
+
+def replay_trace(trace: list[Action], directory: Path | None = None) -> list[str]:
+    """Run ``trace`` on a fresh file; returns the first step's differences (empty when equal)."""
+    with tempfile.TemporaryDirectory(prefix="sessionstate-replay-", dir=directory) as tmp:
+        url = f"sqlite:///{Path(tmp) / 'state.db'}"
+        gw = _open(url)
+        try:
+            for key in KEYS.values():
+                gw.create_session(key)
+            for watcher, target in PAIRS:
+                gw.watch(KEYS[watcher], KEYS[target])
+            ref = RefWorld.initial(SESSIONS, PAIRS)
+            for index, action in enumerate(trace):
+                gw = _apply_real(gw, url, action)
+                apply(ref, action)
+                diff = differences(gw, ref)
+                if diff:
+                    steps = [f"{i + 1}. {describe(a)}" for i, a in enumerate(trace[: index + 1])]
+                    return steps + diff
+        finally:
+            gw.close()
+    return []

@@ -1,0 +1,112 @@
+"""``sessionstate check``: run the verification suite and print one report.
+
+Profiles: the default is the maintainers' slow profile (the issue's sizes); ``--fast`` is the
+CI profile. Any explicit option overrides the profile's value. Exit status 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+PARTS = ("modelcheck", "fuzz", "crash", "concurrency")
+SLOW = {"depth": 10, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000}
+FAST = {"depth": 5, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fast", action="store_true", help="the CI profile (small sizes, about a minute)")
+    parser.add_argument("--only", action="append", choices=PARTS, default=None, metavar="PART",
+                        help=f"run only this part (repeatable): {', '.join(PARTS)}")
+    parser.add_argument("--depth", type=int, default=None, help="model-check BFS depth (slow 10, fast 5)")
+    parser.add_argument("--replay", type=int, default=None, metavar="N",
+                        help="explored traces replayed on the real store (slow 1000, fast 30)")
+    parser.add_argument("--budget", default=None,
+                        help="fuzz budget: examples (200) or seconds (30s) (slow 500, fast 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the fuzz, trace sampling and crash timing")
+    parser.add_argument("--crash-trials", type=int, default=None, metavar="N", help="SIGKILL trials (slow 50, fast 3)")
+    parser.add_argument("--events", type=int, default=None, metavar="N",
+                        help="events appended by each of the two concurrent processes (slow 10000, fast 500)")
+
+
+def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    profile = dict(FAST if args.fast else SLOW)
+    for name in profile:
+        if getattr(args, name, None) is not None:
+            profile[name] = getattr(args, name)
+    parts = args.only or list(PARTS)
+    failures: list[str] = []
+    say = lambda text: print(text, file=out, flush=True)  # noqa: E731
+    say(f"sessionstate check ({'fast' if args.fast else 'slow'} profile, seed {args.seed})")
+    if "modelcheck" in parts:
+        failures += _modelcheck(profile, args.seed, say)
+    if "fuzz" in parts:
+        failures += _fuzz(profile, args.seed, say)
+    if "crash" in parts:
+        failures += _crash(profile, args.seed, say)
+    if "concurrency" in parts:
+        failures += _concurrency(profile, args.seed, say)
+    say("FAILED: " + f"{len(failures)} failure(s)" if failures else "all checks passed")
+    for failure in failures:
+        say(failure)
+    return 1 if failures else 0
+
+
+def _modelcheck(profile: dict, seed: int, say) -> list[str]:
+    from .modelcheck import run_modelcheck, sample_traces
+    from .replay import replay_trace
+
+    report, parents = run_modelcheck(
+        profile["depth"], progress=lambda lvl, n, t: sys.stderr.write(f"\rmodel check: depth {lvl}, {n} states"))
+    sys.stderr.write("\n")
+    say(f"model check: {report.states} states, {report.transitions} transitions, depth {report.depth_reached}"
+        f"{' (state space exhausted)' if report.exhausted else ''}, liveness from {report.liveness_checked}"
+        f" states, {report.seconds:.1f}s")
+    if report.violation is not None:
+        return [f"model check:\n{report.violation.render()}\n  replay: sessionstate check --only modelcheck"
+                f" --depth {len(report.violation.trace)}"]
+    replayed = 0
+    for trace in sample_traces(parents, profile["replay"], seed):
+        diff = replay_trace(trace)
+        replayed += 1
+        if diff:
+            return ["real-store replay differs:\n  " + "\n  ".join(diff)
+                    + f"\n  replay: sessionstate check --only modelcheck --seed {seed}"]
+    say(f"real-store replay: {replayed} traces, all equal")
+    return []
+
+
+def _fuzz(profile: dict, seed: int, say) -> list[str]:
+    from .fuzz import progress_bar, run_fuzz
+
+    report = run_fuzz(str(profile["budget"]), seed=seed, progress=progress_bar())
+    sys.stderr.write("\n")
+    say(f"fuzz: {report.examples} examples, {report.steps} steps, {report.seconds:.1f}s")
+    if report.ok:
+        return []
+    return ["fuzz:\n  " + "\n  ".join(report.failure)
+            + f"\n  replay: sessionstate check --only fuzz --seed {seed} --budget 1"
+              f" (example {report.failing_example}: python -c 'from sessionstate.verify.fuzz import run_fuzz;"
+              f" print(run_fuzz(\"1\", seed={seed}, first_example={report.failing_example}))')"]
+
+
+def _crash(profile: dict, seed: int, say) -> list[str]:
+    from .crash import run_trials
+
+    report = run_trials(profile["crash_trials"], seed=seed,
+                        progress=lambda d, n: sys.stderr.write(f"\rcrash trials: {d}/{n}"))
+    sys.stderr.write("\n")
+    say(f"crash: {report.trials} SIGKILL trials, {report.acknowledged} acknowledged appends, {report.seconds:.1f}s")
+    return [f"crash: {f}\n  replay: sessionstate check --only crash --seed {seed}" for f in report.failures]
+
+
+def _concurrency(profile: dict, seed: int, say) -> list[str]:
+    from .concurrency import run_concurrency
+
+    report = run_concurrency(profile["events"], seed=seed)
+    say(f"concurrency: 2 processes x {profile['events']} events, {report.appended} appended,"
+        f" {report.interleavings} interleavings, {report.throughput:.0f} appends/s,"
+        f" {report.append_failures} append failures")
+    return [f"concurrency: {f}\n  replay: sessionstate check --only concurrency --seed {seed}"
+            f" --events {profile['events']}" for f in report.failures]
