@@ -44,9 +44,10 @@ class CrashReport:
 
 def read_sidelog(path: Path) -> list[tuple[int, str]]:
     entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit():  # a torn last line was never acknowledged
+        # A line without its newline was torn by the kill: that append was never acknowledged.
+        if line.endswith("\n") and len(parts) == 2 and parts[0].isdigit():
             entries.append((int(parts[0]), parts[1]))
     return entries
 

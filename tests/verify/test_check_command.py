@@ -1,0 +1,37 @@
+"""``sessionstate check`` runs end to end, reports, and fails loudly."""
+
+from __future__ import annotations
+
+import io
+
+from sessionstate.cli import build_parser
+from sessionstate.verify import runner
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    code = runner.run_check(build_parser().parse_args(["check", *argv]), out)
+    return code, out.getvalue()
+
+
+def test_fast_profile_end_to_end_report():
+    code, text = run(["--fast", "--depth", "3", "--replay", "5", "--budget", "2", "--crash-trials", "1",
+                      "--events", "100"])
+    assert code == 0, text
+    for needle in ("model check:", "states", "real-store replay: 5 traces", "fuzz: 2 examples",
+                   "crash: 1 SIGKILL trials", "concurrency: 2 processes x 100 events", "all checks passed"):
+        assert needle in text
+
+
+def test_a_failure_exits_non_zero_with_a_replay_command(monkeypatch):
+    from sessionstate.verify import machinepath
+
+    def prune_without_write_back(self):  # R13 broken on purpose
+        oldest = self.events.pop(0)
+        self.pruned[oldest[1]] = max(self.pruned[oldest[1]], oldest[0])
+        return oldest
+
+    monkeypatch.setattr(machinepath.MachWorld, "prune", prune_without_write_back)
+    code, text = run(["--fast", "--only", "modelcheck", "--depth", "4"])
+    assert code == 1
+    assert "counter-example (4 steps" in text and "replay: sessionstate check --only modelcheck" in text
