@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, ParamSpec, Sequ
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from .agent_runtime import AgentRuntimeMixin
 from .config import normalize_url
 from .errors import InvalidArgument, SessionExists, UnknownSession
 from .keys import (
@@ -105,7 +106,7 @@ def _locked(method: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-class Gateway:
+class Gateway(AgentRuntimeMixin):
     """Session state awareness for one process that owns a state database."""
 
     def __init__(

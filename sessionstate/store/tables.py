@@ -6,3 +6,6 @@ one import here.
 
 from . import schema  # noqa: F401  the core tables
 from . import upstream_links  # noqa: F401  adopted sessions: upstream links
+from . import session_meta  # noqa: F401  session tools: per-session runtime metadata
+from . import transcripts  # noqa: F401  session tools: transcripts
+from . import runs  # noqa: F401  session tools: child runs

@@ -1,34 +1,44 @@
-"""``call_tool``: the one door agents use; every failure becomes an error result."""
+"""``call_tool``: the one door agents use; every failure becomes an error result.
+
+Order: the arguments against the tool's published schema (``schemas.py``), the caller, the
+caller's tool policy (profile, deny list, spawn depth), then the tool. Every refusal happens
+before the tool writes anything.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import InvalidArgument, SessionStateError, UnknownTool
+from ..errors import InvalidArgument, SessionStateError
+from . import (
+    session_status,
+    sessions_history,
+    sessions_list,
+    sessions_send,
+    sessions_spawn,
+    sessions_yield,
+    subagents,
+)
+from .context import ToolContext
+from .errors import ToolNotAllowed
+from .schemas import validate_tool_args
 
 if TYPE_CHECKING:
     from ..gateway import Gateway
 
 log = logging.getLogger("sessionstate")
 
-ToolFunction = Callable[["Gateway", str, dict[str, Any]], dict[str, Any]]
-
-
-def _current(caller_key: str, args: dict[str, Any]) -> str:
-    key = args.get("sessionKey")
-    return caller_key if key in (None, "current") else key
-
-
-def session_status_tool(gw: "Gateway", caller_key: str, args: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(args) - {"sessionKey", "changesSince"}
-    if unknown:
-        raise InvalidArgument(f"session_status: unknown argument(s) {sorted(unknown)}")
-    return gw.session_status(_current(caller_key, args), changes_since=args.get("changesSince"))
-
+ToolFunction = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
 
 TOOLS: dict[str, ToolFunction] = {
-    "session_status": session_status_tool,
+    "sessions_list": sessions_list.run,
+    "sessions_history": sessions_history.run,
+    "sessions_send": sessions_send.run,
+    "sessions_spawn": sessions_spawn.run,
+    "sessions_yield": sessions_yield.run,
+    "subagents": subagents.run,
+    "session_status": session_status.run,
 }
 
 
@@ -36,19 +46,26 @@ def error_result(code: str, message: str) -> dict[str, Any]:
     return {"status": "error", "error": {"code": code, "message": message}}
 
 
+def allowed_tools(gw: "Gateway", caller_key: str) -> list[str]:
+    """The tools the caller may call now (in the schemas' order)."""
+    ctx = ToolContext.open(gw, caller_key)
+    allowed = ctx.policy.allowed_tools(ctx.caller[1], ctx.meta.spawn_depth)
+    return [name for name in TOOLS if name in allowed]
+
+
 def call_tool(gw: "Gateway", caller_key: str, name: str, args: dict[str, Any] | None) -> dict[str, Any]:
     try:
-        tool = TOOLS.get(name) if isinstance(name, str) else None
-        if tool is None:
-            raise UnknownTool(f"unknown tool {name!r}; known tools: {sorted(TOOLS)}")
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            raise InvalidArgument(f"{name}: arguments must be a JSON object")
+        clean = validate_tool_args(name, args)
         if not isinstance(caller_key, str):
             raise InvalidArgument("caller key must be a string")
-        gw._resolve_any_agent(caller_key)
-        return tool(gw, caller_key, args)
+        with gw._lock:
+            ctx = ToolContext.open(gw, caller_key)
+        if name not in ctx.policy.allowed_tools(ctx.caller[1], ctx.meta.spawn_depth):
+            raise ToolNotAllowed(
+                f"{name} is not allowed for {caller_key!r} (profile {ctx.policy.profile!r},"
+                f" spawn depth {ctx.meta.spawn_depth} of max {ctx.policy.max_spawn_depth})"
+            )
+        return TOOLS[name](ctx, clean)
     except SessionStateError as exc:
         return error_result(exc.code, exc.message)
     except Exception as exc:  # never let a tool call escape as an exception

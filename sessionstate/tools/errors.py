@@ -1,14 +1,15 @@
-"""Errors raised by the pure tool helpers (schemas, sanitiser).
+"""Errors of the session tools, all under the package's ``SessionStateError``.
 
-Kept deliberately tiny and standalone: the core will later re-parent
-``ToolArgumentError`` under ``sessionstate.errors.SessionStateError`` so that the
-dispatcher turns it into ``{"status": "error", "error": {"code", "message"}}``.
+``call_tool`` turns every ``SessionStateError`` into ``{"status": "error", "error": {"code",
+"message"}}``, so each class here carries a stable ``code``.
 """
 
 from __future__ import annotations
 
+from ..errors import SessionStateError
 
-class ToolArgumentError(Exception):
+
+class ToolArgumentError(SessionStateError):
     """A tool call was refused before anything ran.
 
     ``code`` is ``"invalid_argument"`` (the arguments do not match the tool's
@@ -19,9 +20,26 @@ class ToolArgumentError(Exception):
 
     def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
-        self.message = message
+        self.code = code  # per instance: one class covers both schema codes
         self.field = field
 
     def __repr__(self) -> str:
         return f"ToolArgumentError({self.code!r}, {self.message!r})"
+
+
+class ToolNotAllowed(SessionStateError):
+    """The caller's tool profile, deny list or spawn depth does not include the tool."""
+
+    code = "tool_not_allowed"
+
+
+class Forbidden(SessionStateError):
+    """The named session exists but the caller's visibility does not reach it."""
+
+    code = "forbidden"
+
+
+class RunNotActive(SessionStateError):
+    """``subagents steer``/``kill`` named a run that has already ended."""
+
+    code = "not_running"

@@ -1,0 +1,19 @@
+"""``locked``: the gateway's one RLock around a public method (background runner threads
+and agent turns share the connection, the queue and the wake times)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def locked(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with args[0]._lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return wrapper

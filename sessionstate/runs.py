@@ -1,0 +1,229 @@
+"""Gateway methods for child runs: start, finish (once), steer, kill, announce.
+
+Mixed into ``Gateway``. A run is a row in ``agent_runs`` plus a background job in the
+``RunExecutor``. Its end is recorded exactly once: the row's compare-and-set from ``running``
+decides which of completion, failure, timeout or kill wins, and the signal-log event carries
+the dedupe key ``run-terminal:<runId>`` as a second guard (spec R10). Run events are
+log-only kinds; the requester learns of the end through the announce, a system event for
+its next turn that names the requester's stored reply route.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import SessionStateError, UnknownSession
+from .locking import locked
+from .runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
+from .runner.executor import RunExecutor
+from .store.runs import COMPLETED, FAILED, RunRecord, RunStore
+
+if TYPE_CHECKING:
+    from .store import SqliteStore
+    from .store.session_meta import MetaRecord
+
+log = logging.getLogger("sessionstate")
+Target = tuple[str, str]
+OUTCOMES = ("completed", "error", "timeout", "cancelled")
+ANNOUNCE_TEXT_CHARS = 1000
+
+
+def announce_text(run: RunRecord, outcome: str, text: str | None, route: tuple[str | None, str | None]) -> str:
+    """The requester's system line for a finished run (one line; the result bounded)."""
+    name = run.label or run.child_key
+    if outcome == "completed":
+        body = " ".join((text or "(no reply)").split())
+        if len(body) > ANNOUNCE_TEXT_CHARS:
+            body = body[:ANNOUNCE_TEXT_CHARS] + "…"
+        head = f"completed: {body}"
+    elif outcome == "timeout":
+        head = f"timed out after {run.timeout_seconds:g}s"
+    else:
+        head = f"failed ({outcome})" + (f": {' '.join(text.split())[:300]}" if text else "")
+    via = f" [route {route[0]}" + (f" -> {route[1]}" if route[1] else "") + "]" if route[0] else ""
+    return f"[Sub-agent result] {name} (run {run.run_id}) {head}{via}"
+
+
+class RunsMixin:
+    store: "SqliteStore"
+    clock: Callable[[], float]
+    _lock: threading.RLock
+    _meta_of: Callable[[Target], "MetaRecord"]
+    _update_meta: Callable[..., None]
+    record_event: Callable[..., int | None]
+    append_message: Callable[..., int]
+    enqueue_system_event: Callable[[str, str], bool]
+    session_exists: Callable[..., bool]
+    _wakes: Any
+    runner: AgentRunner  # AgentRuntimeMixin provides it
+
+    @property
+    def _runs(self) -> RunStore:
+        return RunStore(self.store)
+
+    @property
+    def run_executor(self) -> RunExecutor:
+        executor = self.__dict__.get("_run_executor")
+        if executor is None:
+            executor = self.__dict__.setdefault("_run_executor", RunExecutor())
+        return executor
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @locked
+    def get_run(self, run_id: str) -> RunRecord | None:
+        return self._runs.get(run_id)
+
+    @locked
+    def runs_of(self, requester: Target, limit: int = 50) -> list[RunRecord]:
+        return self._runs.by_requester(*requester, limit)
+
+    @locked
+    def runs_of_child(self, child: Target) -> list[RunRecord]:
+        return self._runs.by_child(*child)
+
+    @locked
+    def active_runs(self) -> list[RunRecord]:
+        return self._runs.active()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start_run(self, run: RunRecord, prompt: str) -> None:
+        """Run the child's task in the background (the row is already committed)."""
+        timeout = run.timeout_seconds or None
+
+        def job(ctx: RunContext) -> None:
+            request = TurnRequest(
+                run.child_key, run.child_agent_id, "task", prompt, sender_key=run.requester_key,
+                model=run.model, thinking=run.thinking,
+            )
+            try:
+                result = self.runner.run_turn(request, ctx)
+            except RunCancelled:
+                return  # whoever cancelled (kill, timeout, shutdown) recorded the end
+            except Exception as exc:  # the runner failed: the run failed
+                if not ctx.cancelled:
+                    self._finish_quietly(run.run_id, "error", f"{type(exc).__name__}: {exc}")
+                return
+            if not ctx.cancelled:  # a late result after a kill or timeout is dropped
+                self._finish_quietly(run.run_id, "completed", result.text, usage=(result.input_tokens, result.output_tokens))
+
+        self.run_executor.start(
+            run.run_id, job, timeout=timeout,
+            on_timeout=lambda: self._finish_quietly(run.run_id, "timeout", None, actor_type="system"),
+        )
+
+    def _finish_quietly(self, run_id: str, outcome: str, text: str | None, **kwargs: Any) -> None:
+        try:
+            self.finish_run(run_id, outcome, text=text, **kwargs)
+        except SessionStateError:
+            log.info("run %s ended (%s) after its session went away", run_id, outcome)
+        except Exception:
+            log.exception("recording the end of run %s failed", run_id)
+
+    @locked
+    def finish_run(
+        self,
+        run_id: str,
+        outcome: str,
+        *,
+        text: str | None = None,
+        actor_type: str = "agent",
+        actor_id: str | None = None,
+        announce: bool = True,
+        usage: tuple[int, int] = (0, 0),
+    ) -> bool:
+        """Record the run's end once; ``False`` when it had already ended (or is gone).
+
+        ``outcome`` ``completed`` records ``run_completed``; ``error``/``timeout``/``cancelled``
+        record ``run_failed`` with that ``payload.outcome``.
+        """
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}")
+        run = self._runs.get(run_id)
+        if run is None or run.status != "running":
+            return False
+        now = self.clock()
+        failed = outcome != "completed"
+        with self.store.atomic():
+            if not self._runs.finish(run_id, FAILED if failed else COMPLETED, outcome if failed else None, text, now):
+                return False
+            if not failed and text:
+                self.append_message(
+                    run.child_key, "assistant", text, agent_id=run.child_agent_id,
+                    actor_id=run.child_key, input_tokens=usage[0], output_tokens=usage[1],
+                    provenance={"kind": "run_result", "runId": run_id},
+                )
+            summary = {"completed": "run completed", "error": "run failed", "timeout": "run timed out",
+                       "cancelled": "run cancelled"}[outcome]
+            self.record_event(
+                run.child_key, "run_failed" if failed else "run_completed", agent_id=run.child_agent_id,
+                actor_type=actor_type, actor_id=actor_id if actor_id is not None else (run.child_key if actor_type == "agent" else None),
+                run_id=run_id, summary=f"{summary} ({run_id})"[:200],
+                payload={"outcome": outcome} if failed else None,
+                dedupe_key=f"run-terminal:{run_id}",
+            )
+        if announce:
+            self._announce(run, outcome, text)
+        return True
+
+    def _announce(self, run: RunRecord, outcome: str, text: str | None) -> None:
+        requester = (run.requester_key, run.requester_agent_id)
+        if self.store.get_session(*requester) is None:
+            return  # the requester is gone: nobody to tell
+        meta = self._meta_of(requester)
+        route = (meta.last_channel, meta.last_to) if meta.last_channel else (run.announce_channel, run.announce_to)
+        try:
+            self.enqueue_system_event(run.requester_key, announce_text(run, outcome, text, route))
+        except UnknownSession:  # an unqualified requester key shared by several agents
+            return
+        if meta.yielded_at is not None:
+            # The requester ended its turn with sessions_yield to wait for this: wake it
+            # even when it is a sub-agent (R12 concerns stale notices, not results).
+            self._update_meta(requester, yielded_at=None)
+            self._wakes.wake(run.requester_key, f"subagent-result: {run.run_id}")
+
+    @locked
+    def kill_run(self, run_id: str, *, actor_id: str | None = None, announce: bool = False) -> bool:
+        """Cancel a running run: ``run_failed`` with outcome ``cancelled``. ``False`` if not running."""
+        ended = self.finish_run(run_id, "cancelled", actor_type="agent" if actor_id else "system",
+                                actor_id=actor_id, announce=announce)
+        ctx = self.run_executor.context(run_id)
+        if ctx is not None:
+            ctx.cancel("cancelled")
+        return ended
+
+    @locked
+    def steer_run(self, run_id: str, guidance: str, *, sender: str) -> bool:
+        """Deliver follow-up guidance into a running child (transcript + the live run)."""
+        run = self._runs.get(run_id)
+        if run is None or run.status != "running":
+            return False
+        with self.store.atomic():
+            self.append_message(
+                run.child_key, "user", guidance, agent_id=run.child_agent_id, actor_type="agent",
+                actor_id=sender, provenance={"kind": "steer", "sourceSessionKey": sender, "runId": run_id, "isUser": False},
+            )
+            self._runs.note_steered(run_id)
+        ctx = self.run_executor.context(run_id)
+        if ctx is not None:
+            ctx.steer(guidance)
+        return True
+
+    def wait_for_runs(self, timeout: float = 10.0) -> bool:
+        """Wait (without the lock) until no background job runs; ``False`` on timeout."""
+        return self.run_executor.wait_idle(timeout)
+
+    def stop_runs(self, timeout: float = 5.0) -> list[str]:
+        """Shutdown: cancel every run this database still has running (``run_failed``,
+        ``cancelled``, no announce), then wait for the jobs. Returns the runs it ended."""
+        with self._lock:
+            ended = [r.run_id for r in self._runs.active() if self.kill_run(r.run_id)]
+        for job in self.run_executor.active():
+            ctx = self.run_executor.context(job)
+            if ctx is not None:
+                ctx.cancel("shutdown")
+        self.run_executor.wait_idle(timeout)
+        return ended

@@ -1,0 +1,141 @@
+"""Per-session runtime metadata the session tools need beside the core registry.
+
+The core ``sessions`` table stays minimal (key, agent, kind, parent, label, times); what an
+agent runtime knows about a session (channel, model and its override, token counts, sandbox,
+spawn depth, the stored reply route) lives here, one optional row per session. A session
+without a row reads as the defaults (``MetaRecord.defaults``). A session delete drops the row
+through a trigger, inside the delete's own transaction, as ``upstream_links`` does.
+
+All SQL for this table lives in this module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+
+from sqlalchemy import DDL, event
+from sqlmodel import Field, SQLModel
+
+if TYPE_CHECKING:
+    from .sqlite import SqliteStore
+
+
+class SessionMetaRow(SQLModel, table=True):
+    __tablename__ = "session_meta"
+
+    session_key: str = Field(primary_key=True)
+    agent_id: str = Field(primary_key=True)
+    session_id: str = Field(unique=True)
+    channel: Optional[str] = None
+    model: Optional[str] = None
+    model_override: Optional[str] = None
+    thinking: Optional[str] = None
+    runtime: Optional[str] = None
+    sandboxed: bool = False
+    spawn_depth: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    last_channel: Optional[str] = None
+    last_to: Optional[str] = None
+    yielded_at: Optional[float] = None
+    last_activity_at: float
+
+
+event.listen(
+    SessionMetaRow.__table__,
+    "after_create",
+    DDL(
+        "CREATE TRIGGER IF NOT EXISTS trg_session_meta_session_deleted"
+        " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
+        " DELETE FROM session_meta WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
+        " END"
+    ),
+)
+
+
+class MetaRecord(NamedTuple):
+    session_key: str
+    agent_id: str
+    session_id: str | None
+    channel: str | None = None
+    model: str | None = None
+    model_override: str | None = None
+    thinking: str | None = None
+    runtime: str | None = None
+    sandboxed: bool = False
+    spawn_depth: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    last_channel: str | None = None
+    last_to: str | None = None
+    yielded_at: float | None = None
+    last_activity_at: float | None = None
+
+    @classmethod
+    def defaults(cls, key: str, agent_id: str) -> "MetaRecord":
+        return cls(key, agent_id, None)
+
+
+_COLUMNS = (
+    "session_key, agent_id, session_id, channel, model, model_override, thinking, runtime,"
+    " sandboxed, spawn_depth, input_tokens, output_tokens, last_channel, last_to, yielded_at,"
+    " last_activity_at"
+)
+GET_SQL = f"SELECT {_COLUMNS} FROM session_meta WHERE session_key = ? AND agent_id = ?"
+BY_ID_SQL = f"SELECT {_COLUMNS} FROM session_meta WHERE session_id = ?"
+ALL_SQL = f"SELECT {_COLUMNS} FROM session_meta"
+INSERT_SQL = f"INSERT INTO session_meta ({_COLUMNS}) VALUES ({', '.join('?' * 16)})"
+# Only these columns are ever updated after the insert; the names are never user input.
+UPDATABLE = frozenset({
+    "model_override", "input_tokens", "output_tokens", "last_channel", "last_to",
+    "yielded_at", "last_activity_at", "channel", "model",
+})
+ADD_USAGE_SQL = (
+    "UPDATE session_meta SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?"
+    " WHERE session_key = ? AND agent_id = ?"
+)
+
+
+def _record(row: tuple[Any, ...]) -> MetaRecord:
+    values = list(row)
+    values[8] = bool(values[8])
+    return MetaRecord(*values)
+
+
+class SessionMetaStore:
+    """Meta rows on the gateway's connection; callers hold the gateway lock."""
+
+    def __init__(self, store: "SqliteStore") -> None:
+        self.store = store
+
+    def get(self, key: str, agent_id: str) -> MetaRecord | None:
+        row = self.store.db.execute(GET_SQL, (key, agent_id)).fetchone()
+        return _record(row) if row else None
+
+    def by_session_id(self, session_id: str) -> MetaRecord | None:
+        row = self.store.db.execute(BY_ID_SQL, (session_id,)).fetchone()
+        return _record(row) if row else None
+
+    def all(self) -> dict[tuple[str, str], MetaRecord]:
+        return {(r[0], r[1]): _record(r) for r in self.store.db.execute(ALL_SQL).fetchall()}
+
+    def insert(self, record: MetaRecord) -> None:
+        values = list(record)
+        values[8] = int(values[8])
+        self.store.db.execute(INSERT_SQL, values)
+
+    def update(self, key: str, agent_id: str, **fields: Any) -> None:
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise ValueError(f"not updatable: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in sorted(fields))
+        self.store.db.execute(
+            f"UPDATE session_meta SET {assignments} WHERE session_key = ? AND agent_id = ?",
+            [fields[name] for name in sorted(fields)] + [key, agent_id],
+        )
+
+    def add_usage(self, key: str, agent_id: str, input_tokens: int, output_tokens: int) -> None:
+        self.store.db.execute(ADD_USAGE_SQL, (input_tokens, output_tokens, key, agent_id))
+
+    def dump(self) -> list[tuple[Any, ...]]:
+        return self.store.db.execute(f"SELECT * FROM session_meta ORDER BY session_key, agent_id").fetchall()

@@ -1,0 +1,160 @@
+"""Session transcripts: messages with role, text, provenance and tool calls/results.
+
+One row per message, in one AUTOINCREMENT order across sessions (a session's ``id`` values
+are increasing, which is all the tools need). JSON columns hold the structured parts. A
+session delete drops its messages through a trigger, inside the delete's transaction.
+
+All SQL for transcripts lives in this module.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+
+from sqlalchemy import DDL, Column, Index, Integer, event
+from sqlmodel import Field, SQLModel
+
+if TYPE_CHECKING:
+    from .sqlite import SqliteStore
+
+
+class MessageRow(SQLModel, table=True):
+    __tablename__ = "session_messages"
+    __table_args__ = (
+        Index("ix_messages_session", "session_key", "agent_id", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Optional[int] = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    session_key: str
+    agent_id: str
+    role: str  # user, assistant, tool, system
+    text: str
+    actor_type: str  # human, agent, system
+    actor_id: Optional[str] = None
+    provenance: Optional[str] = None  # JSON object
+    tool_calls: Optional[str] = None  # JSON array
+    tool_result: Optional[str] = None  # JSON value
+    input_tokens: int = 0
+    output_tokens: int = 0
+    created_at: float
+
+
+event.listen(
+    MessageRow.__table__,
+    "after_create",
+    DDL(
+        "CREATE TRIGGER IF NOT EXISTS trg_session_messages_session_deleted"
+        " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
+        " DELETE FROM session_messages WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
+        " END"
+    ),
+)
+
+
+class MessageRecord(NamedTuple):
+    id: int
+    session_key: str
+    agent_id: str
+    role: str
+    text: str
+    actor_type: str
+    actor_id: str | None
+    provenance: dict[str, Any] | None
+    tool_calls: list[Any] | None
+    tool_result: Any
+    input_tokens: int
+    output_tokens: int
+    created_at: float
+
+
+_COLUMNS = (
+    "id, session_key, agent_id, role, text, actor_type, actor_id, provenance, tool_calls,"
+    " tool_result, input_tokens, output_tokens, created_at"
+)
+INSERT_SQL = (
+    "INSERT INTO session_messages (session_key, agent_id, role, text, actor_type, actor_id,"
+    " provenance, tool_calls, tool_result, input_tokens, output_tokens, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+)
+# The newest `limit` rows, returned oldest first.
+RECENT_SQL = (
+    f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM session_messages"
+    " WHERE session_key = ? AND agent_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id"
+)
+RECENT_ROLE_SQL = (
+    "SELECT text FROM (SELECT id, text FROM session_messages"
+    " WHERE session_key = ? AND agent_id = ? AND role = ? ORDER BY id DESC LIMIT ?) ORDER BY id"
+)
+FIRST_ROLE_SQL = (
+    "SELECT text FROM session_messages WHERE session_key = ? AND agent_id = ? AND role = ?"
+    " ORDER BY id LIMIT 1"
+)
+STATS_SQL = (
+    "SELECT count(*), max(created_at) FROM session_messages WHERE session_key = ? AND agent_id = ?"
+)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _record(row: tuple[Any, ...]) -> MessageRecord:
+    return MessageRecord(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], _load(row[7]), _load(row[8]),
+        _load(row[9]), int(row[10]), int(row[11]), float(row[12]),
+    )
+
+
+class TranscriptStore:
+    """Message rows on the gateway's connection; callers hold the gateway lock."""
+
+    def __init__(self, store: "SqliteStore") -> None:
+        self.store = store
+
+    def append(
+        self,
+        key: str,
+        agent_id: str,
+        role: str,
+        text: str,
+        *,
+        actor_type: str,
+        actor_id: str | None,
+        provenance: dict[str, Any] | None,
+        tool_calls: list[Any] | None,
+        tool_result: Any,
+        input_tokens: int,
+        output_tokens: int,
+        created_at: float,
+    ) -> int:
+        row = self.store.db.execute(
+            INSERT_SQL,
+            (key, agent_id, role, text, actor_type, actor_id, _dump(provenance), _dump(tool_calls),
+             _dump(tool_result), input_tokens, output_tokens, created_at),
+        ).fetchone()
+        return int(row[0])
+
+    def recent(self, key: str, agent_id: str, limit: int) -> list[MessageRecord]:
+        rows = self.store.db.execute(RECENT_SQL, (key, agent_id, limit)).fetchall()
+        return [_record(r) for r in rows]
+
+    def recent_texts(self, key: str, agent_id: str, role: str, limit: int) -> list[str]:
+        rows = self.store.db.execute(RECENT_ROLE_SQL, (key, agent_id, role, limit)).fetchall()
+        return [r[0] for r in rows]
+
+    def first_text(self, key: str, agent_id: str, role: str) -> str | None:
+        row = self.store.db.execute(FIRST_ROLE_SQL, (key, agent_id, role)).fetchone()
+        return row[0] if row else None
+
+    def stats(self, key: str, agent_id: str) -> tuple[int, float | None]:
+        count, last = self.store.db.execute(STATS_SQL, (key, agent_id)).fetchone()
+        return int(count), last
+
+    def dump(self) -> list[tuple[Any, ...]]:
+        return self.store.db.execute("SELECT * FROM session_messages ORDER BY id").fetchall()

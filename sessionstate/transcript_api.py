@@ -1,0 +1,139 @@
+"""Gateway methods for transcripts: append messages, human turns, recent user messages.
+
+Mixed into ``Gateway``. Transcripts live in the database (``store/transcripts.py``); the
+signal log never holds message content, so a human turn writes both: the message here and a
+``human_direct_message`` event (metadata and a one-line summary) through ``record_event``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import InvalidArgument
+from .locking import locked
+from .store.transcripts import MessageRecord, TranscriptStore
+from .validation import check_actor_type
+
+if TYPE_CHECKING:
+    from .store import SqliteStore
+    from .store.session_meta import MetaRecord, SessionMetaStore
+
+Target = tuple[str, str]
+ROLES = ("user", "assistant", "tool", "system")
+MAX_MESSAGE_CHARS = 1_000_000
+DEFAULT_ACTOR = {"user": "human", "assistant": "agent", "tool": "agent", "system": "system"}
+
+
+def message_json(record: MessageRecord) -> dict[str, Any]:
+    """A transcript row as ``sessions_history`` rows look before sanitising."""
+    row: dict[str, Any] = {"role": record.role, "text": record.text, "id": record.id}
+    if record.provenance is not None:
+        row["provenance"] = record.provenance
+    if record.tool_calls is not None:
+        row["toolCalls"] = record.tool_calls
+    if record.tool_result is not None:
+        row["toolResult"] = record.tool_result
+    return row
+
+
+class TranscriptMixin:
+    store: "SqliteStore"
+    clock: Callable[[], float]
+    _lock: threading.RLock
+    _resolve: Callable[[Any, Any], Target]
+    _ensure_meta: Callable[[Target], "MetaRecord"]
+    _meta: "SessionMetaStore"
+    record_event: Callable[..., int | None]
+    set_route: Callable[..., None]
+
+    @property
+    def _transcripts(self) -> TranscriptStore:
+        return TranscriptStore(self.store)
+
+    @locked
+    def append_message(
+        self,
+        session_key: str,
+        role: str,
+        text: str,
+        *,
+        agent_id: str | None = None,
+        actor_type: str | None = None,
+        actor_id: str | None = None,
+        provenance: dict[str, Any] | None = None,
+        tool_calls: list[Any] | None = None,
+        tool_result: Any = None,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> int:
+        """Append one transcript message; returns its id. Usage adds to the session's counters."""
+        target = self._resolve(session_key, agent_id)
+        if role not in ROLES:
+            raise InvalidArgument(f"role must be one of {list(ROLES)}")
+        if not isinstance(text, str) or len(text) > MAX_MESSAGE_CHARS:
+            raise InvalidArgument(f"text must be a string of at most {MAX_MESSAGE_CHARS} characters")
+        actor_type = check_actor_type(actor_type or DEFAULT_ACTOR[role])
+        if provenance is not None and not isinstance(provenance, dict):
+            raise InvalidArgument("provenance must be an object")
+        if tool_calls is not None and not isinstance(tool_calls, list):
+            raise InvalidArgument("tool_calls must be a list")
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgument(f"{name} must be a non-negative integer")
+        now = self.clock()
+        with self.store.atomic():
+            self._ensure_meta(target)
+            message_id = self._transcripts.append(
+                *target, role, text, actor_type=actor_type, actor_id=actor_id, provenance=provenance,
+                tool_calls=tool_calls, tool_result=tool_result, input_tokens=input_tokens,
+                output_tokens=output_tokens, created_at=now,
+            )
+            self._meta.update(*target, last_activity_at=now)
+            if input_tokens or output_tokens:
+                self._meta.add_usage(*target, input_tokens, output_tokens)
+        return message_id
+
+    @locked
+    def human_message(
+        self,
+        session_key: str,
+        text: str,
+        *,
+        channel: str | None = None,
+        sender: str | None = None,
+        agent_id: str | None = None,
+    ) -> int | None:
+        """A human's turn typed straight into the session: transcript row, stored reply route,
+        and a ``human_direct_message`` event (watchers get one notice). Returns its sequence."""
+        target = self._resolve(session_key, agent_id)
+        with self.store.atomic():  # route and message together; the event after the commit (R9)
+            if channel is not None:
+                self.set_route(target[0], channel, sender, agent_id=target[1])
+            self.append_message(
+                target[0], "user", text, agent_id=target[1], actor_type="human",
+                provenance={"kind": "human", "isUser": True, "channel": channel},
+            )
+        via = f" via {channel}" if channel else ""
+        payload = {"channel": channel, "turns": 1} if channel else {"turns": 1}
+        return self.record_event(
+            target[0], "human_direct_message", agent_id=target[1], actor_type="human",
+            summary=f"human message{via}"[:200], payload=payload,
+        )
+
+    @locked
+    def recent_user_messages(self, session_key: str, limit: int = 10, *, agent_id: str | None = None) -> list[str]:
+        """The newest ``limit`` user-role messages the gateway put into the session, oldest
+        first, exactly as delivered (inter-session headers included): the upstream monitor's
+        self-echo check compares external prompts with these."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidArgument("limit must be a non-negative integer")
+        target = self._resolve(session_key, agent_id)
+        return self._transcripts.recent_texts(*target, "user", limit)
+
+    @locked
+    def transcript(self, session_key: str, *, limit: int = 1000, agent_id: str | None = None) -> list[MessageRecord]:
+        """The newest ``limit`` messages, oldest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidArgument("limit must be a non-negative integer")
+        return self._transcripts.recent(*self._resolve(session_key, agent_id), limit)
