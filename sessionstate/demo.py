@@ -53,6 +53,44 @@ def _json(data: Any, *, keep_events: int = 4) -> None:
         print(f"     {line}")
 
 
+def _adopted_session_step(gw: Gateway, number: int) -> None:
+    """An external Claude Code session is adopted; a human types into it upstream."""
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    from .upstream.adoption import Adopter, adopted_key
+    from .upstream.catalog import ClaudeJsonlSource, SessionCatalog
+    from .upstream.monitor import UpstreamMonitor
+    from .upstream.providers import ClaudeJsonlProvider
+
+    _heading(number, "An external Claude Code session is adopted; a human types into it upstream")
+    thread = "d3m0c0de-0000-4000-8000-000000000001"
+    with tempfile.TemporaryDirectory() as tmp:
+        transcript = Path(tmp) / "-home-dev-gateway" / f"{thread}.jsonl"
+        transcript.parent.mkdir()
+
+        def line(kind: str, content: str) -> str:
+            return json.dumps({"type": kind, "uuid": str(uuid.uuid4()), "sessionId": thread, "userType": "external",
+                               "message": {"role": kind, "content": content}}) + "\n"
+
+        transcript.write_text(line("user", "refactor the store") + line("assistant", "done"), encoding="utf-8")
+        providers = {"claude-jsonl": ClaudeJsonlProvider(tmp)}
+        (entry,) = SessionCatalog([ClaudeJsonlSource(tmp)]).list().entries
+        print(f"   catalog: {entry.provider} thread {entry.thread_id}")
+        if gw.session_exists(adopted_key(entry)):  # a previous run's adoption
+            gw.delete_session(adopted_key(entry))
+        adopted = Adopter(gw, providers).adopt(entry, watcher=MANAGER)
+        since = gw.state_version(adopted.session_key)
+        print(f"   adopted as {adopted.session_key} (link generation {adopted.generation}); the manager watches it")
+        monitor = UpstreamMonitor(gw, providers)
+        with transcript.open("a", encoding="utf-8") as handle:
+            handle.write(line("user", "hold on, use the staging database"))
+        print(f"   monitor tick: {monitor.tick()}")
+        _lines("manager's queue", gw.drain_system_events(MANAGER))
+        _json(gw.session_status(adopted.session_key, changes_since=since))
+
+
 def run_demo(db: str | None) -> int:
     url = normalize_url(db)
     clock = DemoClock()
@@ -109,7 +147,9 @@ def run_demo(db: str | None) -> int:
     noticed_since = gw.cursor_positions(MANAGER, WORKER).last_seen
     gw.drain_system_events(MANAGER)
 
-    _heading(5, "Thirty-one days pass; pruning opens an exact history gap")
+    _adopted_session_step(gw, 5)
+
+    _heading(6, "Thirty-one days pass; pruning opens an exact history gap")
     clock.offset += 31 * DAY_SECONDS
     counts = gw.prune()
     print(f"   pruned: {counts}")
