@@ -28,7 +28,7 @@ from .keys import (
     resolve_agent_id,
 )
 from .notices import SystemEventQueue, notice_text
-from .statemachine import NOTIFYING_KINDS, Positions, fire
+from .statemachine import NOTIFYING_KINDS, Positions, derive_state, fire
 from .statemachine.machine import states_written_by
 from .statemachine.table import (
     CAUGHT_UP,
@@ -37,6 +37,7 @@ from .statemachine.table import (
     DRAIN,
     EXPIRE,
     MATERIAL_EVENT,
+    PENDING_STATES,
     RESET_WATCHER,
     RESTART_SWEEP,
     SEED,
@@ -399,23 +400,35 @@ class Gateway(AgentRuntimeMixin):
             self._resolve_any_agent(session_key)
             return []
         # A non-empty queue proves the session exists: deleting a session clears its queue.
-        acks = [(session_key, e.target, None) for e in entries if e.target is not None]
+        delivered: list[str] = []
         follow_ups: list[tuple[str, Target, int]] = []
-        if acks:
+        if any(e.target is not None for e in entries):
+            now = self.clock()
             with self.store.atomic():
-                steps = self._fire_pairs(acks, DRAIN, None, self.clock(), load=True)
-            follow_ups = [
-                (session_key, pair[1], step.notice_since)
-                for pair, step in zip(acks, steps)
-                if step.notice_since is not None
-            ]
+                for entry in entries:
+                    if entry.target is None:
+                        delivered.append(entry.text)
+                        continue
+                    record = self.store.cursor(session_key, *entry.target)
+                    positions = Positions(*record.positions) if record else None
+                    if derive_state(positions) not in PENDING_STATES:
+                        continue  # R17: another process acknowledged or removed it: stale
+                    # R17: the durable cursor decides the text (equal to the queued one unless
+                    # another process moved last_seen).
+                    delivered.append(notice_text(entry.target[0], positions.last_seen))  # type: ignore[union-attr]
+                    (step,) = self._fire_pairs([(session_key, entry.target, positions)], DRAIN, None, now)
+                    if step.notice_since is not None:
+                        follow_ups.append((session_key, entry.target, step.notice_since))
+        else:
+            delivered = [e.text for e in entries]
         self.queue.remove(session_key, [e.text for e in entries])
         self._queue_notices(follow_ups)
-        return [e.text for e in entries]
+        return delivered
 
     @_locked
     def pending_system_events(self, session_key: str) -> list[str]:
         """What the next drain would return, without acknowledging anything."""
+        check_key(session_key)
         return [e.text for e in self.queue.peek(session_key)]
 
     @_locked
@@ -512,6 +525,7 @@ class Gateway(AgentRuntimeMixin):
     @_locked
     def cursor_positions(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> Positions | None:
         """The pair's effective positions (``None`` when unwatched)."""
+        check_key(watcher_key, "watcher key")
         target = self._resolve(target_key, target_agent_id)
         record = self.store.cursor(watcher_key, *target)
         return Positions(*record.positions) if record else None
