@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sessionstate.errors import InvalidArgument, SessionExists
+from sessionstate.upstream.adoption import Adopter
 from sessionstate.upstream.catalog import CatalogEntry
 from sessionstate.upstream.monitor import MISSES_BEFORE_DROP, UpstreamMonitor
 from sessionstate.upstream.providers import CheckResult, UpstreamProvider
@@ -454,8 +455,7 @@ class _Missing(UpstreamProvider):
 
 
 def test_a_source_missing_at_adoption_counts_misses_from_the_first_tick(world: World) -> None:
-    adoption = world.adopter().__class__(world.gw, {"gone": _Missing()}).adopt(
-        CatalogEntry("gone", "t1"), watcher=MANAGER)
+    adoption = Adopter(world.gw, {"gone": _Missing()}).adopt(CatalogEntry("gone", "t1"), watcher=MANAGER)
     assert not adoption.primed
     monitor = UpstreamMonitor(world.gw, {"gone": _Missing()})
     reports = [monitor.tick() for _ in range(MISSES_BEFORE_DROP)]
