@@ -29,13 +29,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
-    "sessionstate/statemachine/effects.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
-    "sessionstate/statemachine/machine.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
-    "sessionstate/statemachine/positions.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
-    "sessionstate/statemachine/table.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
+    "sessionstate/statemachine/effects.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
+                                            "tests/verify/test_mutation_killers.py"],
+    "sessionstate/statemachine/machine.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
+                                            "tests/verify/test_mutation_killers.py"],
+    "sessionstate/statemachine/positions.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
+                                            "tests/verify/test_mutation_killers.py"],
+    "sessionstate/statemachine/table.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
+                                            "tests/verify/test_mutation_killers.py"],
     "sessionstate/store/sqlite.py": ["tests/store", "tests/gateway/test_rules.py", "tests/gateway/test_bad_input.py",
-                                     "tests/verify/test_modelcheck.py::test_sampled_traces_replay_equal_on_the_real_store"],
-    "sessionstate/store/schema.py": ["tests/store", "tests/gateway/test_rules.py"],
+                                     "tests/verify/test_modelcheck.py::test_sampled_traces_replay_equal_on_the_real_store",
+                                     "tests/verify/test_mutation_killers.py", "tests/verify/test_trials.py::test_two_processes_append_500_events_each"],
+    "sessionstate/store/schema.py": ["tests/store", "tests/gateway/test_rules.py", "tests/verify/test_mutation_killers.py"],
 }
 SWAPS: dict[type, type] = {
     ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
@@ -149,9 +154,13 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=180)
     parser.add_argument("--only", action="append", default=None, help="a target path (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write every mutant's result here")
+    parser.add_argument("--rerun", type=Path, default=None, help="rerun only the survivors listed in a previous --json")
     args = parser.parse_args()
     targets = {p: t for p, t in TARGETS.items() if not args.only or p in args.only}
     work = [(path, i) for path in targets for i in range(count_sites((ROOT / path).read_text()))]
+    if args.rerun is not None:
+        previous = json.loads(args.rerun.read_text())
+        work = [(r["file"], r["index"]) for r in previous if r["outcome"] == "survived" and r["file"] in targets]
     copies = [make_copy() for _ in range(args.jobs)]
     free = list(copies)
     results: list[dict] = []
