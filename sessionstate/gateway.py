@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import functools
 import logging
+from contextlib import contextmanager
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, ParamSpec, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, ParamSpec, Sequence, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -130,6 +131,8 @@ class Gateway(AgentRuntimeMixin):
         self.queue = SystemEventQueue()
         self._wakes = WakeCoalescer(on_wake, self.clock)
         self._lock = threading.RLock()
+        self._transaction_depth = 0
+        self._deferred_notices: list[tuple[str, Target, int]] = []
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
 
@@ -159,6 +162,36 @@ class Gateway(AgentRuntimeMixin):
         if not self.closed:
             self.closed = True
             self.store.close()
+
+    @contextmanager
+    def locked(self) -> Iterator[SqliteStore]:
+        """Hold the gateway's call lock: for extensions that read through the shared store."""
+        with self._lock:
+            yield self.store
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteStore]:
+        """One transaction around several gateway calls and an extension's own writes.
+
+        Holds the call lock; ``record_event``/``record_events`` inside it join the transaction
+        and their notices are queued only after the outermost commit (R9), or dropped with a
+        rollback. Yields the store so that an extension's own table module can write in it.
+        """
+        with self._lock:
+            outermost = self._transaction_depth == 0
+            self._transaction_depth += 1
+            try:
+                with self.store.atomic():
+                    yield self.store
+            except BaseException:
+                if outermost:
+                    self._deferred_notices.clear()
+                raise
+            finally:
+                self._transaction_depth -= 1
+            if outermost:
+                notices, self._deferred_notices = self._deferred_notices, []
+                self._queue_notices(notices)
 
     def __enter__(self) -> "Gateway":
         return self
@@ -591,6 +624,9 @@ class Gateway(AgentRuntimeMixin):
         ]
 
     def _queue_notices(self, notices: Iterable[tuple[str, Target, int]]) -> None:
+        if self._transaction_depth:  # inside transaction(): wait for its commit (R9)
+            self._deferred_notices.extend(notices)
+            return
         for watcher, target, since in notices:
             if self.queue.enqueue(watcher, notice_text(target[0], since), target):
                 self.stats["notices_enqueued"] += 1

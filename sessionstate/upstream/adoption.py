@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from sessionstate.errors import InvalidArgument, SessionExists, UnknownSession
 from sessionstate.keys import DEFAULT_AGENT_ID, check_key, resolve_agent_id
 from sessionstate.upstream.catalog import CatalogEntry
-from sessionstate.upstream.linking import PRIME_MAX_ROUNDS, gateway_lock, link_store, prime
+from sessionstate.upstream.linking import PRIME_MAX_ROUNDS, link_store, prime
 from sessionstate.upstream.providers.base import CheckStatus, UpstreamProvider
 
 if TYPE_CHECKING:
@@ -69,21 +69,20 @@ class Adopter:
         key = check_key(session_key or adopted_key(entry, agent_id))
         agent = resolve_agent_id(key, agent_id) or DEFAULT_AGENT_ID
         provider = self._provider(entry)
-        with gateway_lock(self.gw):
+        with self.gw.locked():
             self._refuse_other_link(entry, (key, agent))
             if self.gw.session_exists(key, agent):
                 raise SessionExists(f"session {key!r} already exists; continue it instead of adopting again")
         marker, primed = self._prime(provider, entry)  # provider I/O outside the lock
-        with gateway_lock(self.gw):
+        with self.gw.transaction():
             self._refuse_other_link(entry, (key, agent))
             now = self.gw.clock()
-            with self.gw.store.atomic():
-                self.gw.create_session(key, agent_id=agent)
-                self._record_adopted(key, agent, f"adopted from {entry.provider}", entry)
-                generation = self.links.replace(
-                    key, agent, provider=entry.provider, host=entry.host, thread_id=entry.thread_id,
-                    marker=marker, primed=primed, now=now,
-                )
+            self.gw.create_session(key, agent_id=agent)
+            self._record_adopted(key, agent, f"adopted from {entry.provider}", entry)
+            generation = self.links.replace(
+                key, agent, provider=entry.provider, host=entry.host, thread_id=entry.thread_id,
+                marker=marker, primed=primed, now=now,
+            )
         watched = self.gw.watch(watcher, key, target_agent_id=agent) if watcher else None
         return Adoption(key, agent, generation, primed, True, watched)
 
@@ -98,20 +97,19 @@ class Adopter:
         """Link an existing session to ``entry`` again, as a new generation."""
         check_key(session_key)
         provider = self._provider(entry)
-        with gateway_lock(self.gw):
+        with self.gw.locked():
             target = self._target(session_key, agent_id)
             self._refuse_other_link(entry, target)
         marker, primed = self._prime(provider, entry)
-        with gateway_lock(self.gw):
+        with self.gw.transaction():
             target = self._target(session_key, agent_id)  # it may have gone meanwhile
             self._refuse_other_link(entry, target)
             now = self.gw.clock()
-            with self.gw.store.atomic():
-                generation = self.links.replace(
-                    target[0], target[1], provider=entry.provider, host=entry.host,
-                    thread_id=entry.thread_id, marker=marker, primed=primed, now=now,
-                )
-                self._record_adopted(target[0], target[1], f"continued from {entry.provider}", entry)
+            generation = self.links.replace(
+                target[0], target[1], provider=entry.provider, host=entry.host,
+                thread_id=entry.thread_id, marker=marker, primed=primed, now=now,
+            )
+            self._record_adopted(target[0], target[1], f"continued from {entry.provider}", entry)
         watched = self.gw.watch(watcher, target[0], target_agent_id=target[1]) if watcher else None
         return Adoption(target[0], target[1], generation, primed, False, watched)
 

@@ -1,4 +1,4 @@
-"""Shared by adoption and the monitor: the gateway's lock, the link store, priming.
+"""Shared by adoption and the monitor: the link store and priming.
 
 Priming moves a fresh link's marker to the thread's current end without recording anything:
 what happened upstream before adoption is history, not activity. A provider reads a bounded
@@ -9,7 +9,6 @@ monitor finishes priming on later ticks.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,16 +19,6 @@ if TYPE_CHECKING:
     from sessionstate.gateway import Gateway
 
 PRIME_MAX_ROUNDS = 64
-
-
-def gateway_lock(gw: "Gateway") -> threading.RLock:
-    """The gateway's (reentrant) call lock.
-
-    Link reads and writes share the gateway's one SQLite connection and must not interleave
-    with its public calls, and a link write plus its events form one transaction; the
-    gateway exposes no public transaction API, so its lock is borrowed here, in one place.
-    """
-    return gw._lock  # noqa: SLF001
 
 
 def link_store(gw: "Gateway") -> UpstreamLinkStore:

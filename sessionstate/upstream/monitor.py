@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessionstate.store.upstream_links import UpstreamLink
 from sessionstate.upstream.echo import drop_self_echoes
-from sessionstate.upstream.linking import PRIME_MAX_ROUNDS, gateway_lock, link_store, prime
+from sessionstate.upstream.linking import PRIME_MAX_ROUNDS, link_store, prime
 from sessionstate.upstream.providers.base import CheckStatus, UpstreamActivity, UpstreamProvider
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class UpstreamMonitor:
         report = TickReport()
         with self._tick_lock:
             try:
-                with gateway_lock(self.gw):
+                with self.gw.locked():
                     links = self.links.watched()
             except Exception:
                 log.exception("upstream monitor: reading links failed")
@@ -155,7 +155,7 @@ class UpstreamMonitor:
         """Run ``body`` in one transaction and return its result; ``False`` from it means the
         compare-and-set was lost: rolled back, counted, ``None`` returned."""
         try:
-            with gateway_lock(self.gw), self.gw.store.atomic():
+            with self.gw.transaction():
                 result = body()
                 if result is False:
                     raise _Stale

@@ -365,3 +365,22 @@ def test_record_events_storage_failure_rolls_back_the_burst(gw, monkeypatch):
     assert gw.store.dump() == before
     assert gw.pending_system_events(MANAGER) == []
     assert gw.stats["append_failures"] == 2
+
+
+def test_r9_transaction_defers_notices_to_the_outermost_commit(gw):
+    with gw.transaction():
+        human(gw)
+        assert gw.pending_system_events(MANAGER) == []  # not yet committed
+    assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
+
+
+def test_r9_transaction_rollback_drops_events_and_notices(gw):
+    before = gw.store.dump()
+    with pytest.raises(RuntimeError):
+        with gw.transaction():
+            human(gw)
+            raise RuntimeError("the extension's own write failed")
+    assert gw.store.dump() == before
+    assert gw.pending_system_events(MANAGER) == []
+    human(gw)  # the gateway is usable afterwards and queues normally
+    assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
