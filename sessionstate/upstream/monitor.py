@@ -40,7 +40,7 @@ RecentUserMessages = Callable[[str], Sequence[str]]
 
 
 def no_recent_user_messages(session_key: str) -> Sequence[str]:
-    """Default until the transcript store is wired in: no gateway-side messages known."""
+    """For embedders whose gateway keeps no transcripts: no gateway-side messages known."""
     return ()
 
 
@@ -74,7 +74,7 @@ class UpstreamMonitor:
         gw: "Gateway",
         providers: Mapping[str, UpstreamProvider],
         *,
-        recent_user_messages: RecentUserMessages = no_recent_user_messages,
+        recent_user_messages: RecentUserMessages | None = None,
         interval: float = DEFAULT_INTERVAL_SECONDS,
         prime_rounds: int = PRIME_MAX_ROUNDS,
     ) -> None:
@@ -82,7 +82,8 @@ class UpstreamMonitor:
             raise ValueError("interval must be positive")
         self.gw = gw
         self.providers = providers
-        self.recent_user_messages = recent_user_messages
+        # Default: the gateway's own transcript (its 10 latest user-role messages).
+        self.recent_user_messages = recent_user_messages or gw.recent_user_messages
         self.interval = interval
         self.prime_rounds = prime_rounds
         self.links = link_store(gw)

@@ -460,3 +460,16 @@ def test_a_source_missing_at_adoption_counts_misses_from_the_first_tick(world: W
     monitor = UpstreamMonitor(world.gw, {"gone": _Missing()})
     reports = [monitor.tick() for _ in range(MISSES_BEFORE_DROP)]
     assert [r.missing_emitted for r in reports] == [0, 0, 1]
+
+
+def test_default_echo_source_is_the_gateways_transcript(world: World) -> None:
+    """Without an explicit source, a prompt the gateway itself delivered (its transcript) and
+    the external tool then shows upstream is an echo, not a human turn."""
+    world.transcript(THREAD)
+    key = world.adopt_jsonl(THREAD)
+    world.gw.append_message(key, "user", "Deploy the  branch\nto staging")
+    world.human(THREAD, "deploy the branch to STAGING")
+    typed = world.human(THREAD, "actually wait")
+    report = UpstreamMonitor(world.gw, world.providers).tick()
+    assert (report.echoes_suppressed, report.activities_recorded) == (1, 1)
+    assert world.dedupe_keys(key) == [f"upstream:claude-jsonl:{THREAD}:{typed}"]
