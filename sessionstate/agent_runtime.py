@@ -3,7 +3,8 @@ transcripts, producers and runs, as one mixin (each part in its own module)."""
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, Callable
 
 from .errors import InvalidArgument
 from .producers import ProducersMixin
@@ -23,8 +24,20 @@ class AgentRuntimeMixin(RegistryMixin, TranscriptMixin, ProducersMixin, RunsMixi
 
     __dict__: dict[str, Any]
 
-    def configure_tools(self, policy: ToolPolicy | None = None, *, runner: AgentRunner | None = None) -> None:
-        """Set the tool policy and/or the runner (defaults: ``ToolPolicy()``, ``ScriptedRunner()``)."""
+    def configure_tools(
+        self,
+        policy: ToolPolicy | None = None,
+        *,
+        runner: AgentRunner | None = None,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        """Set the tool policy, the runner and/or the id factory (defaults: ``ToolPolicy()``,
+        ``ScriptedRunner()``, 12 random hex digits). Ids name runs, exchanges and child keys;
+        tests pass a counter to make them deterministic."""
+        if id_factory is not None:
+            if not callable(id_factory):
+                raise InvalidArgument("id_factory must be callable")
+            self.__dict__["_id_factory"] = id_factory
         if policy is not None:
             if not isinstance(policy, ToolPolicy):
                 raise InvalidArgument("policy must be a ToolPolicy")
@@ -45,3 +58,8 @@ class AgentRuntimeMixin(RegistryMixin, TranscriptMixin, ProducersMixin, RunsMixi
         if runner is None:
             runner = self.__dict__.setdefault("_runner", ScriptedRunner())
         return runner  # type: ignore[no-any-return]
+
+    def new_id(self) -> str:
+        """A fresh token for run ids, exchange ids and child session keys."""
+        factory = self.__dict__.get("_id_factory")
+        return str(factory()) if factory is not None else uuid.uuid4().hex[:12]

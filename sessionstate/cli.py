@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     diagram = commands.add_parser("diagram", help="the protocol's state diagram, generated from the machine")
     diagram.add_argument("--write", type=Path, default=None, metavar="FILE", help="write Markdown to FILE")
 
+    schemas = commands.add_parser("schemas", help="the session tools' JSON Schemas (what agents are handed)")
+    schemas.add_argument("--write", type=Path, default=None, metavar="DIR", help="write <tool>.json files into DIR")
+
     check = commands.add_parser("check", help="model check, fuzz, crash and concurrency trials (exit 1 on failure)")
     from .verify.runner import add_arguments as add_check_arguments
 
@@ -48,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.db)
         if args.command == "status":
             return _status(args)
+        if args.command == "schemas":
+            return _schemas(args)
         if args.command == "check":
             from .verify.runner import run_check
 
@@ -76,6 +81,17 @@ def _status(args: argparse.Namespace) -> int:
             print(f"  {event['sequence']:>8}  {event['occurredAt']}  {event['kind']:<22} {event['actorType']}{actor}: {event['summary']}")
         if changes["truncated"]:
             print(f"  ... more after {changes['events'][-1]['sequence']}")
+    return 0
+
+
+def _schemas(args: argparse.Namespace) -> int:
+    from .tools.schemas import TOOL_SCHEMAS, export_schemas
+
+    if args.write is None:
+        print(json.dumps(TOOL_SCHEMAS, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        for path in export_schemas(args.write):
+            print(f"wrote {path}")
     return 0
 
 

@@ -91,6 +91,51 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
         _json(gw.session_status(adopted.session_key, changes_since=since))
 
 
+def _tools_step(gw: Gateway, number: int) -> None:
+    """The agent-facing tools: spawn, send with watch and a reply-back loop, kill, announce."""
+    from .runner import Rule, ScriptedRunner
+    from .tools.policy import ToolPolicy
+
+    _heading(number, "The session tools: spawn two children, a peer sends with watch:true, kill one, announce")
+    peer = "agent:main:peer"
+    children = [f"agent:main:subagent:demo-tool-{i}" for i in (1, 2)]
+    for key in (*children, peer):  # a previous run's sessions
+        if gw.session_exists(key):
+            gw.delete_session(key)
+    ids = iter(f"demo-tool-{i}" for i in range(1, 100))
+    runner = ScriptedRunner([
+        Rule(children[0], "task", ["3 warnings in the logs"]),
+        Rule(children[1], "task", ["never"], delay=60),
+        Rule(MANAGER, "reply", ["on it: two children running"]),
+        Rule(peer, "reply_back", ["ping me when the survey is in"]),
+        Rule(MANAGER, "reply_back", ["REPLY_SKIP"]),
+    ])
+    gw.configure_tools(ToolPolicy(visibility="agent"), runner=runner, id_factory=lambda: next(ids))
+    gw.register_session(peer, channel="slack")
+    gw.set_route(MANAGER, "telegram", "ops-chat")
+    survey = gw.call_tool(MANAGER, "sessions_spawn", {"task": "survey the logs", "label": "surveyor"})
+    slow = gw.call_tool(MANAGER, "sessions_spawn", {"task": "rewrite everything", "label": "rewriter"})
+    print(f"   sessions_spawn -> {json.dumps({k: survey[k] for k in ('status', 'runId', 'childSessionKey')})}")
+    gw.run_executor.wait_for(survey["runId"])
+    sent = gw.call_tool(peer, "sessions_send", {"sessionKey": "main", "message": "how is the survey going?",
+                                                "timeoutSeconds": 5, "watch": True})
+    print(f"   sessions_send (peer -> manager, watch) -> {json.dumps(sent)}")
+    gw.run_executor.wait_for(sent["runId"])
+    for message in gw.transcript(MANAGER)[-3:]:
+        print(f"     | manager transcript {message.role}: {' / '.join(message.text.splitlines())}")
+    killed = gw.call_tool(MANAGER, "subagents", {"action": "kill", "target": slow["runId"]})
+    print(f"   subagents kill -> {json.dumps(killed)}")
+    listed = gw.call_tool(MANAGER, "subagents", {"action": "list"})
+    for run in listed["recent"]:
+        print(f"     | run {run['runId']} {run['label']}: {run['status']} {run.get('outcome', '')}")
+    _lines("manager's queue (the announce, on its stored route)", gw.drain_system_events(MANAGER))
+    rows = gw.call_tool(MANAGER, "sessions_list", {"includePreview": True})["sessions"]
+    for row in rows:
+        print(f"     | {row['key']:<36} {row['kind']:<8} v{row.get('stateVersion', '-')}  {row.get('preview') or ''}")
+    gw.human_message(MANAGER, "a human steps in on telegram", channel="telegram", sender="ops-chat")
+    _lines("the peer watches the manager now; its queue", gw.drain_system_events(peer))
+
+
 def run_demo(db: str | None) -> int:
     url = normalize_url(db)
     clock = DemoClock()
@@ -149,7 +194,9 @@ def run_demo(db: str | None) -> int:
 
     _adopted_session_step(gw, 5)
 
-    _heading(6, "Thirty-one days pass; pruning opens an exact history gap")
+    _tools_step(gw, 6)
+
+    _heading(7, "Thirty-one days pass; pruning opens an exact history gap")
     clock.offset += 31 * DAY_SECONDS
     counts = gw.prune()
     print(f"   pruned: {counts}")
@@ -157,5 +204,6 @@ def run_demo(db: str | None) -> int:
     _json(gap)
     print("   historyGap true: refresh the whole session instead of trusting a delta;")
     print(f"   stateVersion stays {gap['stateVersion']}: heads survive pruning.")
+    gw.stop_runs()
     gw.close()
     return 0

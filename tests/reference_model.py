@@ -155,6 +155,26 @@ class Model:
                 self._enqueue(watcher, target, cursor.last_seen)
         return seq
 
+    def record_run_event(
+        self,
+        session: str,
+        kind: str,
+        actor_type: str,
+        actor_id: str | None,
+        summary: str,
+        payload: dict[str, Any] | None,
+        dedupe_key: str | None,
+        run_id: str,
+    ) -> int:
+        """A log-only run event carrying its run id (the session tools' run ends)."""
+        assert kind not in NOTIFYING
+        existing = self._dedupe(dedupe_key)
+        if existing is not None:
+            return existing
+        seq = self._append(session, kind, actor_type, actor_id, summary, payload, None, dedupe_key, run_id)
+        assert seq is not None
+        return seq
+
     def _dedupe(self, dedupe_key: str | None) -> int | None:
         if dedupe_key is None:
             return None

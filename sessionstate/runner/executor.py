@@ -77,6 +77,15 @@ class RunExecutor:
         with self._lock:
             return list(self._threads)
 
+    def wait_for(self, job_id: str, timeout: float = 10.0) -> bool:
+        """Join one job; ``True`` when it is not (or no longer) running."""
+        with self._lock:
+            thread = self._threads.get(job_id)
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Join every job (including jobs started while waiting); ``False`` on timeout."""
         import time

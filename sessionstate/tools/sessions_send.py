@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, SessionStateError
@@ -54,7 +53,7 @@ def deliver(gw: "Gateway", sender: str, receiver: Target, text: str, exchange_id
 
 def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     gw = ctx.gw
-    exchange_id = f"send-{uuid.uuid4().hex[:12]}"
+    exchange_id = f"send-{gw.new_id()}"
     with gw._lock:
         target = ctx.resolve_visible(args["sessionKey"], refuse_thread=True)
         if target == ctx.caller:
@@ -123,7 +122,7 @@ def _exchange(
 def _reply_back(gw: "Gateway", sender: Target, target: Target, reply: str, rctx: RunContext) -> int:
     """Alternate sender and target, at most 5 turns; REPLY_SKIP from either ends it."""
     speaker, listener, incoming = sender, target, reply
-    exchange = f"reply-back-{uuid.uuid4().hex[:8]}"
+    exchange = f"reply-back-{gw.new_id()}"
     for turn in range(1, MAX_REPLY_BACK_TURNS + 1):
         if rctx.cancelled:
             return turn - 1

@@ -28,7 +28,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     runtime = args["runtime"]
     context = args.get("context") or ("fork" if args["thread"] and runtime == "subagent" else "isolated")
     sandboxed = True if args["sandbox"] == "require" else ctx.meta.sandboxed
-    token = uuid.uuid4().hex[:12]
+    token = gw.new_id()
     run_id = f"run-{token}"
     child = (f"agent:{ctx.caller[1]}:{'acp' if runtime == 'acp' else 'subagent'}:{token}", ctx.caller[1])
     session_id = uuid.uuid4().hex
