@@ -147,7 +147,7 @@ class RunsMixin:
             return False
         now = self.clock()
         failed = outcome != "completed"
-        with self.store.atomic():
+        with self.transaction():  # the run row and its event commit together; notices after (R9)
             if not self._runs.finish(run_id, FAILED if failed else COMPLETED, outcome if failed else None, text, now):
                 return False
             if not failed and text:
