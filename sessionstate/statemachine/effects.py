@@ -36,12 +36,14 @@ def keep(old: Positions | None, sequence: int | None) -> Outcome:
 
 
 def freeze(old: Positions | None, sequence: int | None) -> Outcome:
-    assert old is not None and sequence is not None
+    assert old is not None, "an event needs a cursor"
+    assert sequence is not None, "an event needs its sequence"
     return Outcome(Positions(old.last_seen, sequence, sequence), old.last_seen)
 
 
 def raise_material(old: Positions | None, sequence: int | None) -> Outcome:
-    assert old is not None and sequence is not None
+    assert old is not None, "an event needs a cursor"
+    assert sequence is not None, "an event needs its sequence"
     return Outcome(old._replace(material=max(old.material, sequence)), None)
 
 

@@ -21,10 +21,9 @@ def derive_state(positions: Positions | None) -> str:
     if positions is None:
         return UNWATCHED
     last_seen, notified, material = positions
-    if last_seen == notified == material:
+    # INV1: L <= N <= M, and L = N only with N = M (a notice is pending whenever M > L).
+    if not last_seen <= notified <= material or (last_seen == notified != material):
+        raise ProtocolError(f"positions {tuple(positions)} are not a state of the notice protocol")
+    if last_seen == notified:
         return CAUGHT_UP
-    if last_seen < notified == material:
-        return NOTICE_PENDING
-    if last_seen < notified < material:
-        return PENDING_WITH_MORE
-    raise ProtocolError(f"positions {tuple(positions)} are not a state of the notice protocol")
+    return NOTICE_PENDING if notified == material else PENDING_WITH_MORE

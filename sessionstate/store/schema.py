@@ -61,8 +61,8 @@ class HeadRow(SQLModel, table=True):
 
     session_key: str = Field(primary_key=True)
     agent_id: str = Field(primary_key=True)
-    last_sequence: int = 0
-    pruned_max_sequence: int = 0
+    last_sequence: int
+    pruned_max_sequence: int
     updated_at: float
 
 

@@ -120,7 +120,6 @@ class SqliteStore:
         db.isolation_level = None  # transactions are explicit: see atomic()
         self.db: sqlite3.Connection = db
         self._depth = 0
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if path is not None:
             db.execute("PRAGMA journal_mode = WAL")
         db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
@@ -150,8 +149,7 @@ class SqliteStore:
     # -- lifecycle and transactions ---------------------------------------------------------
 
     def close(self) -> None:
-        self._proxy.close()
-        self._engine.dispose()
+        self._proxy.close()  # NullPool: closing the proxy closes the connection itself
 
     def atomic(self) -> "_Transaction":
         """One transaction (a savepoint when nested); rolls back and re-raises on error."""
@@ -231,19 +229,18 @@ class SqliteStore:
         if dedupe_key is not None:
             # Looked up first, not left to ON CONFLICT: a conflicting INSERT would still
             # consume an AUTOINCREMENT value. The write lock (BEGIN IMMEDIATE) makes it safe.
-            existing = db.execute(
+            existing = _scalar(db.execute(
                 "SELECT sequence FROM session_state_events WHERE dedupe_key = ?", (dedupe_key,)
-            ).fetchone()
+            ))
             if existing is not None:
-                return int(existing[0]), False
-        row = db.execute(
+                return int(existing), False
+        sequence = _scalar(db.execute(
             "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
             " actor_id, run_id, summary, payload, occurred_at, recorded_at, dedupe_key)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING sequence",
             (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,
              occurred_at, recorded_at, dedupe_key),
-        ).fetchone()
-        sequence = int(row[0])
+        ))
         bumped = db.execute(
             "UPDATE session_state_heads SET last_sequence = ?, updated_at = ?"
             " WHERE session_key = ? AND agent_id = ?",
@@ -282,14 +279,13 @@ class SqliteStore:
         ).fetchall()
 
     def earliest_sequence(self, key: str, agent_id: str) -> int | None:
-        row = self.db.execute(
+        return _scalar(self.db.execute(
             "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
             (key, agent_id),
-        ).fetchone()
-        return row[0]
+        ))
 
     def event_count(self) -> int:
-        return int(self.db.execute("SELECT count(*) FROM session_state_events").fetchone()[0])
+        return int(_scalar(self.db.execute("SELECT count(*) FROM session_state_events")))
 
     # -- cursors ----------------------------------------------------------------------------
 
@@ -400,32 +396,32 @@ class SqliteStore:
         watermark is raised (R13).
         """
         db = self.db
-        row = db.execute(
+        # Every sequence <= beyond is over the row cap (None: the cap is not reached).
+        beyond = _scalar(db.execute(
             "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
             (max_rows,),
-        ).fetchone()
-        beyond = int(row[0]) if row else 0  # every sequence <= beyond is over the row cap
+        ))
         deleted = chunks = 0
-        while beyond:
-            bound = db.execute(
+        while beyond is not None:
+            bound = _scalar(db.execute(
                 "SELECT sequence FROM session_state_events WHERE sequence <= ?"
                 " ORDER BY sequence LIMIT 1 OFFSET ?",
                 (beyond, chunk_rows - 1),
-            ).fetchone()
-            count = self._prune_chunk("NOT INDEXED", "sequence <= ?", (bound[0] if bound else beyond,))
+            ))
+            count = self._prune_chunk("NOT INDEXED", "sequence <= ?", (beyond if bound is None else bound,))
             if not count:
                 break
             deleted, chunks = deleted + count, chunks + 1
         while True:
-            bound = db.execute(
+            bound = _scalar(db.execute(
                 "SELECT recorded_at FROM session_state_events WHERE recorded_at < ?"
                 " ORDER BY recorded_at LIMIT 1 OFFSET ?",
                 (cutoff, chunk_rows - 1),
-            ).fetchone()
+            ))
             if bound is None:
                 count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at < ?", (cutoff,))
             else:
-                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at <= ?", (bound[0],))
+                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at <= ?", (bound,))
             if not count:
                 break
             deleted, chunks = deleted + count, chunks + 1
@@ -474,7 +470,7 @@ class SqliteStore:
         }
 
     def integrity_check(self) -> str:
-        return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
+        return str(_scalar(self.db.execute("PRAGMA integrity_check")))
 
 
 class _Transaction:
@@ -510,6 +506,15 @@ class _Transaction:
             db.execute(f"RELEASE {self._name}")
         else:
             db.execute("ROLLBACK")
+
+
+def _scalar(cursor: sqlite3.Cursor) -> Any:
+    """The one column of the one row a statement returns; ``None`` when it returns no row."""
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    (value,) = row
+    return value
 
 
 def _cursor_record(row: Sequence[Any]) -> CursorRecord:

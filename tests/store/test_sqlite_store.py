@@ -29,6 +29,19 @@ def append(store, key="agent:a:one", kind="human_direct_message", dedupe=None, a
 def test_wal_and_synchronous_normal(store):
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert store.db.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000  # docs/operations.md
+
+
+def test_schema_version_is_stamped_and_dedupe_keys_are_unique(store):
+    # The on-disk format version later migrations will read; it is 1 for this schema.
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 1
+    append(store, dedupe="same")
+    with pytest.raises(sqlite3.IntegrityError):
+        store.db.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type, summary,"
+            " occurred_at, recorded_at, dedupe_key) VALUES ('agent:a:one', 'a', 'compacted',"
+            " 'system', 's', 1, 1, 'same')"
+        )
 
 
 def test_only_sqlite_urls_are_accepted(tmp_path):
