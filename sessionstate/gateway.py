@@ -8,13 +8,12 @@ each public call is always: validate (raise, nothing changed) -> one transaction
 
 from __future__ import annotations
 
-import functools
 import logging
-from contextlib import contextmanager
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, ParamSpec, Sequence, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -28,15 +27,17 @@ from .keys import (
     is_main_style_watcher,
     resolve_agent_id,
 )
+from .locking import locked as _locked
 from .notices import SystemEventQueue, notice_text
+from .reconcile import events_json
 from .statemachine import NOTIFYING_KINDS, Positions, derive_state, fire
 from .statemachine.machine import states_written_by
 from .statemachine.table import (
     CAUGHT_UP,
     DELETE_SESSION,
-    LOG_ONLY_EVENT,
     DRAIN,
     EXPIRE,
+    LOG_ONLY_EVENT,
     MATERIAL_EVENT,
     PENDING_STATES,
     RESET_WATCHER,
@@ -46,7 +47,6 @@ from .statemachine.table import (
     UNWATCH,
     UNWATCHED,
 )
-from .reconcile import events_json
 from .store import CursorRecord, SessionRecord, SqliteStore
 from .store.sqlite import DEFAULT_SYNCHRONOUS
 from .validation import (
@@ -72,8 +72,6 @@ CHANGES_PAGE = 200
 Clock = Callable[[], float]
 WakeHook = Callable[[str, str], None]
 Target = tuple[str, str]  # (session key, agent id)
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 # The event hot path reads only caught-up cursors (through a partial index) and skips
@@ -95,17 +93,6 @@ class _PreparedEvent(NamedTuple):
     payload: str | None
     occurred_at: float | None
     dedupe_key: str | None
-
-
-def _locked(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Serialise public calls: the queue, the wake times and the connection are shared."""
-
-    @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with args[0]._lock:  # type: ignore[attr-defined]
-            return method(*args, **kwargs)
-
-    return wrapper
 
 
 class Gateway(AgentRuntimeMixin):
