@@ -30,7 +30,7 @@ from .keys import (
 from .locking import locked as _locked
 from .notices import SystemEventQueue, notice_text
 from .reconcile import events_json
-from .statemachine import NOTIFYING_KINDS, Positions, derive_state, fire
+from .statemachine import NOTIFYING_KINDS, Positions, derive_state, fire, fire_many
 from .statemachine.machine import states_written_by
 from .statemachine.table import (
     CAUGHT_UP,
@@ -357,15 +357,20 @@ class Gateway(AgentRuntimeMixin):
         A pending cursor's transition on `material_event` is `raise_material`, which the store
         keeps derived from the log, so pending cursors are neither read nor written here.
         """
+        rows = self.store.caught_up_watchers(*target)
+        # R2: the actor's own cursor gets self_event; everyone else's material_event.
+        own = [row for row in rows if row[0] == actor_id] if actor_id is not None else []
+        others = [row for row in rows if row[0] != actor_id] if own else rows
         changes: list[tuple[str, tuple[int, int, int] | None]] = []
         notices: list[tuple[str, Target, int]] = []
-        for watcher, positions in self.store.caught_up_watchers(*target):
-            trigger = SELF_EVENT if watcher == actor_id else MATERIAL_EVENT
-            step = fire((watcher, target[0]), Positions(*positions), trigger, sequence)
-            if step.positions != positions:
-                changes.append((watcher, step.positions))
-            if step.notice_since is not None:
-                notices.append((watcher, target, step.notice_since))
+        for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
+            for (watcher, old), (_, new, notice_since) in zip(
+                group, fire_many(group, target[0], trigger, sequence)
+            ):
+                if new != old:
+                    changes.append((watcher, new))
+                if notice_since is not None:
+                    notices.append((watcher, target, notice_since))
         if changes:
             self.store.put_cursors(target[0], target[1], changes, now)
         return notices

@@ -4,7 +4,7 @@ Pure: no SQL, no clock, no I/O; nothing here imports ``sessionstate.store``.
 """
 
 from .effects import EFFECT_FUNCTIONS, Outcome
-from .machine import DISPATCH, MACHINE, TRANSITION_TABLE, PairModel, Step, build_machine, fire
+from .machine import DISPATCH, MACHINE, TRANSITION_TABLE, PairModel, Step, build_machine, fire, fire_many
 from .positions import Positions, derive_state
 from .table import (
     ACTOR_TYPES,
@@ -37,4 +37,5 @@ __all__ = [
     "build_machine",
     "derive_state",
     "fire",
+    "fire_many",
 ]

@@ -2,12 +2,13 @@
 
 Each takes the old positions and the trigger's sequence (the event's sequence, or the target's
 state version for ``seed``) and returns an ``Outcome``: the new positions (``None`` when the
-cursor goes away) and the ``changesSince`` of a notice to queue, if any.
+cursor goes away) and the ``changesSince`` of a notice to queue, if any. The old positions may
+be a ``Positions`` or the store's plain ``(last_seen, notified, material)`` tuple.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from .positions import Positions
 from .table import (
@@ -21,49 +22,53 @@ from .table import (
 )
 
 
-class Outcome(NamedTuple):
-    positions: Positions | None
-    notice_since: int | None
+# (new positions, changesSince of a notice to queue): a plain tuple, as effects run once per
+# watcher on the event hot path.
+Outcome = tuple[Positions | None, int | None]
+PositionsLike = tuple[int, int, int]  # Positions, or the store's plain tuple
 
 
-def seed(old: Positions | None, sequence: int | None) -> Outcome:
+def seed(old: PositionsLike | None, sequence: int | None) -> Outcome:
     assert sequence is not None, "seed needs the target's state version"
-    return Outcome(Positions(sequence, sequence, sequence), None)
+    return Positions(sequence, sequence, sequence), None
 
 
-def keep(old: Positions | None, sequence: int | None) -> Outcome:
-    return Outcome(old, None)
+def keep(old: PositionsLike | None, sequence: int | None) -> Outcome:
+    return (None if old is None else Positions(*old)), None
 
 
-def freeze(old: Positions | None, sequence: int | None) -> Outcome:
+def freeze(old: PositionsLike | None, sequence: int | None) -> Outcome:
     assert old is not None, "an event needs a cursor"
     assert sequence is not None, "an event needs its sequence"
-    return Outcome(Positions(old.last_seen, sequence, sequence), old.last_seen)
+    last_seen = old[0]
+    return Positions(last_seen, sequence, sequence), last_seen
 
 
-def raise_material(old: Positions | None, sequence: int | None) -> Outcome:
+def raise_material(old: PositionsLike | None, sequence: int | None) -> Outcome:
     assert old is not None, "an event needs a cursor"
     assert sequence is not None, "an event needs its sequence"
-    return Outcome(old._replace(material=max(old.material, sequence)), None)
+    last_seen, notified, material = old
+    return Positions(last_seen, notified, max(material, sequence)), None
 
 
-def ack(old: Positions | None, sequence: int | None) -> Outcome:
+def ack(old: PositionsLike | None, sequence: int | None) -> Outcome:
     assert old is not None
-    new = Positions(old.notified, max(old.material, old.notified), old.material)
+    last_seen, notified, material = old
     # Interleaved work reopens exactly one notice, from the old frozen watermark.
-    return Outcome(new, old.notified if old.material > old.notified else None)
+    return Positions(notified, max(material, notified), material), (notified if material > notified else None)
 
 
-def sweep(old: Positions | None, sequence: int | None) -> Outcome:
+def sweep(old: PositionsLike | None, sequence: int | None) -> Outcome:
     assert old is not None
-    return Outcome(old._replace(notified=old.material), old.last_seen)
+    last_seen, notified, material = old
+    return Positions(last_seen, material, material), last_seen
 
 
-def remove(old: Positions | None, sequence: int | None) -> Outcome:
-    return Outcome(None, None)
+def remove(old: PositionsLike | None, sequence: int | None) -> Outcome:
+    return None, None
 
 
-Effect = Callable[[Positions | None, int | None], Outcome]
+Effect = Callable[[PositionsLike | None, int | None], Outcome]
 
 EFFECT_FUNCTIONS: dict[str, Effect] = {
     EFFECT_SEED: seed,

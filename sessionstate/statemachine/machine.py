@@ -10,7 +10,7 @@ paths agree. Nothing here touches SQL, a clock or I/O.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from transitions import Machine, MachineError
 
@@ -108,6 +108,30 @@ def fire(pair: Any, positions: Positions | None, trigger: str, sequence: int | N
     dest, effect = entry
     new_positions, notice_since = effect(positions, sequence)
     return Step(state, dest, new_positions, notice_since)
+
+
+def fire_many(
+    rows: Iterable[tuple[str, tuple[int, int, int]]], target: str, trigger: str, sequence: int | None
+) -> list[tuple[str, Positions | None, int | None]]:
+    """``fire`` for many watchers of one target at once: the event hot path.
+
+    ``rows`` are ``(watcher, positions)``; returns ``(watcher, new positions, notice since)``.
+    The same checks as ``fire`` (state derived per pair, illegal triggers refused before
+    anything is returned), with one dispatch lookup per state instead of one per pair.
+    """
+    by_state: dict[str, Effect] = {}
+    out = []
+    for watcher, positions in rows:
+        state = derive_state(positions)
+        effect = by_state.get(state)
+        if effect is None:
+            entry = DISPATCH.get((state, trigger))
+            if entry is None:
+                raise ProtocolError(f"pair {(watcher, target)}: trigger {trigger!r} is illegal in state {state!r}")
+            effect = by_state[state] = entry[1]
+        new_positions, notice_since = effect(positions, sequence)
+        out.append((watcher, new_positions, notice_since))
+    return out
 
 
 class PairModel:

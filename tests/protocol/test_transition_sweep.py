@@ -116,3 +116,25 @@ def test_event_triggers_write_only_caught_up_cursors():
     assert states_written_by("self_event") == frozenset()
     assert states_written_by("log_only_event") == frozenset()
     assert states_written_by("drain") == {"notice_pending", "pending_with_more"}
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS)
+def test_fire_many_agrees_with_fire(trigger):
+    """The hot path's batch form gives, pair by pair, what fire gives (or refuses the batch)."""
+    from sessionstate.statemachine import fire_many
+
+    rows = [("w1", (3, 3, 3)), ("w2", (1, 4, 4)), ("w3", (2, 5, 9)), ("w4", (7, 7, 7))]
+    expected = []
+    illegal = False
+    for watcher, positions in rows:
+        try:
+            step = fire((watcher, "t"), Positions(*positions), trigger, SEQUENCE)
+        except ProtocolError:
+            illegal = True
+            break
+        expected.append((watcher, step.positions, step.notice_since))
+    if illegal:
+        with pytest.raises(ProtocolError, match=trigger):
+            fire_many(rows, "t", trigger, SEQUENCE)
+    else:
+        assert fire_many(rows, "t", trigger, SEQUENCE) == expected
