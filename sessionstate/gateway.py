@@ -13,7 +13,8 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence  # the ABCs: isinstance on typing's aliases is slow
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from sqlalchemy.exc import SQLAlchemyError
 
