@@ -25,18 +25,6 @@ MAX_MESSAGE_CHARS = 1_000_000
 DEFAULT_ACTOR = {"user": "human", "assistant": "agent", "tool": "agent", "system": "system"}
 
 
-def message_json(record: MessageRecord) -> dict[str, Any]:
-    """A transcript row as ``sessions_history`` rows look before sanitising."""
-    row: dict[str, Any] = {"role": record.role, "text": record.text, "id": record.id}
-    if record.provenance is not None:
-        row["provenance"] = record.provenance
-    if record.tool_calls is not None:
-        row["toolCalls"] = record.tool_calls
-    if record.tool_result is not None:
-        row["toolResult"] = record.tool_result
-    return row
-
-
 class TranscriptMixin:
     store: "SqliteStore"
     clock: Callable[[], float]
