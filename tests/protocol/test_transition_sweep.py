@@ -98,14 +98,33 @@ def test_unknown_trigger_is_refused():
         fire(("w", "t"), Positions(1, 1, 1), "nonsense", 2)
 
 
-def test_one_machine_per_process():
-    import sessionstate.statemachine.machine as machine_module
+def test_one_machine_per_process(monkeypatch, tmp_path):
+    """Pairs bind to the module's one machine; nothing builds another, neither the bound-model
+    path nor a gateway handling events."""
+    import transitions
+
+    from sessionstate import Gateway
     from sessionstate.statemachine import MACHINE
 
-    model = PairModel(("w", "t"), None)
-    model.detach()
-    assert machine_module.MACHINE is MACHINE
-    assert not MACHINE.models or all(not isinstance(m, PairModel) for m in MACHINE.models)
+    built = []
+    original = transitions.Machine.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(transitions.Machine, "__init__", counting_init)
+    models = [PairModel(("w", f"t{i}"), Positions(1, 1, 1)) for i in range(50)]
+    for model in models:
+        model.fire("material_event", 2)
+        model.detach()
+    with Gateway.open(str(tmp_path / "one.db")) as gw:
+        gw.create_session("agent:a:main")
+        gw.create_session("agent:a:subagent:c", kind="subagent", parent="agent:a:main")
+        gw.record_event("agent:a:subagent:c", "human_direct_message", actor_type="human", summary="hi")
+        gw.drain_system_events("agent:a:main")
+    assert built == []
+    assert not MACHINE.models  # every bound model was detached again
 
 
 def test_event_triggers_write_only_caught_up_cursors():
