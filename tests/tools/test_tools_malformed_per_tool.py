@@ -1,0 +1,64 @@
+"""At least twenty malformed argument sets for every tool, derived from its published schema.
+
+For each property: values of the wrong JSON type (and a huge string where strings are bounded),
+kept only when the property's own schema refuses them, and near-miss spellings of its name;
+plus unknown keys and arguments that are not an object. Each call must give an ``invalid_argument`` error result and change nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from sessionstate.tools.policy import ToolPolicy
+from sessionstate.tools.schemas import TOOL_SCHEMAS
+
+from .support import MANAGER, PEER, error_code, full_dump, open_gateway
+
+WRONG_VALUES: list[Any] = [None, True, -1, 2**70, 1.5, float("nan"), "", "x" * 100_000, [], [None], {}, {"k": 1}]
+NOT_OBJECTS: list[Any] = ["sessionKey", 7, [], [{"sessionKey": PEER}]]
+
+
+def malformed_sets(tool: str) -> list[Any]:
+    schema = TOOL_SCHEMAS[tool]
+    sets: list[Any] = [{"zzUnknown": 1}, {"sessionkey": PEER}, {"": None}]
+    for name, subschema in schema.get("properties", {}).items():
+        # Near-miss names are unknown keys too: a different case, a trailing space.
+        sets += [{name.upper(): "x"}, {name + " ": "x"}]
+        validator = Draft202012Validator(subschema)
+        for value in WRONG_VALUES:
+            try:
+                refused = not validator.is_valid(value)
+            except (TypeError, ValueError, OverflowError):
+                refused = True
+            if refused:
+                sets.append({name: value})
+    return sets + NOT_OBJECTS
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('per-tool') / 'state.db'}"
+    gateway, _ = open_gateway(url, policy=ToolPolicy(visibility="tree"))
+    gateway.register_session(MANAGER)
+    gateway.register_session(PEER)
+    yield gateway
+    gateway.stop_runs()
+    gateway.close()
+
+
+@pytest.mark.parametrize("tool", sorted(TOOL_SCHEMAS))
+def test_at_least_twenty_malformed_sets_per_tool(tool):
+    assert len(malformed_sets(tool)) >= 20, tool
+
+
+@pytest.mark.parametrize("tool", sorted(TOOL_SCHEMAS))
+def test_every_malformed_set_is_an_error_result_and_changes_nothing(gw, tool):
+    before = full_dump(gw)
+    for args in malformed_sets(tool):
+        result = gw.call_tool(MANAGER, tool, args)
+        assert error_code(result) == "invalid_argument", (tool, repr(args)[:200], result)
+    assert full_dump(gw) == before
+    assert gw.pending_system_events(MANAGER) == [] and gw.pending_system_events(PEER) == []
