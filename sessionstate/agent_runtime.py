@@ -11,6 +11,7 @@ from .producers import ProducersMixin
 from .registry import RegistryMixin
 from .runner.base import AgentRunner
 from .runner.scripted import ScriptedRunner
+from .runner.executor import RunExecutor
 from .runs import RunsMixin
 from .tools.policy import ToolPolicy
 from .transcript_api import TranscriptMixin
@@ -19,10 +20,13 @@ DEFAULT_POLICY = ToolPolicy()
 
 
 class AgentRuntimeMixin(RegistryMixin, TranscriptMixin, ProducersMixin, RunsMixin):
-    """State lives in the instance ``__dict__`` with defaults, so ``Gateway.__init__`` (and its
-    signature) stays as it is."""
+    """The tool-facing half of ``Gateway``; ``Gateway.__init__`` calls ``_init_agent_runtime``."""
 
-    __dict__: dict[str, Any]
+    def _init_agent_runtime(self) -> None:
+        self._tool_policy: ToolPolicy = DEFAULT_POLICY
+        self._runner: AgentRunner | None = None  # a ScriptedRunner is made on first use
+        self._id_factory: Callable[[], str] | None = None
+        self._run_executor: RunExecutor | None = None
 
     def configure_tools(
         self,
@@ -34,32 +38,30 @@ class AgentRuntimeMixin(RegistryMixin, TranscriptMixin, ProducersMixin, RunsMixi
         """Set the tool policy, the runner and/or the id factory (defaults: ``ToolPolicy()``,
         ``ScriptedRunner()``, 12 random hex digits). Ids name runs, exchanges and child keys;
         tests pass a counter to make them deterministic."""
+        if id_factory is not None and not callable(id_factory):
+            raise InvalidArgument("id_factory must be callable")
+        if policy is not None and not isinstance(policy, ToolPolicy):
+            raise InvalidArgument("policy must be a ToolPolicy")
+        if runner is not None and not callable(getattr(runner, "run_turn", None)):
+            raise InvalidArgument("runner must have a run_turn(request, ctx) method")
+        # Checked first, applied together: a refused call changes nothing.
         if id_factory is not None:
-            if not callable(id_factory):
-                raise InvalidArgument("id_factory must be callable")
-            self.__dict__["_id_factory"] = id_factory
+            self._id_factory = id_factory
         if policy is not None:
-            if not isinstance(policy, ToolPolicy):
-                raise InvalidArgument("policy must be a ToolPolicy")
-            self.__dict__["_tool_policy"] = policy
+            self._tool_policy = policy
         if runner is not None:
-            if not callable(getattr(runner, "run_turn", None)):
-                raise InvalidArgument("runner must have a run_turn(request, ctx) method")
-            self.__dict__["_runner"] = runner
+            self._runner = runner
 
     @property
     def tool_policy(self) -> ToolPolicy:
-        policy: ToolPolicy = self.__dict__.get("_tool_policy", DEFAULT_POLICY)
-        return policy
+        return self._tool_policy
 
     @property
     def runner(self) -> AgentRunner:
-        runner = self.__dict__.get("_runner")
-        if runner is None:
-            runner = self.__dict__.setdefault("_runner", ScriptedRunner())
-        return runner  # type: ignore[no-any-return]
+        if self._runner is None:
+            self._runner = ScriptedRunner()
+        return self._runner
 
     def new_id(self) -> str:
         """A fresh token for run ids, exchange ids and child session keys."""
-        factory = self.__dict__.get("_id_factory")
-        return str(factory()) if factory is not None else uuid.uuid4().hex[:12]
+        return str(self._id_factory()) if self._id_factory is not None else uuid.uuid4().hex[:12]

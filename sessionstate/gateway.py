@@ -123,6 +123,7 @@ class Gateway(AgentRuntimeMixin):
         self._deferred_notices: list[tuple[str, Target, int]] = []
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
+        self._init_agent_runtime()
 
     @classmethod
     def open(

@@ -63,12 +63,13 @@ class RunsMixin:
     def _runs(self) -> RunStore:
         return RunStore(self.store)
 
+    _run_executor: RunExecutor | None
+
     @property
     def run_executor(self) -> RunExecutor:
-        executor = self.__dict__.get("_run_executor")
-        if executor is None:
-            executor = self.__dict__.setdefault("_run_executor", RunExecutor())
-        return executor
+        if self._run_executor is None:  # threads start only once a run does
+            self._run_executor = RunExecutor()
+        return self._run_executor
 
     # -- reading ------------------------------------------------------------------------------
 
