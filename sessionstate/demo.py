@@ -155,7 +155,9 @@ def run_demo(db: str | None) -> int:
     gw.create_session(MANAGER)
     gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
     spawn_version = gw.state_version(WORKER)
-    print(f"   worker stateVersion {spawn_version}; manager cursor {tuple(gw.cursor_positions(MANAGER, WORKER))}")
+    cursor = gw.cursor_positions(MANAGER, WORKER)
+    assert cursor is not None  # the spawn edge seeded it
+    print(f"   worker stateVersion {spawn_version}; manager cursor {tuple(cursor)}")
 
     _heading(2, "A human steps into the worker over telegram, twenty times")
     for turn in range(1, 21):
@@ -178,7 +180,9 @@ def run_demo(db: str | None) -> int:
     print("   events that landed after the notice was queued reopen exactly one follow-up:")
     _lines("manager's queue", follow_up)
     gw.drain_system_events(MANAGER)
-    print(f"   manager cursor now {tuple(gw.cursor_positions(MANAGER, WORKER))}")
+    cursor = gw.cursor_positions(MANAGER, WORKER)
+    assert cursor is not None
+    print(f"   manager cursor now {tuple(cursor)}")
 
     _heading(4, "The worker's goal changes, then the gateway restarts before the manager's turn")
     gw.record_event(WORKER, "goal_changed", actor_type="human", summary="goal updated")
@@ -189,7 +193,9 @@ def run_demo(db: str | None) -> int:
     after = gw.pending_system_events(MANAGER)
     _lines("queue after reopening (startup sweep)", after)
     print(f"   byte-identical after the restart: {before == after}")
-    noticed_since = gw.cursor_positions(MANAGER, WORKER).last_seen
+    cursor = gw.cursor_positions(MANAGER, WORKER)
+    assert cursor is not None
+    noticed_since = cursor.last_seen
     gw.drain_system_events(MANAGER)
 
     _adopted_session_step(gw, 5)

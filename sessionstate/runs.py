@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import SessionStateError, UnknownSession
@@ -57,7 +58,12 @@ class RunsMixin:
     enqueue_system_event: Callable[[str, str], bool]
     session_exists: Callable[..., bool]
     _wakes: Any
-    runner: AgentRunner  # AgentRuntimeMixin provides it
+    transaction: Callable[[], AbstractContextManager["SqliteStore"]]  # Gateway provides it
+
+    if TYPE_CHECKING:  # AgentRuntimeMixin provides it, as a read-only property
+
+        @property
+        def runner(self) -> AgentRunner: ...
 
     @property
     def _runs(self) -> RunStore:

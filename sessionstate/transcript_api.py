@@ -31,7 +31,11 @@ class TranscriptMixin:
     _lock: threading.RLock
     _resolve: Callable[[Any, Any], Target]
     _ensure_meta: Callable[[Target], "MetaRecord"]
-    _meta: "SessionMetaStore"
+    if TYPE_CHECKING:  # RegistryMixin provides it, as a read-only property
+
+        @property
+        def _meta(self) -> SessionMetaStore: ...
+
     record_event: Callable[..., int | None]
     set_route: Callable[..., None]
 

@@ -62,6 +62,8 @@ def compile_dispatch(machine: Machine) -> dict[tuple[str, str], tuple[str, str]]
                 raise ProtocolError(f"{trigger!r} from {source!r} is not deterministic")
             (transition,) = candidates
             (callback,) = transition.after
+            # build_machine gives every transition a dest and one callback named by a string.
+            assert transition.dest is not None and isinstance(callback, str)
             table[(source, trigger)] = (transition.dest, callback.removeprefix(_CALLBACK_PREFIX))
     return table
 
@@ -156,7 +158,7 @@ class PairModel:
         if trigger not in TRIGGERS:
             raise ProtocolError(f"pair {self.pair}: unknown trigger {trigger!r}")
         try:
-            self.trigger(trigger, sequence)  # type: ignore[attr-defined]
+            self.trigger(trigger, sequence)
         except MachineError as exc:
             raise ProtocolError(
                 f"pair {self.pair}: trigger {trigger!r} is illegal in state {self.state!r}"

@@ -16,8 +16,11 @@ class Positions(NamedTuple):
     material: int
 
 
-def derive_state(positions: Positions | None) -> str:
-    """Map a cursor's positions (``None``: no cursor row) to its protocol state."""
+def derive_state(positions: tuple[int, int, int] | None) -> str:
+    """Map a cursor's positions (``None``: no cursor row) to its protocol state.
+
+    ``positions`` may be a ``Positions`` or the store's plain ``(last_seen, notified, material)`` tuple.
+    """
     if positions is None:
         return UNWATCHED
     last_seen, notified, material = positions

@@ -54,7 +54,7 @@ class RunRow(SQLModel, table=True):
 
 
 event.listen(
-    RunRow.__table__,
+    RunRow.__table__,  # type: ignore[attr-defined]  # set by SQLModel at class creation, not in its hints
     "after_create",
     DDL(
         "CREATE TRIGGER IF NOT EXISTS trg_agent_runs_child_deleted"
@@ -127,7 +127,7 @@ class RunStore:
 
     def insert(self, record: RunRecord) -> None:
         values = list(record)
-        values[10] = int(values[10])
+        values[10] = int(record.thread)
         self.store.db.execute(INSERT_SQL, values)
 
     def get(self, run_id: str) -> RunRecord | None:

@@ -42,7 +42,7 @@ class SessionMetaRow(SQLModel, table=True):
 
 
 event.listen(
-    SessionMetaRow.__table__,
+    SessionMetaRow.__table__,  # type: ignore[attr-defined]  # set by SQLModel at class creation, not in its hints
     "after_create",
     DDL(
         "CREATE TRIGGER IF NOT EXISTS trg_session_meta_session_deleted"
@@ -121,7 +121,7 @@ class SessionMetaStore:
 
     def insert(self, record: MetaRecord) -> None:
         values = list(record)
-        values[8] = int(values[8])
+        values[8] = int(record.sandboxed)
         self.store.db.execute(INSERT_SQL, values)
 
     def update(self, key: str, agent_id: str, **fields: Any) -> None:

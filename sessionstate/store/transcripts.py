@@ -42,7 +42,7 @@ class MessageRow(SQLModel, table=True):
 
 
 event.listen(
-    MessageRow.__table__,
+    MessageRow.__table__,  # type: ignore[attr-defined]  # set by SQLModel at class creation, not in its hints
     "after_create",
     DDL(
         "CREATE TRIGGER IF NOT EXISTS trg_session_messages_session_deleted"

@@ -15,7 +15,7 @@ All SQL for links lives in this module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from sqlalchemy import DDL, Column, Integer, UniqueConstraint, event
 from sqlmodel import Field, SQLModel
@@ -57,7 +57,8 @@ _DROP_ON_SESSION_DELETE = DDL(
     " DELETE FROM upstream_links WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
     " END"
 )
-event.listen(UpstreamLinkRow.__table__, "after_create", _DROP_ON_SESSION_DELETE)
+# SQLModel sets __table__ when it creates a table class; its type hints do not declare it.
+event.listen(UpstreamLinkRow.__table__, "after_create", _DROP_ON_SESSION_DELETE)  # type: ignore[attr-defined]
 
 
 class UpstreamLink(NamedTuple):
@@ -114,7 +115,7 @@ ERROR_SQL = (
 DROP_SQL = "DELETE FROM upstream_links WHERE generation = ? AND version = ?"
 
 
-def _link(row: tuple[object, ...]) -> UpstreamLink:
+def _link(row: tuple[Any, ...]) -> UpstreamLink:
     (generation, key, agent, provider, host, thread, marker, primed, misses, version,
      checked, status, created) = row
     return UpstreamLink(

@@ -93,7 +93,7 @@ def _flag(description: str) -> dict[str, Any]:
     return {"type": "boolean", "description": description, "default": False}
 
 
-_FORBIDDEN: Final = {"not": {}}
+_FORBIDDEN: Final[dict[str, Any]] = {"not": {}}
 
 
 def _tool(title: str, description: str, properties: dict[str, Any], **extra: Any) -> dict[str, Any]:

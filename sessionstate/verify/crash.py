@@ -73,6 +73,7 @@ def check_after_crash(url: str, sidelog: Path, seen_heads: dict[str, int]) -> li
             if head is not None and head.last_sequence < seq:
                 out.append(f"head of {session} ({head.last_sequence}) is below acknowledged {seq}")
         for session, head in heads.items():
+            assert head is not None, f"{session} exists without a head row"  # insert_session writes both
             retained = [s for s, k in rows if k == session]
             if retained and max(retained) > head.last_sequence:
                 out.append(f"head of {session} ({head.last_sequence}) below retained {max(retained)}")
@@ -106,7 +107,7 @@ def run_trials(
     seed: int = 0,
     directory: Path | None = None,
     kill_window: tuple[float, float] = (0.05, 0.6),
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> CrashReport:
     started = time.monotonic()
     report = CrashReport()

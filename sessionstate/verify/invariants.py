@@ -29,7 +29,7 @@ def state_violations(ref: RefWorld, mach: MachWorld) -> list[str]:
             out.append(f"INV1: {pair} positions {(last, notified, material)}")
     for pair, eff in mach.positions().items():
         try:
-            derive_state(eff)  # type: ignore[arg-type]
+            derive_state(eff)
         except ProtocolError as exc:
             out.append(f"INV1: machine path {pair}: {exc}")
     per_pair: dict[tuple[str, str], list[int]] = {}

@@ -13,6 +13,7 @@ Optionally (``check_bound``) every fire is repeated on a ``PairModel`` bound to 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack, cast
 
 from ..statemachine import PairModel, Positions, fire
 from ..statemachine.machine import Step
@@ -32,6 +33,13 @@ from .refmodel import Event, Notice, Pair
 Stored = tuple[int, int, int]  # (last_seen, notified, stored material)
 
 
+class MachOptions(TypedDict, total=False):
+    """The switches ``MachWorld.initial`` passes through to the world."""
+
+    check_bound: bool
+    write_back_on_prune: bool
+
+
 class PathViolation(AssertionError):
     """The machine path contradicted itself (lazy rule, bound machine, illegal trigger)."""
 
@@ -49,7 +57,7 @@ class MachWorld:
     write_back_on_prune: bool = True  # a switch so tests can prove the checker catches R7 bugs
 
     @classmethod
-    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], **options: bool) -> "MachWorld":
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], **options: Unpack[MachOptions]) -> "MachWorld":
         world = cls(set(sessions), heads={s: 0 for s in sessions}, pruned={s: 0 for s in sessions}, **options)
         for pair in pairs:
             world.watch(*pair)
@@ -73,6 +81,12 @@ class MachWorld:
                 if session == target and notifying and seq > notified and actor != watcher:
                     material = max(material, seq)
         return Positions(last, notified, material)
+
+    def _effective_stored(self, pair: Pair) -> Stored:
+        """``effective`` as a plain stored tuple, for a pair that has a cursor."""
+        positions = self.effective(pair)
+        assert positions is not None, f"{pair} has no cursor"
+        return cast(Stored, tuple(positions))  # a Positions is three ints
 
     def _fire(self, pair: Pair, positions: Positions | None, trigger: str, seq: int | None = None) -> Step:
         step = fire(pair, positions, trigger, seq)
@@ -151,7 +165,7 @@ class MachWorld:
             for pair in [p for p in self.cursors if p[1] == session]:
                 last, notified, _ = self.cursors[pair]
                 if notified > last:
-                    self.cursors[pair] = tuple(self.effective(pair))  # type: ignore[assignment]
+                    self.cursors[pair] = self._effective_stored(pair)
         self.pruned[session] = max(self.pruned[session], oldest[0])
         self.events.pop(0)
         return oldest
@@ -184,4 +198,4 @@ class MachWorld:
     # -- observation ---------------------------------------------------------------------
 
     def positions(self) -> dict[Pair, tuple[int, int, int]]:
-        return {pair: tuple(self.effective(pair)) for pair in self.cursors}  # type: ignore[misc]
+        return {pair: self._effective_stored(pair) for pair in self.cursors}

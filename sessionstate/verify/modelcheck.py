@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Unpack
 
 from .invariants import edge_violations, state_violations
-from .machinepath import MachWorld, PathViolation
+from .machinepath import MachOptions, MachWorld, PathViolation
 from .refmodel import Event, RefWorld
 from .world import PAIRS, SESSIONS, WATCHERS, Action, all_actions, describe, enabled
 
@@ -60,7 +60,7 @@ class Node:
     mach: MachWorld
 
 
-def initial_node(**options: bool) -> Node:
+def initial_node(**options: Unpack[MachOptions]) -> Node:
     return Node(RefWorld.initial(SESSIONS, PAIRS), MachWorld.initial(SESSIONS, PAIRS, **options))
 
 
@@ -124,8 +124,8 @@ def canonical(node: Node) -> tuple:
     values.update(ref.pruned.values())
     for c in ref.cursors.values():
         values.update(c)
-    for c in mach.cursors.values():
-        values.update(c)
+    for stored in mach.cursors.values():
+        values.update(stored)
     values.update(n[2] for n in ref.queue)
     values.update(o[2] for o in ref.owed)
     rank = {v: i for i, v in enumerate(sorted(values))}
@@ -158,7 +158,7 @@ def run_modelcheck(
     drain_rounds: int = 3,
     check_bound: bool = False,
     write_back_on_prune: bool = True,
-    progress: Callable[[int, int, int], None] | None = None,
+    progress: Callable[[int, int, int], object] | None = None,
 ) -> tuple[ModelCheckReport, dict[Key, tuple[Key | None, Action | None]]]:
     """BFS to ``depth``; returns the report and the parent map (for traces and replay)."""
     started = time.monotonic()

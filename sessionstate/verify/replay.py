@@ -78,13 +78,13 @@ def differences(gw: Gateway, ref: RefWorld) -> list[str]:
         for since in sorted(sinces):
             status = gw.session_status(KEYS[session], changes_since=since)
             changes = status["stateChanges"]
-            got = ([(e["sequence"], e.get("actorId")) for e in changes["events"]], changes["historyGap"],
-                   changes["earliestAvailableSequence"], status["stateVersion"])
+            got_status = ([(e["sequence"], e.get("actorId")) for e in changes["events"]], changes["historyGap"],
+                          changes["earliestAvailableSequence"], status["stateVersion"])
             mine = [e for e in ref.events if e[1] == session]
-            want = ([(e[0], KEYS.get(e[3])) for e in mine if e[0] > since], since < ref.pruned[session],
-                    mine[0][0] if mine else None, ref.heads[session])
-            if got != want:
-                out.append(f"session_status {session} changesSince {since}: real {got} != model {want}")
+            want_status = ([(e[0], None if e[3] is None else KEYS.get(e[3])) for e in mine if e[0] > since],
+                           since < ref.pruned[session], mine[0][0] if mine else None, ref.heads[session])
+            if got_status != want_status:
+                out.append(f"session_status {session} changesSince {since}: real {got_status} != model {want_status}")
     return out
 
 
