@@ -192,7 +192,8 @@ class SqliteStore:
         return [SessionRecord(*r) for r in rows]
 
     def delete_session_data(self, key: str, agent_id: str) -> int:
-        """Remove a session's events, head and registry row; returns events removed."""
+        """Remove a session's events, head and registry row, and unlink its children;
+        returns the number of events removed."""
         args = (key, agent_id)
         removed = self.db.execute(
             "DELETE FROM session_state_events WHERE session_key = ? AND agent_id = ?", args
@@ -201,6 +202,13 @@ class SqliteStore:
             "DELETE FROM session_state_heads WHERE session_key = ? AND agent_id = ?", args
         )
         self.db.execute("DELETE FROM sessions WHERE session_key = ? AND agent_id = ?", args)
+        # Its children lose their parent link: a later session with the same key is not their
+        # parent (left dangling, the link would re-bind to it and could close a cycle).
+        self.db.execute(
+            "UPDATE sessions SET parent_key = NULL, parent_agent_id = NULL"
+            " WHERE parent_key = ? AND parent_agent_id = ?",
+            args,
+        )
         return removed
 
     # -- the signal log ---------------------------------------------------------------------

@@ -384,3 +384,14 @@ def test_r9_transaction_rollback_drops_events_and_notices(gw):
     assert gw.pending_system_events(MANAGER) == []
     human(gw)  # the gateway is usable afterwards and queues normally
     assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
+
+
+def test_r14_delete_unlinks_children_so_a_reused_key_is_not_their_parent(gw):
+    grandchild = "agent:main:subagent:grandchild"
+    gw.create_session(grandchild, kind="subagent", parent=CHILD)
+    gw.delete_session(CHILD)
+    assert gw.store.get_session(grandchild, "main").parent_key is None
+    # Re-creating the deleted key as the grandchild's child must not close a parent cycle.
+    gw.create_session(CHILD, kind="subagent", parent=grandchild)
+    assert gw.store.get_session(CHILD, "main").parent_key == grandchild
+    assert gw.store.get_session(grandchild, "main").parent_key is None
