@@ -28,10 +28,9 @@ answer is ``error`` or "nothing new", never a miss.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any, ClassVar, Protocol
 
-from sessionstate.upstream.claude_lines import COMPACTION_PREFIX
+from sessionstate.upstream.claude_lines import COMPACTION_PREFIX, parse_timestamp
 from sessionstate.upstream.providers.base import (
     CheckResult,
     UpstreamActivity,
@@ -63,14 +62,8 @@ class NodeTranscriptClient(Protocol):
 def _timestamp(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if isinstance(value, str) and value:
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        return moment.timestamp()
+    if isinstance(value, str):
+        return parse_timestamp(value)  # the same ISO 8601 rules as the JSONL provider
     return None
 
 
