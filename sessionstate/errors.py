@@ -51,3 +51,31 @@ class UnsupportedBackend(SessionStateError):
     """The database URL names a backend this version cannot open."""
 
     code = "unsupported_backend"
+
+
+class StorageError(SessionStateError):
+    """The database refused or failed a statement; the transaction was rolled back.
+
+    ``retry_safe`` is true when the whole transaction is known to have rolled back (so running
+    it again cannot apply anything twice); ``__cause__`` holds the driver's error.
+    """
+
+    code = "storage_error"
+
+    def __init__(self, message: str, *, retry_safe: bool = False) -> None:
+        super().__init__(message)
+        self.retry_safe = retry_safe
+
+
+class StorageUnavailable(StorageError):
+    """The database cannot be reached: refused connection, failed authentication, a server
+    that went away (restart, shutdown) mid-transaction."""
+
+    code = "storage_unavailable"
+
+
+class StorageConflict(StorageError):
+    """A concurrent transaction won (deadlock or serialization failure): nothing was applied
+    and the transaction can run again."""
+
+    code = "storage_conflict"

@@ -49,6 +49,7 @@ from .statemachine.table import (
     UNWATCHED,
 )
 from .store import CursorRecord, SessionRecord, SqliteStore
+from .store.factory import open_store
 from .store.sqlite import DEFAULT_SYNCHRONOUS
 from .validation import (
     MAX_LABEL_LENGTH,
@@ -137,7 +138,7 @@ class Gateway(AgentRuntimeMixin):
         synchronous: str = DEFAULT_SYNCHRONOUS,
     ) -> "Gateway":
         """Open (creating if needed) the database at ``url`` and run the startup sweep."""
-        store = SqliteStore(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
+        store = open_store(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
             gateway.startup_sweep()

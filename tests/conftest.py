@@ -6,9 +6,12 @@ Select with HYPOTHESIS_PROFILE=fuzz ./dev test tests/gateway/test_stateful.py
 from __future__ import annotations
 
 import os
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.backends import BACKENDS, REQUIRE_PG_ENV, BackendMissing, postgres_required
 
 settings.register_profile(
     "ci",
@@ -27,6 +30,18 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def db_url(tmp_path):
-    return f"sqlite:///{tmp_path / 'state.db'}"
+def db_url(backend: str) -> Iterator[str]:
+    """A fresh empty database on each backend (tests/backends.py)."""
+    try:
+        with BACKENDS[backend]() as url:
+            yield url
+    except BackendMissing as missing:
+        if postgres_required():
+            pytest.fail(f"{missing} (required here: {REQUIRE_PG_ENV}=1 or CI=true)")
+        pytest.skip(str(missing))

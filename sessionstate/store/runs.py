@@ -61,7 +61,7 @@ event.listen(
         " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
         " DELETE FROM agent_runs WHERE child_key = OLD.session_key AND child_agent_id = OLD.agent_id;"
         " END"
-    ),
+    ).execute_if(dialect="sqlite"),  # postgres.py: SESSION_CHILD_TABLES
 )
 
 
@@ -127,7 +127,7 @@ class RunStore:
 
     def insert(self, record: RunRecord) -> None:
         values = list(record)
-        values[10] = int(record.thread)
+        values[10] = bool(record.thread)  # a bool binds as 1/0 on SQLite, as BOOLEAN on PostgreSQL
         self.store.db.execute(INSERT_SQL, values)
 
     def get(self, run_id: str) -> RunRecord | None:

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import Column, Index, Integer, text
+from sqlalchemy import BigInteger, Column, Index, Integer, text
 from sqlmodel import Field, SQLModel
 
 SCHEMA_VERSION = 1
+
+# Sequence positions: 64-bit on PostgreSQL (its INTEGER is 32-bit); SQLite keeps INTEGER,
+# which is 64-bit there and is what makes the events' primary key the rowid.
+SequenceInt = Integer().with_variant(BigInteger(), "postgresql")
 
 
 class SessionRow(SQLModel, table=True):
@@ -40,7 +44,7 @@ class EventRow(SQLModel, table=True):
     )
 
     # One global AUTOINCREMENT: sequences are never reused, even after pruning.
-    sequence: Optional[int] = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    sequence: Optional[int] = Field(default=None, sa_column=Column(SequenceInt, primary_key=True))
     session_key: str
     agent_id: str
     kind: str
@@ -61,8 +65,8 @@ class HeadRow(SQLModel, table=True):
 
     session_key: str = Field(primary_key=True)
     agent_id: str = Field(primary_key=True)
-    last_sequence: int
-    pruned_max_sequence: int
+    last_sequence: int = Field(sa_type=SequenceInt)
+    pruned_max_sequence: int = Field(sa_type=SequenceInt)
     updated_at: float
 
 
@@ -79,13 +83,14 @@ class CursorRow(SQLModel, table=True):
             "target_session_key",
             "target_agent_id",
             sqlite_where=text("notified_sequence = last_seen_sequence"),
+            postgresql_where=text("notified_sequence = last_seen_sequence"),
         ),
     )
 
     watcher_session_key: str = Field(primary_key=True)
     target_session_key: str = Field(primary_key=True)
     target_agent_id: str = Field(primary_key=True)
-    last_seen_sequence: int
-    notified_sequence: int
-    material_sequence: int
+    last_seen_sequence: int = Field(sa_type=SequenceInt)
+    notified_sequence: int = Field(sa_type=SequenceInt)
+    material_sequence: int = Field(sa_type=SequenceInt)
     updated_at: float

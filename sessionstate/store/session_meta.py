@@ -49,7 +49,7 @@ event.listen(
         " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
         " DELETE FROM session_meta WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
         " END"
-    ),
+    ).execute_if(dialect="sqlite"),  # postgres.py: SESSION_CHILD_TABLES
 )
 
 
@@ -121,7 +121,7 @@ class SessionMetaStore:
 
     def insert(self, record: MetaRecord) -> None:
         values = list(record)
-        values[8] = int(record.sandboxed)
+        values[8] = bool(record.sandboxed)  # a bool binds as 1/0 on SQLite, as BOOLEAN on PostgreSQL
         self.store.db.execute(INSERT_SQL, values)
 
     def update(self, key: str, agent_id: str, **fields: Any) -> None:

@@ -49,7 +49,7 @@ event.listen(
         " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
         " DELETE FROM session_messages WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
         " END"
-    ),
+    ).execute_if(dialect="sqlite"),  # postgres.py: SESSION_CHILD_TABLES
 )
 
 
@@ -81,11 +81,11 @@ INSERT_SQL = (
 # The newest `limit` rows, returned oldest first.
 RECENT_SQL = (
     f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM session_messages"
-    " WHERE session_key = ? AND agent_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id"
+    " WHERE session_key = ? AND agent_id = ? ORDER BY id DESC LIMIT ?) AS recent ORDER BY id"
 )
 RECENT_ROLE_SQL = (
     "SELECT text FROM (SELECT id, text FROM session_messages"
-    " WHERE session_key = ? AND agent_id = ? AND role = ? ORDER BY id DESC LIMIT ?) ORDER BY id"
+    " WHERE session_key = ? AND agent_id = ? AND role = ? ORDER BY id DESC LIMIT ?) AS recent ORDER BY id"
 )
 FIRST_ROLE_SQL = (
     "SELECT text FROM session_messages WHERE session_key = ? AND agent_id = ? AND role = ?"

@@ -56,7 +56,7 @@ _DROP_ON_SESSION_DELETE = DDL(
     " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
     " DELETE FROM upstream_links WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
     " END"
-)
+).execute_if(dialect="sqlite")  # postgres.py creates the same trigger (SESSION_CHILD_TABLES)
 # SQLModel sets __table__ when it creates a table class; its type hints do not declare it.
 event.listen(UpstreamLinkRow.__table__, "after_create", _DROP_ON_SESSION_DELETE)  # type: ignore[attr-defined]
 
@@ -167,14 +167,14 @@ class UpstreamLinkStore:
             self.store.db.execute(DELETE_SESSION_LINK_SQL, (session_key, agent_id))
             row = self.store.db.execute(
                 INSERT_SQL,
-                (session_key, agent_id, provider, host, thread_id, marker, int(primed),
+                (session_key, agent_id, provider, host, thread_id, marker, bool(primed),
                  now if primed else None, "found" if primed else None, now),
             ).fetchone()
         return int(row[0])
 
     def advance(self, link: UpstreamLink, marker: str | None, now: float, *, primed: bool = True) -> bool:
         """A found check: new marker, misses reset (``primed=False`` while priming goes on)."""
-        cur = self.store.db.execute(ADVANCE_SQL, (marker, int(primed), now, link.generation, link.version))
+        cur = self.store.db.execute(ADVANCE_SQL, (marker, bool(primed), now, link.generation, link.version))
         return cur.rowcount == 1
 
     def miss(self, link: UpstreamLink, now: float) -> bool:

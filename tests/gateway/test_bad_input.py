@@ -25,7 +25,9 @@ def gw(db_url):
 def rec(**overrides):
     args = dict(session_key=CHILD, kind="human_direct_message", actor_type="human", summary="ok")
     args.update(overrides)
-    return lambda gw: gw.record_event(args.pop("session_key"), args.pop("kind"), **args)
+    key, kind = args.pop("session_key"), args.pop("kind")
+    # Builds a fresh call each time: the same bad call runs once per backend.
+    return lambda gw: gw.record_event(key, kind, **args)
 
 
 BAD_CALLS = {

@@ -1,0 +1,729 @@
+"""The PostgreSQL store: ``SqliteStore``'s methods and contract on a database server.
+
+Several gateway processes may share one database, so this module adds what SQLite's single
+writer gave for free (the ordering argument is written out in spec/notice-protocol.md,
+"Concurrent writers"):
+
+- **A session's head row is its lock.** An append locks the head row (``FOR UPDATE``) before
+  the sequence is taken, so the appends to one session commit in sequence order and its head
+  only grows (INV7). Every other write that decides from a cursor (seed, drain, sweep,
+  expire, reset, delete) first locks the head rows of the targets involved, in key order,
+  and only then reads the cursors, so a decision never rests on a cursor or a log that
+  another transaction is about to change.
+- Each statement runs on the raw psycopg connection; the hot ones are constant strings
+  prepared on the server once per connection. SQLModel declares the tables (``create_all``
+  through SQLAlchemy's ``postgresql+psycopg`` dialect); the SQL that differs from SQLite's
+  lives here.
+- Driver errors leave as ``StorageError`` subclasses with the driver's error as the cause;
+  a connection that broke is replaced at the start of the next transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, NamedTuple, Sequence
+
+import psycopg
+from psycopg import errors as pg_errors
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import NullPool
+from sqlmodel import SQLModel
+
+from ..errors import (
+    SessionExists,
+    StorageConflict,
+    StorageError,
+    StorageUnavailable,
+    UnknownSession,
+    UnsupportedBackend,
+)
+from . import tables  # noqa: F401  (registers every table module with SQLModel.metadata)
+from .sqlite import (
+    PRUNE_CHUNK_ROWS,
+    SYNCHRONOUS_LEVELS,
+    CursorRecord,
+    EventRecord,
+    Head,
+    PositionsTuple,
+    SessionRecord,
+)
+
+SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
+CONNECT_TIMEOUT_SECONDS = 10
+# Serialises schema creation between processes opening a new database at the same time.
+SCHEMA_LOCK_KEY = 0x5E55_1057
+
+# Feature tables whose rows go with their session: (table, key column, agent column).
+# SQLite does it with the triggers its table modules declare; these are the same on PostgreSQL.
+SESSION_CHILD_TABLES = (
+    ("session_meta", "session_key", "agent_id"),
+    ("session_messages", "session_key", "agent_id"),
+    ("agent_runs", "child_key", "child_agent_id"),
+    ("upstream_links", "session_key", "agent_id"),
+)
+
+# Durability per ``synchronous`` level: NORMAL keeps the server's own setting.
+_SYNCHRONOUS_COMMIT = {"OFF": "off", "FULL": "on", "EXTRA": "on"}
+
+_EVENT_COLUMNS = (
+    "session_key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,"
+    " occurred_at, recorded_at, dedupe_key"
+)
+LOCK_HEAD_SQL = (
+    "SELECT last_sequence FROM session_state_heads"
+    " WHERE session_key = %s AND agent_id = %s FOR UPDATE"
+)
+DEDUPE_SQL = "SELECT sequence FROM session_state_events WHERE dedupe_key = %s"
+# Runs after LOCK_HEAD_SQL in the same transaction: the sequence is taken under the head's
+# lock. ON CONFLICT covers a dedupe key committed by a transaction on another session after
+# the DEDUPE_SQL check (no row comes back; the caller reads the winner's sequence).
+APPEND_SQL = (
+    f"WITH inserted AS (INSERT INTO session_state_events ({_EVENT_COLUMNS})"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence)"
+    " UPDATE session_state_heads h SET last_sequence = inserted.sequence, updated_at = %s"
+    " FROM inserted WHERE h.session_key = %s AND h.agent_id = %s RETURNING inserted.sequence"
+)
+HEAD_SQL = (
+    "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
+    " WHERE session_key = %s AND agent_id = %s"
+)
+# The heads of several targets, locked in key order (one order everywhere: no deadlock
+# between two such statements).
+LOCK_HEADS_SQL = (
+    "SELECT session_key, agent_id FROM session_state_heads"
+    " WHERE (session_key, agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
+    " ORDER BY session_key, agent_id FOR UPDATE"
+)
+EVENT_PAGE_SQL = (
+    "SELECT sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload"
+    " FROM session_state_events WHERE session_key = %s AND agent_id = %s AND sequence > %s"
+    " ORDER BY sequence LIMIT %s"
+)
+EARLIEST_SQL = (
+    "SELECT min(sequence) FROM session_state_events WHERE session_key = %s AND agent_id = %s"
+)
+CAUGHT_UP_WATCHERS_SQL = (
+    "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence"
+    " FROM session_watch_cursors WHERE target_session_key = %s AND target_agent_id = %s"
+    " AND notified_sequence = last_seen_sequence"
+)
+PUT_CURSOR_SQL = (
+    "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key,"
+    " target_agent_id, last_seen_sequence, notified_sequence, material_sequence, updated_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (watcher_session_key, target_session_key, target_agent_id)"
+    " DO UPDATE SET last_seen_sequence = excluded.last_seen_sequence,"
+    " notified_sequence = excluded.notified_sequence,"
+    " material_sequence = excluded.material_sequence, updated_at = excluded.updated_at"
+)
+DELETE_CURSOR_SQL = (
+    "DELETE FROM session_watch_cursors WHERE watcher_session_key = %s"
+    " AND target_session_key = %s AND target_agent_id = %s"
+)
+_SESSION_COLUMNS = "session_key, agent_id, kind, parent_key, parent_agent_id, label, created_at, updated_at"
+
+# Which cursors each list read returns (with %s arguments); the same condition names the
+# heads to lock first when the read serves a transition.
+_HELD_BY = "c.watcher_session_key = %s"
+_NAMING = "(c.watcher_session_key = %s OR (c.target_session_key = %s AND c.target_agent_id = %s))"
+_BEHIND = (
+    "c.notified_sequence > c.last_seen_sequence"
+    " AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key)"
+)
+_EXPIRED = (
+    "c.updated_at < %s AND coalesce((SELECT h.updated_at FROM session_state_heads h"
+    " WHERE h.session_key = c.target_session_key AND h.agent_id = c.target_agent_id), 0) < %s"
+)
+_ORDER = " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
+
+Target = tuple[str, str]
+
+
+def postgres_url(url: str) -> URL:
+    """The SQLAlchemy URL for a PostgreSQL URL, with the psycopg 3 driver."""
+    parsed = make_url(url)
+    if parsed.drivername not in SCHEMES:
+        raise UnsupportedBackend(
+            f"{parsed.drivername!r} is not a PostgreSQL URL this store opens; use postgresql+psycopg://"
+        )
+    return parsed.set(drivername="postgresql+psycopg")
+
+
+class PostgresStore:
+    """Durable signal log, heads, cursors and session registry in a PostgreSQL database."""
+
+    path = None  # no file behind it
+
+    def __init__(self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL") -> None:
+        if synchronous.upper() not in SYNCHRONOUS_LEVELS:
+            raise UnsupportedBackend(f"synchronous must be one of {SYNCHRONOUS_LEVELS}")
+        parsed = postgres_url(url)
+        self.url = url
+        self._synchronous_commit = _SYNCHRONOUS_COMMIT.get(synchronous.upper())
+        connect_args: dict[str, Any] = {"application_name": "sessionstate"}
+        if "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+        self._engine = create_engine(parsed, poolclass=NullPool, connect_args=connect_args)
+        self._depth = 0
+        self._locked: set[Target] = set()  # head rows this transaction holds
+        self._build_statements(sorted(notifying_kinds))
+        try:
+            self._create_schema()
+            self._connect()
+        except SQLAlchemyError as exc:
+            self._engine.dispose()
+            raise _translate(exc.orig if isinstance(exc.orig, Exception) else exc) from exc
+        except psycopg.Error as exc:
+            self._engine.dispose()
+            raise _translate(exc) from exc
+        self.db = QmarkConnection(self)
+
+    def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
+        kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
+        # R7: a pending cursor's effective material watermark (see SqliteStore).
+        self._effective_material = f"""
+            CASE WHEN c.notified_sequence > c.last_seen_sequence THEN GREATEST(
+                c.material_sequence,
+                coalesce((SELECT max(e.sequence) FROM session_state_events e
+                          WHERE e.session_key = c.target_session_key
+                            AND e.agent_id = c.target_agent_id
+                            AND e.sequence > c.notified_sequence
+                            AND e.kind IN ({kinds})
+                            AND (e.actor_id IS NULL OR e.actor_id <> c.watcher_session_key)),
+                         0))
+            ELSE c.material_sequence END"""
+        columns = (
+            "c.watcher_session_key, c.target_session_key, c.target_agent_id,"
+            f" c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at"
+        )
+        self._cursor_sql = (
+            f"SELECT {columns} FROM session_watch_cursors c WHERE c.watcher_session_key = %s"
+            " AND c.target_session_key = %s AND c.target_agent_id = %s"
+        )
+        self._cursors_where = f"SELECT {columns} FROM session_watch_cursors c WHERE "
+        self._lock_targets_where = (
+            "SELECT h.session_key, h.agent_id FROM session_state_heads h"
+            " WHERE (h.session_key, h.agent_id) IN (SELECT c.target_session_key, c.target_agent_id"
+            " FROM session_watch_cursors c WHERE {cond})"
+            " ORDER BY h.session_key, h.agent_id FOR UPDATE OF h"
+        )
+        self._write_back_sql = (
+            f"UPDATE session_watch_cursors AS c SET material_sequence = {self._effective_material}"
+            " WHERE c.target_session_key = %s AND c.target_agent_id = %s"
+            " AND c.notified_sequence > c.last_seen_sequence"
+        )
+
+    def _create_schema(self) -> None:
+        """The tables (SQLModel's declaration), their indexes and the delete triggers, in one
+        transaction under an advisory lock, so concurrent first opens do not collide."""
+        with self._engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            SQLModel.metadata.create_all(conn)
+            for table, key_column, agent_column in SESSION_CHILD_TABLES:
+                function = f"sessionstate_{table}_session_deleted"
+                conn.exec_driver_sql(
+                    f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$"
+                    f" BEGIN DELETE FROM {table} WHERE {key_column} = OLD.session_key"
+                    f" AND {agent_column} = OLD.agent_id; RETURN NULL; END $$"
+                )
+                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS trg_{table}_session_deleted ON sessions")
+                conn.exec_driver_sql(
+                    f"CREATE TRIGGER trg_{table}_session_deleted AFTER DELETE ON sessions"
+                    f" FOR EACH ROW EXECUTE FUNCTION {function}()"
+                )
+
+    def _connect(self) -> None:
+        self._proxy = self._engine.raw_connection()
+        pg = self._proxy.driver_connection
+        assert isinstance(pg, psycopg.Connection)
+        pg.rollback()  # the dialect's first-connect queries may have opened one
+        pg.autocommit = True  # transactions are explicit: see atomic()
+        if self._synchronous_commit is not None:
+            pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
+        self._pg: psycopg.Connection[Any] = pg
+        self._cur = pg.cursor()
+
+    def _reconnect_if_broken(self) -> None:
+        if not (self._pg.broken or self._pg.closed):
+            return
+        try:
+            self._proxy.close()
+        except Exception:  # the old connection is already gone; nothing to release
+            pass
+        try:
+            self._connect()
+        except SQLAlchemyError as exc:
+            raise _translate(exc.orig if isinstance(exc.orig, Exception) else exc) from exc
+
+    def _execute(self, sql: str, args: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        """One statement outside the hot path: reconnects first when idle, translates errors."""
+        if self._depth == 0:
+            self._reconnect_if_broken()
+        try:
+            return self._cur.execute(sql, args, prepare=True)
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+    # -- lifecycle and transactions ---------------------------------------------------------
+
+    def close(self) -> None:
+        try:
+            self._proxy.close()
+        except psycopg.Error:
+            pass  # closing a connection the server already dropped
+        self._engine.dispose()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def atomic(self) -> "_Transaction":
+        """One transaction (a savepoint when nested); rolls back and re-raises on error."""
+        return _Transaction(self)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def insert_session(self, record: SessionRecord) -> None:
+        try:
+            self._cur.execute(
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                record, prepare=True,
+            )
+        except pg_errors.UniqueViolation as exc:  # another process created it first
+            raise SessionExists(
+                f"session {record.session_key!r} (agent {record.agent_id!r}) already exists"
+            ) from exc
+        self._cur.execute(
+            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
+            " pruned_max_sequence, updated_at) VALUES (%s, %s, 0, 0, %s)"
+            " ON CONFLICT (session_key, agent_id) DO NOTHING",
+            (record.session_key, record.agent_id, record.created_at), prepare=True,
+        )
+
+    def get_session(self, key: str, agent_id: str) -> SessionRecord | None:
+        row = self._execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_key = %s AND agent_id = %s",
+            (key, agent_id),
+        ).fetchone()
+        return SessionRecord(*row) if row else None
+
+    def agents_with_session_key(self, key: str) -> list[str]:
+        rows = self._execute(
+            "SELECT agent_id FROM sessions WHERE session_key = %s ORDER BY agent_id", (key,)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def list_sessions(self) -> list[SessionRecord]:
+        rows = self._execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY created_at, session_key"
+        ).fetchall()
+        return [SessionRecord(*r) for r in rows]
+
+    def delete_session_data(self, key: str, agent_id: str) -> int:
+        """Remove a session's events, head and registry row, and unlink its children;
+        returns the number of events removed."""
+        args = (key, agent_id)
+        self._lock_heads([args])
+        removed = self._execute(
+            "DELETE FROM session_state_events WHERE session_key = %s AND agent_id = %s", args
+        ).rowcount
+        self._execute("DELETE FROM session_state_heads WHERE session_key = %s AND agent_id = %s", args)
+        self._execute("DELETE FROM sessions WHERE session_key = %s AND agent_id = %s", args)
+        self._execute(
+            "UPDATE sessions SET parent_key = NULL, parent_agent_id = NULL"
+            " WHERE parent_key = %s AND parent_agent_id = %s",
+            args,
+        )
+        return int(removed)
+
+    # -- the signal log ---------------------------------------------------------------------
+
+    def append_event(
+        self,
+        key: str,
+        agent_id: str,
+        kind: str,
+        actor_type: str,
+        actor_id: str | None,
+        run_id: str | None,
+        summary: str,
+        payload: str | None,
+        occurred_at: float,
+        recorded_at: float,
+        dedupe_key: str | None,
+    ) -> tuple[int, bool]:
+        """Append one event and bump its head; ``(sequence, inserted)``.
+
+        Must run inside ``atomic()``. The head row is locked first (its absence raises
+        ``UnknownSession``), then the dedupe key is looked up, then the row is inserted with a
+        sequence taken under that lock.
+        """
+        cur = self._cur
+        target = (key, agent_id)
+        if target not in self._locked:
+            if cur.execute(LOCK_HEAD_SQL, target, prepare=True).fetchone() is None:
+                raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
+            self._locked.add(target)
+        if dedupe_key is not None:
+            existing = cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
+            if existing is not None:
+                return int(existing[0]), False
+        row = cur.execute(
+            APPEND_SQL,
+            (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload, occurred_at,
+             recorded_at, dedupe_key, recorded_at, key, agent_id),
+            prepare=True,
+        ).fetchone()
+        if row is None:  # the dedupe key was committed meanwhile by a writer on another session
+            winner = cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
+            return int(winner[0]), False
+        return int(row[0]), True
+
+    def head(self, key: str, agent_id: str) -> Head | None:
+        """The head; inside a transaction its row is locked first (a seed reads it)."""
+        if self._depth:
+            self._lock_heads([(key, agent_id)])
+        row = self._execute(HEAD_SQL, (key, agent_id)).fetchone()
+        return Head(int(row[0]), int(row[1])) if row else None
+
+    def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]:
+        rows = self._execute(
+            f"SELECT sequence, {_EVENT_COLUMNS} FROM session_state_events"
+            " WHERE session_key = %s AND agent_id = %s AND sequence > %s"
+            " ORDER BY sequence LIMIT %s",
+            (key, agent_id, after, limit),
+        ).fetchall()
+        return [EventRecord(*r) for r in rows]
+
+    def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
+        """The reconciliation page (see ``SqliteStore.event_page``)."""
+        return self._execute(EVENT_PAGE_SQL, (key, agent_id, after, limit)).fetchall()
+
+    def earliest_sequence(self, key: str, agent_id: str) -> int | None:
+        row = self._execute(EARLIEST_SQL, (key, agent_id)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def event_count(self) -> int:
+        return int(self._execute("SELECT count(*) FROM session_state_events").fetchone()[0])
+
+    # -- cursors ----------------------------------------------------------------------------
+
+    def cursor(self, watcher: str, target_key: str, target_agent_id: str) -> CursorRecord | None:
+        """A cursor with its effective positions; inside a transaction the target's head is
+        locked before the read (the caller is about to fire a transition on it)."""
+        if self._depth:
+            self._lock_heads([(target_key, target_agent_id)])
+        row = self._execute(self._cursor_sql, (watcher, target_key, target_agent_id)).fetchone()
+        return _cursor_record(row) if row else None
+
+    def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
+        """Watchers of a target whose cursor is caught up (the partial index serves this);
+        called after ``append_event`` locked the target's head."""
+        rows = self._cur.execute(CAUGHT_UP_WATCHERS_SQL, (target_key, target_agent_id), prepare=True).fetchall()
+        return [(r[0], (int(r[1]), int(r[2]), int(r[3]))) for r in rows]
+
+    def cursors_behind(self) -> list[CursorRecord]:
+        """Cursors with a notice owed whose watcher exists."""
+        return self._cursors(_BEHIND, ())
+
+    def cursors_held_by(self, watcher: str) -> list[CursorRecord]:
+        return self._cursors(_HELD_BY, (watcher,))
+
+    def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
+        return self._cursors(_NAMING, (key, key, agent_id))
+
+    def all_cursors(self) -> list[CursorRecord]:
+        return self._cursors("TRUE", ())
+
+    def expired_cursors(self, cutoff: float) -> list[CursorRecord]:
+        """Cursors whose row and whose target's head were both last updated before cutoff."""
+        return self._cursors(_EXPIRED, (cutoff, cutoff))
+
+    def _cursors(self, condition: str, args: tuple[Any, ...]) -> list[CursorRecord]:
+        """The cursors matching ``condition``; inside a transaction their targets' heads are
+        locked first, in key order. A cursor that started to match between the lock and the
+        read (on a target not locked yet) has its head locked too, and the read runs again."""
+        read_sql = self._cursors_where + condition + _ORDER
+        if not self._depth:
+            return [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
+        for target in self._execute(self._lock_targets_where.format(cond=condition), args).fetchall():
+            self._locked.add((target[0], target[1]))
+        while True:
+            records = [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
+            missing = {(r.target_key, r.target_agent_id) for r in records} - self._locked
+            if not missing:
+                return records
+            self._lock_heads(sorted(missing))
+            self._locked |= missing  # a target without a head has nothing to lock
+
+    def put_cursors(
+        self,
+        target_key: str,
+        target_agent_id: str,
+        changes: Sequence[tuple[str, PositionsTuple | None]],
+        now: float,
+    ) -> None:
+        """Write new positions (insert or update) or delete (``None``) for watchers of a target."""
+        cur = self._cur
+        upserts = [
+            (watcher, target_key, target_agent_id, p[0], p[1], p[2], now)
+            for watcher, p in changes
+            if p is not None
+        ]
+        deletes = [(w, target_key, target_agent_id) for w, p in changes if p is None]
+        if len(upserts) == 1:
+            cur.execute(PUT_CURSOR_SQL, upserts[0], prepare=True)
+        elif upserts:
+            cur.executemany(PUT_CURSOR_SQL, upserts)
+        if deletes:
+            cur.executemany(DELETE_CURSOR_SQL, deletes)
+
+    def _lock_heads(self, targets: Sequence[Target]) -> None:
+        """Lock the head rows of ``targets`` (in key order) unless this transaction holds them."""
+        wanted = sorted(set(targets) - self._locked)
+        if not wanted:
+            return
+        keys, agents = [t[0] for t in wanted], [t[1] for t in wanted]
+        self._execute(LOCK_HEADS_SQL, (keys, agents)).fetchall()
+        self._locked.update(wanted)
+
+    # -- retention --------------------------------------------------------------------------
+
+    def prune_events(self, cutoff: float, max_rows: int, chunk_rows: int = PRUNE_CHUNK_ROWS) -> dict[str, int]:
+        """Delete events beyond the newest ``max_rows`` and those recorded before ``cutoff``.
+
+        The same two passes and chunks as ``SqliteStore.prune_events``. Each chunk is one
+        transaction: it locks the heads of the sessions it touches (key order), raises their
+        pruned watermark (R13), writes the effective material watermark of their pending
+        cursors (R7), and only then deletes their rows in the range. Events of a session that
+        only became visible after the heads were locked are left for the next chunk, so the
+        watermark always covers what a chunk deletes.
+        """
+        beyond = self._scalar(
+            "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET %s",
+            (max_rows,),
+        )
+        deleted = chunks = 0
+        while beyond is not None:
+            bound = self._scalar(
+                "SELECT sequence FROM session_state_events WHERE sequence <= %s"
+                " ORDER BY sequence LIMIT 1 OFFSET %s",
+                (beyond, chunk_rows - 1),
+            )
+            count = self._prune_chunk("sequence <= %s", beyond if bound is None else bound)
+            if not count:
+                break
+            deleted, chunks = deleted + count, chunks + 1
+        while True:
+            bound = self._scalar(
+                "SELECT recorded_at FROM session_state_events WHERE recorded_at < %s"
+                " ORDER BY recorded_at LIMIT 1 OFFSET %s",
+                (cutoff, chunk_rows - 1),
+            )
+            if bound is None:
+                count = self._prune_chunk("recorded_at < %s", cutoff)
+            else:
+                count = self._prune_chunk("recorded_at <= %s", bound)
+            if not count:
+                break
+            deleted, chunks = deleted + count, chunks + 1
+        return {"events": deleted, "chunks": chunks}
+
+    def _prune_chunk(self, where: str, bound: float) -> int:
+        with self.atomic():
+            sessions = self._execute(
+                f"SELECT DISTINCT session_key, agent_id FROM session_state_events WHERE {where}",
+                (bound,),
+            ).fetchall()
+            if not sessions:
+                return 0
+            keys, agents = [s[0] for s in sessions], [s[1] for s in sessions]
+            self._lock_heads([(s[0], s[1]) for s in sessions])
+            # With the heads locked no append to these sessions is in flight: what matches now
+            # is exactly what the DELETE below removes.
+            in_sessions = "(session_key, agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
+            affected = self._execute(
+                f"SELECT session_key, agent_id, max(sequence) FROM session_state_events"
+                f" WHERE {where} AND {in_sessions} GROUP BY session_key, agent_id"
+                " ORDER BY session_key, agent_id",
+                (bound, keys, agents),
+            ).fetchall()
+            cur = self._cur
+            cur.executemany(
+                "UPDATE session_state_heads SET pruned_max_sequence = GREATEST(pruned_max_sequence, %s)"
+                " WHERE session_key = %s AND agent_id = %s",
+                [(m, k, a) for k, a, m in affected],
+            )
+            cur.executemany(self._write_back_sql, [(k, a) for k, a, _ in affected])
+            return int(self._execute(
+                f"DELETE FROM session_state_events WHERE {where} AND {in_sessions}",
+                (bound, keys, agents),
+            ).rowcount)
+
+    def _scalar(self, sql: str, args: Sequence[Any]) -> Any:
+        row = self._execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every core table, in a stable order (tests compare before and after)."""
+        tables = {
+            "sessions": "session_key, agent_id",
+            "session_state_events": "sequence",
+            "session_state_heads": "session_key, agent_id",
+            "session_watch_cursors": "watcher_session_key, target_session_key, target_agent_id",
+        }
+        return {
+            name: self._execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall()
+            for name, order in tables.items()
+        }
+
+    def integrity_check(self) -> str:
+        """``ok``, or what is wrong: the server checks pages itself, so this checks the log
+        against the heads (every event at or below its session's head, INV7)."""
+        above = self._scalar(
+            "SELECT count(*) FROM session_state_events e LEFT JOIN session_state_heads h"
+            " ON h.session_key = e.session_key AND h.agent_id = e.agent_id"
+            " WHERE h.session_key IS NULL OR e.sequence > h.last_sequence",
+            (),
+        )
+        return "ok" if not above else f"{above} event(s) above their session's head or without one"
+
+
+class _Transaction:
+    """``BEGIN``/``COMMIT`` at depth 0, ``SAVEPOINT``/``RELEASE`` when nested; driver errors
+    leave as ``StorageError``. Row locks taken inside a savepoint that rolls back are released
+    by the server, so the store's record of held head locks is restored with it."""
+
+    __slots__ = ("_store", "_name", "_locked_before")
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._name = ""
+        self._locked_before: set[Target] = set()
+
+    def __enter__(self) -> None:
+        store = self._store
+        if store._depth == 0:
+            store._reconnect_if_broken()
+            _run(store, "BEGIN")
+        else:
+            self._name = f"sp{store._depth}"
+            self._locked_before = set(store._locked)
+            _run(store, f"SAVEPOINT {self._name}")
+        store._depth += 1
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        store = self._store
+        store._depth -= 1
+        if exc_type is None:
+            if self._name:
+                _run(store, "RELEASE " + self._name)
+                return
+            store._locked.clear()
+            _run(store, "COMMIT", committing=True)
+            return
+        if self._name:
+            store._locked = self._locked_before
+            try:
+                store._pg.execute(f"ROLLBACK TO {self._name}")
+                store._pg.execute(f"RELEASE {self._name}")
+            except psycopg.Error:
+                pass  # the connection is gone; the outer transaction fails and rolls back
+        else:
+            store._locked.clear()
+            try:
+                store._pg.execute("ROLLBACK")
+            except psycopg.Error:
+                pass  # a broken connection: the server rolled back; the next use reconnects
+        if isinstance(exc, psycopg.Error):
+            raise _translate(exc) from exc
+
+
+def _run(store: PostgresStore, sql: str, *, committing: bool = False) -> None:
+    try:
+        store._pg.execute(sql)
+    except psycopg.Error as exc:
+        raise _translate(exc, committing=committing) from exc
+
+
+# SQLSTATE classes and codes: 08 connection exception, 28 invalid authorization,
+# 57P01-57P03 server shutting down or starting, 40001 serialization failure, 40P01 deadlock.
+_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
+
+
+def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
+    """A driver error as the ``StorageError`` that says what happened."""
+    state = getattr(exc, "sqlstate", None) or ""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)):
+        return StorageConflict(f"PostgreSQL: concurrent transaction conflict ({detail})", retry_safe=True)
+    if state.startswith("28"):
+        return StorageUnavailable(f"PostgreSQL refused the login: {detail}")
+    lost = isinstance(exc, psycopg.OperationalError) or state.startswith("08") or state in _UNAVAILABLE_STATES
+    if lost:
+        # A transaction whose connection broke before COMMIT was rolled back by the server;
+        # one that broke during COMMIT may or may not have committed.
+        if committing:
+            return StorageUnavailable(
+                f"PostgreSQL connection lost during commit; the outcome is unknown ({detail})"
+            )
+        return StorageUnavailable(f"PostgreSQL unavailable: {detail}", retry_safe=True)
+    return StorageError(f"PostgreSQL error: {detail}")
+
+
+def _cursor_record(row: Sequence[Any]) -> CursorRecord:
+    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]))
+
+
+class _QmarkCursor(NamedTuple):
+    cursor: psycopg.Cursor[Any]
+
+    def fetchone(self) -> Any:
+        return self.cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self.cursor.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self.cursor.rowcount
+
+
+class QmarkConnection:
+    """The feature-table modules' view of the connection: ``execute(sql, params)`` with
+    ``?`` placeholders as ``sqlite3`` takes them, run on the store's psycopg connection.
+
+    Their SQL is written to run on both backends; only the placeholder style differs, and the
+    translation of each constant string is cached.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._translated: dict[str, str] = {}
+
+    def _sql(self, sql: str) -> str:
+        translated = self._translated.get(sql)
+        if translated is None:
+            translated = self._translated[sql] = sql.replace("%", "%%").replace("?", "%s")
+        return translated
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _QmarkCursor:
+        store = self._store
+        if store._depth == 0:
+            store._reconnect_if_broken()
+        try:
+            return _QmarkCursor(store._pg.execute(self._sql(sql), tuple(params), prepare=True))
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        store = self._store
+        try:
+            store._pg.cursor().executemany(self._sql(sql), [tuple(p) for p in params])
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
