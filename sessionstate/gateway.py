@@ -20,7 +20,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .agent_runtime import AgentRuntimeMixin
 from .config import normalize_url
-from .errors import InvalidArgument, SessionExists, UnknownSession
+from .errors import (
+    InvalidArgument,
+    SessionExists,
+    StorageConflict,
+    StorageError,
+    StorageUnavailable,
+    UnknownSession,
+)
 from .keys import (
     DEFAULT_AGENT_ID,
     check_key,
@@ -70,6 +77,8 @@ log = logging.getLogger("sessionstate")
 DAY_SECONDS = 86_400.0
 OCCURRED_AT_WINDOW = DAY_SECONDS  # R16
 CHANGES_PAGE = 200
+APPEND_ATTEMPTS = 3
+RETRY_PAUSE_SECONDS = 0.05
 
 Clock = Callable[[], float]
 WakeHook = Callable[[str, str], None]
@@ -325,34 +334,62 @@ class Gateway(AgentRuntimeMixin):
                               produced_at, dedupe_key)
 
     def _append_prepared(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
-        """One transaction for all of ``events``; notices are queued after the commit (R9)."""
+        """One transaction for all of ``events``; notices are queued after the commit (R9).
+
+        A storage failure that is known to have rolled everything back (a conflict with a
+        concurrent writer, a connection lost before the commit), or one after which every
+        event would be found again by its dedupe key (R10), is retried a few times when this
+        is the outermost transaction; any other, or the last, returns ``None`` per event (R15).
+        """
         now = self.clock()
+        for attempt in range(1, APPEND_ATTEMPTS + 1):
+            try:
+                sequences, notices, inserted_count = self._append_once(events, now)
+            except StorageError as exc:
+                retry = attempt < APPEND_ATTEMPTS and not self.store.in_transaction and (
+                    exc.retry_safe or all(e.dedupe_key is not None for e in events)
+                ) and isinstance(exc, (StorageConflict, StorageUnavailable))
+                if retry:
+                    log.warning("recording %d event(s) failed (%s); retrying", len(events), exc.message)
+                    time.sleep(RETRY_PAUSE_SECONDS * attempt)
+                    continue
+                return self._append_failed(events)
+            except (sqlite3.Error, SQLAlchemyError):
+                return self._append_failed(events)
+            self.stats["events_recorded"] += inserted_count
+            self._queue_notices(notices)
+            return sequences
+        raise AssertionError("unreachable: the last attempt returns")
+
+    def _append_once(
+        self, events: Sequence["_PreparedEvent"], now: float
+    ) -> tuple[list[int | None], list[tuple[str, Target, int]], int]:
         floor = now - OCCURRED_AT_WINDOW
         notices: list[tuple[str, Target, int]] = []
         sequences: list[int | None] = []
         inserted_count = 0
         append = self.store.append_event
-        try:
-            with self.store.atomic():
-                for e in events:
-                    occurred = now if e.occurred_at is None else min(max(e.occurred_at, floor), now)
-                    sequence, inserted = append(
-                        e.target[0], e.target[1], e.kind, e.actor_type, e.actor_id, e.run_id,
-                        e.summary, e.payload, occurred, now, e.dedupe_key,
-                    )
-                    sequences.append(sequence)
-                    if inserted:
-                        inserted_count += 1
-                        if e.kind in NOTIFYING_KINDS:
-                            notices += self._decide_notices(e.target, e.actor_id, sequence, now)
-        except (sqlite3.Error, SQLAlchemyError):
-            self.stats["append_failures"] += len(events)
-            kinds = ", ".join(sorted({e.kind for e in events}))
-            log.exception("recording %d event(s) (%s) failed; the turn goes on", len(events), kinds)
-            return [None] * len(events)
-        self.stats["events_recorded"] += inserted_count
-        self._queue_notices(notices)
-        return sequences
+        with self.store.atomic():
+            if len(events) > 1:  # several sessions: their locks in one order (no deadlock)
+                self.store.lock_targets({e.target for e in events})
+            for e in events:
+                occurred = now if e.occurred_at is None else min(max(e.occurred_at, floor), now)
+                sequence, inserted = append(
+                    e.target[0], e.target[1], e.kind, e.actor_type, e.actor_id, e.run_id,
+                    e.summary, e.payload, occurred, now, e.dedupe_key,
+                )
+                sequences.append(sequence)
+                if inserted:
+                    inserted_count += 1
+                    if e.kind in NOTIFYING_KINDS:
+                        notices += self._decide_notices(e.target, e.actor_id, sequence, now)
+        return sequences, notices, inserted_count
+
+    def _append_failed(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
+        self.stats["append_failures"] += len(events)
+        kinds = ", ".join(sorted({e.kind for e in events}))
+        log.exception("recording %d event(s) (%s) failed; the turn goes on", len(events), kinds)
+        return [None] * len(events)
 
     def _decide_notices(self, target: Target, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, Target, int]]:
         """The hot path of a notifying event: only caught-up cursors change (R6, R7).
@@ -433,6 +470,7 @@ class Gateway(AgentRuntimeMixin):
         if any(e.target is not None for e in entries):
             now = self.clock()
             with self.store.atomic():
+                self.store.lock_targets({e.target for e in entries if e.target is not None})
                 for entry in entries:
                     if entry.target is None:
                         delivered.append(entry.text)

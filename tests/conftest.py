@@ -38,6 +38,16 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def db_url(backend: str) -> Iterator[str]:
     """A fresh empty database on each backend (tests/backends.py)."""
+    yield from _database(backend)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh empty PostgreSQL schema, for the tests of what only a server does."""
+    yield from _database("postgresql")
+
+
+def _database(backend: str) -> Iterator[str]:
     try:
         with BACKENDS[backend]() as url:
             yield url

@@ -20,13 +20,14 @@ writer gave for free (the ordering argument is written out in spec/notice-protoc
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import psycopg
 from psycopg import errors as pg_errors
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
@@ -172,9 +173,9 @@ class PostgresStore:
         try:
             self._create_schema()
             self._connect()
-        except SQLAlchemyError as exc:
+        except DBAPIError as exc:
             self._engine.dispose()
-            raise _translate(exc.orig if isinstance(exc.orig, Exception) else exc) from exc
+            raise _translate(exc.orig or exc) from exc
         except psycopg.Error as exc:
             self._engine.dispose()
             raise _translate(exc) from exc
@@ -203,11 +204,8 @@ class PostgresStore:
             " AND c.target_session_key = %s AND c.target_agent_id = %s"
         )
         self._cursors_where = f"SELECT {columns} FROM session_watch_cursors c WHERE "
-        self._lock_targets_where = (
-            "SELECT h.session_key, h.agent_id FROM session_state_heads h"
-            " WHERE (h.session_key, h.agent_id) IN (SELECT c.target_session_key, c.target_agent_id"
-            " FROM session_watch_cursors c WHERE {cond})"
-            " ORDER BY h.session_key, h.agent_id FOR UPDATE OF h"
+        self._targets_where = (
+            "SELECT DISTINCT c.target_session_key, c.target_agent_id FROM session_watch_cursors c WHERE "
         )
         self._write_back_sql = (
             f"UPDATE session_watch_cursors AS c SET material_sequence = {self._effective_material}"
@@ -221,16 +219,20 @@ class PostgresStore:
         with self._engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
             SQLModel.metadata.create_all(conn)
+            present = {row[0] for row in conn.exec_driver_sql(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'sessions'::regclass"
+            )}
             for table, key_column, agent_column in SESSION_CHILD_TABLES:
-                function = f"sessionstate_{table}_session_deleted"
+                trigger, function = f"trg_{table}_session_deleted", f"sessionstate_{table}_session_deleted"
+                if trigger in present:
+                    continue
                 conn.exec_driver_sql(
                     f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$"
                     f" BEGIN DELETE FROM {table} WHERE {key_column} = OLD.session_key"
                     f" AND {agent_column} = OLD.agent_id; RETURN NULL; END $$"
                 )
-                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS trg_{table}_session_deleted ON sessions")
                 conn.exec_driver_sql(
-                    f"CREATE TRIGGER trg_{table}_session_deleted AFTER DELETE ON sessions"
+                    f"CREATE TRIGGER {trigger} AFTER DELETE ON sessions"
                     f" FOR EACH ROW EXECUTE FUNCTION {function}()"
                 )
 
@@ -254,8 +256,10 @@ class PostgresStore:
             pass
         try:
             self._connect()
-        except SQLAlchemyError as exc:
-            raise _translate(exc.orig if isinstance(exc.orig, Exception) else exc) from exc
+        except DBAPIError as exc:
+            raise _translate(exc.orig or exc) from exc
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         """One statement outside the hot path: reconnects first when idle, translates errors."""
@@ -378,6 +382,7 @@ class PostgresStore:
         ).fetchone()
         if row is None:  # the dedupe key was committed meanwhile by a writer on another session
             winner = cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
+            assert winner is not None, "ON CONFLICT skipped the row: the key is committed"
             return int(winner[0]), False
         return int(row[0]), True
 
@@ -406,7 +411,7 @@ class PostgresStore:
         return None if row is None or row[0] is None else int(row[0])
 
     def event_count(self) -> int:
-        return int(self._execute("SELECT count(*) FROM session_state_events").fetchone()[0])
+        return int(self._scalar("SELECT count(*) FROM session_state_events", ()))
 
     # -- cursors ----------------------------------------------------------------------------
 
@@ -432,7 +437,8 @@ class PostgresStore:
         return self._cursors(_HELD_BY, (watcher,))
 
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
-        return self._cursors(_NAMING, (key, key, agent_id))
+        # The session's own head joins the ordered lock: delete_session_data removes it.
+        return self._cursors(_NAMING, (key, key, agent_id), also_lock=[(key, agent_id)])
 
     def all_cursors(self) -> list[CursorRecord]:
         return self._cursors("TRUE", ())
@@ -441,22 +447,22 @@ class PostgresStore:
         """Cursors whose row and whose target's head were both last updated before cutoff."""
         return self._cursors(_EXPIRED, (cutoff, cutoff))
 
-    def _cursors(self, condition: str, args: tuple[Any, ...]) -> list[CursorRecord]:
-        """The cursors matching ``condition``; inside a transaction their targets' heads are
-        locked first, in key order. A cursor that started to match between the lock and the
-        read (on a target not locked yet) has its head locked too, and the read runs again."""
+    def _cursors(self, condition: str, args: tuple[Any, ...], also_lock: Sequence[Target] = ()) -> list[CursorRecord]:
+        """The cursors matching ``condition``; inside a transaction their targets' heads (and
+        ``also_lock``) are locked first, in key order. A cursor that started to match between
+        the lock and the read (on a target not locked yet) has its head locked too, and the
+        read runs again."""
         read_sql = self._cursors_where + condition + _ORDER
         if not self._depth:
             return [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
-        for target in self._execute(self._lock_targets_where.format(cond=condition), args).fetchall():
-            self._locked.add((target[0], target[1]))
+        targets = self._execute(self._targets_where + condition, args).fetchall()
+        self._lock_heads([(t[0], t[1]) for t in targets] + list(also_lock))
         while True:
             records = [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
             missing = {(r.target_key, r.target_agent_id) for r in records} - self._locked
             if not missing:
                 return records
             self._lock_heads(sorted(missing))
-            self._locked |= missing  # a target without a head has nothing to lock
 
     def put_cursors(
         self,
@@ -480,8 +486,14 @@ class PostgresStore:
         if deletes:
             cur.executemany(DELETE_CURSOR_SQL, deletes)
 
+    def lock_targets(self, targets: Iterable[Target]) -> None:
+        """Lock the head rows of ``targets`` in key order before a transaction that will touch
+        several of them (one order everywhere: two such transactions cannot deadlock)."""
+        self._lock_heads(list(targets))
+
     def _lock_heads(self, targets: Sequence[Target]) -> None:
-        """Lock the head rows of ``targets`` (in key order) unless this transaction holds them."""
+        """Lock the head rows of ``targets`` (in key order) unless this transaction holds them;
+        a target without a head row has nothing to lock and counts as held."""
         wanted = sorted(set(targets) - self._locked)
         if not wanted:
             return
@@ -653,6 +665,7 @@ def _run(store: PostgresStore, sql: str, *, committing: bool = False) -> None:
 # SQLSTATE classes and codes: 08 connection exception, 28 invalid authorization,
 # 57P01-57P03 server shutting down or starting, 40001 serialization failure, 40P01 deadlock.
 _UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
+_LOGIN_REFUSED = re.compile(r"authentication failed|role \".*\" does not exist|no pg_hba\.conf entry")
 
 
 def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
@@ -661,7 +674,8 @@ def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)):
         return StorageConflict(f"PostgreSQL: concurrent transaction conflict ({detail})", retry_safe=True)
-    if state.startswith("28"):
+    # A login refused at connect time carries no SQLSTATE in psycopg: the server's FATAL says it.
+    if state.startswith("28") or _LOGIN_REFUSED.search(str(exc)):
         return StorageUnavailable(f"PostgreSQL refused the login: {detail}")
     lost = isinstance(exc, psycopg.OperationalError) or state.startswith("08") or state in _UNAVAILABLE_STATES
     if lost:

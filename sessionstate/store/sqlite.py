@@ -151,6 +151,14 @@ class SqliteStore:
     def close(self) -> None:
         self._proxy.close()  # NullPool: closing the proxy closes the connection itself
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def lock_targets(self, targets: Iterable[tuple[str, str]]) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` already holds the one write lock (PostgreSQL
+        locks the targets' head rows here, in key order)."""
+
     def atomic(self) -> "_Transaction":
         """One transaction (a savepoint when nested); rolls back and re-raises on error."""
         return _Transaction(self)

@@ -6,14 +6,15 @@ compares them. Restarts close and reopen the same file, losing the in-memory que
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
+import os
 
-from hypothesis import note, strategies as st
+import pytest
+
+from hypothesis import note, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sessionstate import Gateway
+from tests.backends import BACKENDS, PG_URL_ENV, SKIP_REASON, postgres_required
 from tests.reference_model import ACTORS, DAY, KINDS, NOTIFYING, Model, agent_of
 
 MAIN_KEYS = ("agent:a:main", "agent:a:peer", "agent:b:main")
@@ -24,10 +25,12 @@ SUMMARIES = ("human message via telegram", "goal updated", "run finished", "hist
 
 
 class GatewayVersusModel(RuleBasedStateMachine):
+    backend = "sqlite"  # a name in tests/backends.py BACKENDS
+
     def __init__(self) -> None:
         super().__init__()
-        self.directory = Path(tempfile.mkdtemp(prefix="sessionstate-stateful-"))
-        self.url = f"sqlite:///{self.directory / 'state.db'}"
+        self.database = BACKENDS[self.backend]()
+        self.url = self.database.__enter__()
         self.model = Model(max_rows=MAX_ROWS)
         self.wakes: list[tuple[str, str]] = []
         self.gw = self._open()
@@ -47,7 +50,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.gw.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.database.__exit__(None, None, None)
 
     def _all_pending(self) -> set[tuple[str, str]]:
         return {(w, text) for w in self.model.sessions for text in self.gw.pending_system_events(w)}
@@ -264,4 +267,17 @@ class GatewayVersusModel(RuleBasedStateMachine):
             assert self.gw.session_status(key) == self.model.status(key, None)
 
 
+class GatewayVersusModelOnPostgres(GatewayVersusModel):
+    backend = "postgresql"
+
+
 TestGatewayVersusModel = GatewayVersusModel.TestCase
+# Fewer examples on the server in the default profile (each example creates a schema and
+# every restart reconnects); the fuzz profile runs its full count on both backends.
+if os.environ.get("HYPOTHESIS_PROFILE", "ci") != "fuzz":
+    GatewayVersusModelOnPostgres.TestCase.settings = settings(
+        GatewayVersusModel.TestCase.settings, max_examples=25
+    )
+TestGatewayVersusModelOnPostgres = pytest.mark.skipif(
+    not os.environ.get(PG_URL_ENV) and not postgres_required(), reason=SKIP_REASON
+)(GatewayVersusModelOnPostgres.TestCase)

@@ -1,0 +1,180 @@
+"""What only a database server adds: concurrent writers, lost connections, refused logins.
+
+Each test runs against the server named by SESSIONSTATE_TEST_PG_URL (tests/backends.py).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from sessionstate import Gateway
+from sessionstate.errors import StorageConflict, StorageUnavailable
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import SessionRecord
+from sessionstate.store.factory import open_store
+from tests.backends import _admin_connection
+
+KEYS = ("agent:a:one", "agent:a:two")
+
+
+@pytest.fixture
+def stores(pg_url):
+    opened = [open_store(pg_url, notifying_kinds=NOTIFYING_KINDS) for _ in range(2)]
+    with opened[0].atomic():
+        for key in KEYS:
+            opened[0].insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
+    yield opened
+    for s in opened:
+        s.close()
+
+
+def append(store, key="agent:a:one", dedupe=None):
+    return store.append_event(key, "a", "compacted", "system", None, None, "s", None, 1.0, 1.0, dedupe)
+
+
+def backend_pid(store) -> int:
+    return int(store.db.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+
+def terminate(pid: int) -> None:
+    with _admin_connection() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def test_appends_to_one_session_commit_in_sequence_order(stores):
+    first, second = stores
+    done: list[int] = []
+    with first.atomic():
+        held = append(first)[0]
+        worker = threading.Thread(target=lambda: done.append(_append_in_transaction(second)))
+        worker.start()
+        worker.join(0.3)
+        # The second writer waits on the head row: its sequence is not taken yet.
+        assert worker.is_alive() and done == []
+        # Another session's head is free, and the next sequence is held + 1: the waiting
+        # writer has not taken one (it takes it only once it holds the head's lock).
+        with second_store_for_other_session(first) as other:
+            assert other == held + 1
+    worker.join(10)
+    assert done and done[0] == held + 2
+    assert first.head("agent:a:one", "a").last_sequence == done[0]
+
+
+def _append_in_transaction(store) -> int:
+    with store.atomic():
+        return append(store)[0]
+
+
+class second_store_for_other_session:
+    """A third connection appending to the other session while the first holds its lock."""
+
+    def __init__(self, like):
+        self.store = open_store(like.url, notifying_kinds=NOTIFYING_KINDS)
+
+    def __enter__(self) -> int:
+        with self.store.atomic():
+            return append(self.store, key="agent:a:two")[0]
+
+    def __exit__(self, *exc):
+        self.store.close()
+
+
+def test_same_dedupe_key_from_two_sessions_at_once_records_one_event(stores):
+    first, second = stores
+    results: list[tuple[int, bool]] = []
+    with first.atomic():
+        mine = append(first, dedupe="shared")
+        worker = threading.Thread(target=lambda: results.append(_append_dedupe(second)))
+        worker.start()
+        worker.join(0.3)
+    worker.join(10)
+    assert mine[1] is True
+    assert results == [(mine[0], False)]
+    assert first.event_count() == 1
+    assert first.head("agent:a:two", "a").last_sequence == 0
+
+
+def _append_dedupe(store) -> tuple[int, bool]:
+    with store.atomic():
+        return append(store, key="agent:a:two", dedupe="shared")
+
+
+def test_a_deadlock_is_a_retryable_conflict(stores):
+    first, second = stores
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def cross(store, keys):
+        try:
+            with store.atomic():
+                append(store, key=keys[0])
+                barrier.wait()
+                append(store, key=keys[1])
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=cross, args=(first, KEYS)),
+               threading.Thread(target=cross, args=(second, KEYS[::-1]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert len(errors) == 1
+    assert isinstance(errors[0], StorageConflict) and errors[0].retry_safe
+    assert errors[0].__cause__ is not None  # the driver's error
+    assert first.integrity_check() == "ok"
+
+
+def test_connection_killed_mid_transaction_rolls_back_and_the_store_reconnects(stores):
+    store = stores[0]
+    before = store.dump()
+    with pytest.raises(StorageUnavailable) as error:
+        with store.atomic():
+            append(store)
+            terminate(backend_pid(store))
+            append(store)
+    assert error.value.retry_safe
+    assert store.dump() == before  # reconnected; nothing of the killed transaction stayed
+    with store.atomic():
+        assert append(store)[1]
+
+
+def test_record_event_survives_a_server_side_disconnect(pg_url):
+    with Gateway.open(pg_url) as gw:
+        gw.create_session("agent:a:one")
+        terminate(backend_pid(gw.store))
+        sequence = gw.record_event("agent:a:one", "compacted", actor_type="system", summary="after restart")
+        assert sequence is not None
+        assert gw.state_version("agent:a:one") == sequence
+        assert gw.stats["append_failures"] == 0
+
+
+def test_record_event_returns_none_when_the_server_stays_away(pg_url, monkeypatch):
+    with Gateway.open(pg_url) as gw:
+        gw.create_session("agent:a:one")
+        gone = make_url(pg_url).update_query_dict({"host": "/nonexistent-sessionstate"})
+        monkeypatch.setattr(gw.store, "_engine", __import__("sqlalchemy").create_engine(gone))
+        terminate(backend_pid(gw.store))
+        # R15: the turn goes on.
+        assert gw.record_event("agent:a:one", "compacted", actor_type="system", summary="lost") is None
+        assert gw.stats["append_failures"] == 1
+
+
+def test_refused_connection_and_unknown_role_are_typed(pg_url):
+    refused = make_url(pg_url).update_query_dict({"host": "/nonexistent-sessionstate"})
+    with pytest.raises(StorageUnavailable, match="unavailable") as error:
+        Gateway.open(refused.render_as_string(hide_password=False))
+    assert error.value.__cause__ is not None
+    stranger = make_url(pg_url).set(username="no_such_role")
+    with pytest.raises(StorageUnavailable, match="refused the login"):
+        Gateway.open(stranger.render_as_string(hide_password=False))
+
+
+def test_postgres_urls_without_the_driver_name_open_with_psycopg(pg_url):
+    plain = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with Gateway.open(plain) as gw:
+        gw.create_session("agent:a:one")
+        assert gw.session_exists("agent:a:one")
