@@ -9,14 +9,11 @@ each public call is always: validate (raise, nothing changed) -> one transaction
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from collections.abc import Mapping, Sequence  # the ABCs: isinstance on typing's aliases is slow
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
-
-from sqlalchemy.exc import SQLAlchemyError
 
 from .agent_runtime import AgentRuntimeMixin
 from .config import normalize_url
@@ -61,12 +58,14 @@ from .store.sqlite import DEFAULT_SYNCHRONOUS
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
+    MAX_SYSTEM_EVENT_CHARS,
     SESSION_KINDS,
     check_actor_type,
     check_changes_since,
     check_kind,
     check_line,
     check_optional_id,
+    check_text,
     check_timestamp,
     encode_payload,
 )
@@ -145,9 +144,17 @@ class Gateway(AgentRuntimeMixin):
         retention_days: float = 30,
         max_rows: int = 50_000,
         synchronous: str = DEFAULT_SYNCHRONOUS,
+        create: bool = True,
     ) -> "Gateway":
-        """Open (creating if needed) the database at ``url`` and run the startup sweep."""
-        store = open_store(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
+        """Open the database at ``url`` and run the startup sweep.
+
+        With ``create`` (the default) a missing file and its directories are created; without
+        it a missing file raises ``StorageUnavailable`` and nothing is created. A file this
+        release cannot use raises a ``StorageError`` subclass and is left unchanged.
+        """
+        store = open_store(
+            normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
+        )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
             gateway.startup_sweep()
@@ -214,7 +221,7 @@ class Gateway(AgentRuntimeMixin):
         """Register a session; with ``parent``, a spawn edge (child_spawned + seeded cursor)."""
         check_key(key)
         agent = resolve_agent_id(key, agent_id) or DEFAULT_AGENT_ID
-        if kind not in SESSION_KINDS:
+        if not isinstance(kind, str) or kind not in SESSION_KINDS:
             raise InvalidArgument(f"unknown session kind {kind!r}; expected one of {list(SESSION_KINDS)}")
         if label is not None:
             check_line(label, "label", MAX_LABEL_LENGTH)
@@ -353,8 +360,6 @@ class Gateway(AgentRuntimeMixin):
                     log.warning("recording %d event(s) failed (%s); retrying", len(events), exc.message)
                     time.sleep(RETRY_PAUSE_SECONDS * attempt)
                     continue
-                return self._append_failed(events)
-            except (sqlite3.Error, SQLAlchemyError):
                 return self._append_failed(events)
             self.stats["events_recorded"] += inserted_count
             self._queue_notices(notices)
@@ -502,8 +507,7 @@ class Gateway(AgentRuntimeMixin):
         """Queue a plain system line (announcements) for the session's next turn."""
         check_key(session_key)
         self._resolve_any_agent(session_key)
-        if not isinstance(text, str) or not text:
-            raise InvalidArgument("system event text must be a non-empty string")
+        check_text(text, "system event text", MAX_SYSTEM_EVENT_CHARS, allow_empty=False)
         added = self.queue.enqueue(session_key, text)
         if added and is_main_style_watcher(session_key):
             self._wakes.wake(session_key, "system-event")
@@ -576,7 +580,10 @@ class Gateway(AgentRuntimeMixin):
             self._fire_records(expired, EXPIRE)
         for record in expired:
             self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
-        return {"events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"]}
+        return {
+            "events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"],
+            "pages_reclaimed": self.store.reclaim_free_pages(),
+        }
 
     @_locked
     def startup_sweep(self) -> int:

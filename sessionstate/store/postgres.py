@@ -157,11 +157,17 @@ class PostgresStore:
 
     path = None  # no file behind it
 
-    def __init__(self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL") -> None:
-        if synchronous.upper() not in SYNCHRONOUS_LEVELS:
+    def __init__(
+        self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL", create: bool = True
+    ) -> None:
+        """Connect to the database at ``url``; create the missing tables only when ``create``
+        (without it, a database without them raises ``StorageUnavailable``)."""
+        if not isinstance(synchronous, str) or synchronous.upper() not in SYNCHRONOUS_LEVELS:
             raise UnsupportedBackend(f"synchronous must be one of {SYNCHRONOUS_LEVELS}")
         parsed = postgres_url(url)
         self.url = url
+        self.where = parsed.render_as_string(hide_password=True)
+        self.closed = False
         self._synchronous_commit = _SYNCHRONOUS_COMMIT.get(synchronous.upper())
         connect_args: dict[str, Any] = {"application_name": "sessionstate"}
         if "connect_timeout" not in parsed.query:
@@ -171,7 +177,7 @@ class PostgresStore:
         self._locked: set[Target] = set()  # head rows this transaction holds
         self._build_statements(sorted(notifying_kinds))
         try:
-            self._create_schema()
+            self._create_schema(create)
             self._connect()
         except DBAPIError as exc:
             self._engine.dispose()
@@ -213,10 +219,12 @@ class PostgresStore:
             " AND c.notified_sequence > c.last_seen_sequence"
         )
 
-    def _create_schema(self) -> None:
+    def _create_schema(self, create: bool) -> None:
         """The tables (SQLModel's declaration), their indexes and the delete triggers, in one
         transaction under an advisory lock, so concurrent first opens do not collide."""
         with self._engine.begin() as conn:
+            if not create and conn.exec_driver_sql("SELECT to_regclass('sessions')").scalar() is None:
+                raise StorageUnavailable(f"{self.where}: no sessionstate tables there (nothing was created)")
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
             SQLModel.metadata.create_all(conn)
             present = {row[0] for row in conn.exec_driver_sql(
@@ -270,9 +278,19 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
+    def storage_error(self, exc: BaseException) -> StorageError:
+        """The ``StorageError`` for a driver failure on this database (the feature stores'
+        translation calls it)."""
+        if self.closed:
+            return StorageUnavailable(f"{self.where}: the store is closed")
+        if isinstance(exc, StorageError):
+            return exc
+        return _translate(exc)
+
     # -- lifecycle and transactions ---------------------------------------------------------
 
     def close(self) -> None:
+        self.closed = True
         try:
             self._proxy.close()
         except psycopg.Error:
@@ -573,6 +591,11 @@ class PostgresStore:
                 f"DELETE FROM session_state_events WHERE {where} AND {in_sessions}",
                 (bound, keys, agents),
             ).rowcount)
+
+    def reclaim_free_pages(self) -> int:
+        """0: on PostgreSQL the server's autovacuum makes the space of deleted rows reusable
+        (nothing to do here, and no exclusive lock is ever taken for it)."""
+        return 0
 
     def _scalar(self, sql: str, args: Sequence[Any]) -> Any:
         row = self._execute(sql, args).fetchone()

@@ -155,9 +155,18 @@ def test_r8_no_reopen_without_interleaved_work(gw):
     assert gw.pending_system_events(MANAGER) == []
 
 
+def driver_error(gw):
+    """A failure as the store's own driver raises it."""
+    if gw.store.path is None and gw.store.url.startswith("postgres"):
+        import psycopg
+
+        return psycopg.errors.DiskFull("could not extend file: No space left on device")
+    return sqlite3.OperationalError("disk I/O error")
+
+
 def test_r9_failed_commit_queues_nothing(gw, monkeypatch):
     def broken(*args, **kwargs):
-        raise sqlite3.OperationalError("disk I/O error")
+        raise driver_error(gw)
 
     monkeypatch.setattr(gw.store, "put_cursors", broken)
     before = gw.store.dump()
@@ -260,7 +269,7 @@ def test_r13_old_events_and_idle_cursors_expire(gw, clock):
     gw.drain_system_events(MANAGER)
     clock.now += 31 * DAY
     result = gw.prune()
-    assert result == {"events": 2, "cursors": 1, "chunks": 1}
+    assert result == {"events": 2, "cursors": 1, "chunks": 1, "pages_reclaimed": 0}  # two rows free no page
     assert gw.cursor_positions(MANAGER, CHILD) is None
     assert gw.state_version(CHILD) == 2
 
@@ -296,7 +305,7 @@ def test_r14_delete_removes_events_head_and_every_cursor_naming_it(gw):
 
 def test_r15_storage_failure_is_logged_counted_and_returns_none(gw, monkeypatch, caplog):
     def broken(*args, **kwargs):
-        raise sqlite3.OperationalError("database is locked")
+        raise driver_error(gw)
 
     monkeypatch.setattr(gw.store, "append_event", broken)
     with caplog.at_level(logging.ERROR, logger="sessionstate"):
@@ -355,7 +364,7 @@ def test_record_events_storage_failure_rolls_back_the_burst(gw, monkeypatch):
     def fail_second(*args):
         calls.append(args)
         if len(calls) == 2:
-            raise sqlite3.OperationalError("disk I/O error")
+            raise driver_error(gw)
         return original(*args)
 
     monkeypatch.setattr(gw.store, "append_event", fail_second)
