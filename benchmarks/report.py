@@ -39,6 +39,13 @@ RATIOS: list[tuple[str, str, str, float | None]] = [
     ("prune 60,000 -> 50,000 rows", "prune.project", "prune.raw", 1.5),
     ("restart sweep, 10,000 cursors, 1,000 behind (sweep alone)", "sweep.project", "sweep.raw", None),
     ("restart: whole Gateway.open incl. sweep, vs raw sweep", "sweep.open.project", "sweep.raw", None),
+    # PostgreSQL (bench_postgres.py), against raw psycopg running the same statements.
+    ("PostgreSQL: record one material event, 3 watchers, commit per event",
+     "pg.record.w3.project", "pg.record.w3.raw", 1.25),
+    ("PostgreSQL: record one material event, 1 watcher (reference)", "pg.record.w1.project", "pg.record.w1.raw", None),
+    ("PostgreSQL: same + 1,000 pending watchers, vs the project's own 1-watcher cost",
+     "pg.record.pending.project", "pg.record.w1.project", 1.5),
+    ("PostgreSQL: changesSince page of 200 at 50,000 rows", "pg.page.full.project", "pg.page.full.raw", 1.2),
 ]
 LOCK_TARGET_MS = 15.0
 CURVES = [
@@ -123,6 +130,22 @@ def render(data: dict[str, Any], plot_note: str) -> str:
             f" {worst:.1f} ms | {prune_r['extra_info'].get('longest_lock_ms_max', float('nan')) if prune_r else float('nan'):.1f} ms |"
             f" | ≤ {LOCK_TARGET_MS:g} ms | {'met' if worst <= LOCK_TARGET_MS else 'MISSED'} |"
         )
+    pg_prune = by_key.get("pg.prune")
+    if pg_prune:
+        info = pg_prune["extra_info"]
+        longest = info.get("longest_chunk_ms", float("nan"))
+        out.append(
+            f"| PostgreSQL prune {info.get('rows', 0):,} rows: longest chunk transaction ({info.get('chunks', '?')}"
+            f" chunks) | {longest:.1f} ms | | | ≤ {LOCK_TARGET_MS:g} ms | {'met' if longest <= LOCK_TARGET_MS else 'MISSED'} |"
+        )
+    throughput = sorted(
+        (b["extra_info"]["writers"], b["extra_info"]["appends_per_second"])
+        for key, b in by_key.items() if key.startswith("pg.throughput.")
+    )
+    if throughput:
+        out += ["", "### PostgreSQL: concurrent writer processes", "",
+                "| writer processes | appends per second (all writers) | per writer |", "|---:|---:|---:|"]
+        out += [f"| {n} | {rate:,.0f} | {rate / n:,.0f} |" for n, rate in throughput]
     extra = []
     batch, plain = by_key.get("batch.project"), by_key.get("batch.raw")
     if batch and plain:

@@ -35,6 +35,7 @@ from ..errors import (
     SessionExists,
     StorageConflict,
     StorageError,
+    StorageFull,
     StorageUnavailable,
     UnknownSession,
     UnsupportedBackend,
@@ -399,8 +400,9 @@ class PostgresStore:
             prepare=True,
         ).fetchone()
         if row is None:  # the dedupe key was committed meanwhile by a writer on another session
-            winner = cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
-            assert winner is not None, "ON CONFLICT skipped the row: the key is committed"
+            winner = None if dedupe_key is None else cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
+            if winner is None:  # no head row to bump (the caller rolls the insert back)
+                raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             return int(winner[0]), False
         return int(row[0]), True
 
@@ -474,13 +476,13 @@ class PostgresStore:
         if not self._depth:
             return [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
         targets = self._execute(self._targets_where + condition, args).fetchall()
-        self._lock_heads([(t[0], t[1]) for t in targets] + list(also_lock))
+        headless = self._lock_heads([(t[0], t[1]) for t in targets] + list(also_lock))
         while True:
             records = [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
-            missing = {(r.target_key, r.target_agent_id) for r in records} - self._locked
+            missing = {(r.target_key, r.target_agent_id) for r in records} - self._locked - headless
             if not missing:
                 return records
-            self._lock_heads(sorted(missing))
+            headless |= self._lock_heads(sorted(missing))
 
     def put_cursors(
         self,
@@ -509,15 +511,16 @@ class PostgresStore:
         several of them (one order everywhere: two such transactions cannot deadlock)."""
         self._lock_heads(list(targets))
 
-    def _lock_heads(self, targets: Sequence[Target]) -> None:
+    def _lock_heads(self, targets: Sequence[Target]) -> set[Target]:
         """Lock the head rows of ``targets`` (in key order) unless this transaction holds them;
-        a target without a head row has nothing to lock and counts as held."""
+        returns the targets that have no head row (nothing to lock: no such session)."""
         wanted = sorted(set(targets) - self._locked)
         if not wanted:
-            return
+            return set()
         keys, agents = [t[0] for t in wanted], [t[1] for t in wanted]
-        self._execute(LOCK_HEADS_SQL, (keys, agents)).fetchall()
-        self._locked.update(wanted)
+        locked = {(r[0], r[1]) for r in self._execute(LOCK_HEADS_SQL, (keys, agents)).fetchall()}
+        self._locked |= locked
+        return set(wanted) - locked
 
     # -- retention --------------------------------------------------------------------------
 
@@ -700,7 +703,12 @@ def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
     # A login refused at connect time carries no SQLSTATE in psycopg: the server's FATAL says it.
     if state.startswith("28") or _LOGIN_REFUSED.search(str(exc)):
         return StorageUnavailable(f"PostgreSQL refused the login: {detail}")
-    lost = isinstance(exc, psycopg.OperationalError) or state.startswith("08") or state in _UNAVAILABLE_STATES
+    if state.startswith("53"):  # insufficient resources: disk full, out of memory, too many connections
+        return StorageFull(f"PostgreSQL: storage full or out of resources: {detail}") if state == "53100" \
+            else StorageUnavailable(f"PostgreSQL: out of resources: {detail}", retry_safe=True)
+    # A client-side connection failure has no SQLSTATE; the server's says 08 or 57P0x.
+    lost = (state.startswith("08") or state in _UNAVAILABLE_STATES
+            or (isinstance(exc, psycopg.OperationalError) and not state))
     if lost:
         # A transaction whose connection broke before COMMIT was rolled back by the server;
         # one that broke during COMMIT may or may not have committed.
