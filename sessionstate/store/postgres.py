@@ -32,6 +32,7 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
 from ..errors import (
+    InvalidDatabaseUrl,
     SessionExists,
     StorageConflict,
     StorageError,
@@ -145,7 +146,12 @@ Target = tuple[str, str]
 
 def postgres_url(url: str) -> URL:
     """The SQLAlchemy URL for a PostgreSQL URL, with the psycopg 3 driver."""
-    parsed = make_url(url)
+    if "\x00" in url or any("\ud800" <= ch <= "\udfff" for ch in url):
+        raise InvalidDatabaseUrl(f"{url!r}: a database URL holds no NUL and no lone surrogate")
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # SQLAlchemy's ArgumentError, or ValueError from a bad port
+        raise InvalidDatabaseUrl(f"{url!r} is not a database URL ({exc})") from None
     if parsed.drivername not in SCHEMES:
         raise UnsupportedBackend(
             f"{parsed.drivername!r} is not a PostgreSQL URL this store opens; use postgresql+psycopg://"

@@ -178,3 +178,11 @@ def test_postgres_urls_without_the_driver_name_open_with_psycopg(pg_url):
     with Gateway.open(plain) as gw:
         gw.create_session("agent:a:one")
         assert gw.session_exists("agent:a:one")
+
+
+@pytest.mark.parametrize("url", ["postgresql://a\x00b@/x", "postgresql://u@/x\ud800", "postgresql://u@h:notaport/x"])
+def test_malformed_postgres_urls_are_invalid_database_urls(url):
+    from sessionstate.errors import InvalidDatabaseUrl
+
+    with pytest.raises(InvalidDatabaseUrl):
+        Gateway.open(url)
