@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..gateway import Gateway
+from .scratch import scratch_database
 from .workload import SESSIONS, ensure_sessions
 
 
@@ -39,10 +40,11 @@ class ConcurrencyReport:
         return self.appended / self.seconds if self.seconds else 0.0
 
 
-def run_concurrency(events: int, *, processes: int = 2, seed: int = 0, directory: Path | None = None) -> ConcurrencyReport:
+def run_concurrency(events: int, *, processes: int = 2, seed: int = 0, directory: Path | None = None,
+                    database: str | None = None) -> ConcurrencyReport:
     report = ConcurrencyReport(processes, events)
-    with tempfile.TemporaryDirectory(prefix="sessionstate-concurrency-", dir=directory) as tmp:
-        url = f"sqlite:///{Path(tmp) / 'state.db'}"
+    with tempfile.TemporaryDirectory(prefix="sessionstate-concurrency-", dir=directory) as tmp, \
+            scratch_database(database, Path(tmp)) as url:
         with Gateway.open(url) as gw:
             ensure_sessions(gw)
         start = time.time() + 1.5  # both children are importing and opening by then

@@ -3,7 +3,7 @@
 All trials share one database file (crash after crash, as a real gateway would live). After
 each kill the parent reopens the file with ``Gateway.open`` (the startup sweep runs) and checks:
 
-- ``PRAGMA integrity_check`` is ``ok``;
+- the store's integrity check is ``ok`` (``PRAGMA integrity_check`` on SQLite);
 - every append acknowledged in the side log is present with its session, or was pruned: its
   sequence is at or below the session's durable ``pruned_max_sequence`` (pruning is random in
   the worker; the watermark accounts for it exactly, INV8);
@@ -27,6 +27,7 @@ from typing import Callable
 
 from ..gateway import Gateway
 from ..notices import notice_text
+from .scratch import scratch_database
 from .workload import SESSIONS
 
 
@@ -108,20 +109,22 @@ def run_trials(
     directory: Path | None = None,
     kill_window: tuple[float, float] = (0.05, 0.6),
     progress: Callable[[int, int], object] | None = None,
+    database: str | None = None,
 ) -> CrashReport:
+    """``trials`` kills of a worker on one database: a temporary SQLite file, or a fresh
+    database on the backend of ``database`` (see ``scratch.py``)."""
     started = time.monotonic()
     report = CrashReport()
     rng = random.Random(seed)
-    with tempfile.TemporaryDirectory(prefix="sessionstate-crash-", dir=directory) as tmp:
-        db = Path(tmp) / "state.db"
+    with tempfile.TemporaryDirectory(prefix="sessionstate-crash-", dir=directory) as tmp, \
+            scratch_database(database, Path(tmp)) as url:
         sidelog = Path(tmp) / "acknowledged.log"
         sidelog.touch()
-        url = f"sqlite:///{db}"
         seen_heads: dict[str, int] = {}
         for trial in range(trials):
             child_seed = rng.randrange(2**32)
             child = subprocess.Popen(
-                [sys.executable, "-m", "sessionstate.verify.crash_worker", str(db), str(sidelog), str(child_seed)],
+                [sys.executable, "-m", "sessionstate.verify.crash_worker", url, str(sidelog), str(child_seed)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )
             # Half the kills land while the child is still opening (sweep, watches).

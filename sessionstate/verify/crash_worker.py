@@ -1,6 +1,6 @@
 """The child of the crash test: ``python -m sessionstate.verify.crash_worker DB SIDELOG SEED``.
 
-Works on the SQLite file until it is killed. Every append that ``record_event`` acknowledged
+Works on the database DB (a URL or a file path) until it is killed. Every append that ``record_event`` acknowledged
 (it returned a sequence, so the transaction committed) is written to SIDELOG as
 ``<sequence> <session>`` and fsynced before the next operation starts.
 """

@@ -10,9 +10,10 @@ import argparse
 import sys
 from typing import TextIO
 
-PARTS = ("modelcheck", "fuzz", "crash", "concurrency")
+PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering")
 SLOW = {"depth": 10, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000}
 FAST = {"depth": 5, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500}
+ORDERING_WRITERS, ORDERING_READERS = 4, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for the fuzz, trace sampling and crash timing")
     parser.add_argument("--crash-trials", type=int, default=None, metavar="N", help="SIGKILL trials (slow 50, fast 3)")
     parser.add_argument("--events", type=int, default=None, metavar="N",
-                        help="events appended by each of the two concurrent processes (slow 10000, fast 500)")
+                        help="events appended by each of the two concurrent processes (slow 10000, fast 500);"
+                             " each of the 4 ordering writers appends a tenth of it")
+    parser.add_argument("--db", default=None, metavar="URL",
+                        help="run the crash, concurrency and ordering trials on this database's backend:"
+                             " a PostgreSQL URL gets a fresh schema per trial (dropped after), a SQLite"
+                             " URL or path temporary files beside it (default: temporary SQLite files)")
 
 
 def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -39,14 +45,21 @@ def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     failures: list[str] = []
     say = lambda text: print(text, file=out, flush=True)  # noqa: E731
     say(f"sessionstate check ({'fast' if args.fast else 'slow'} profile, seed {args.seed})")
+    database = getattr(args, "db", None)
+    if any(p in parts for p in ("crash", "concurrency", "ordering")):
+        from .scratch import describe
+
+        say(f"trials run on {describe(database)}")
     if "modelcheck" in parts:
         failures += _modelcheck(profile, args.seed, say)
     if "fuzz" in parts:
         failures += _fuzz(profile, args.seed, say)
     if "crash" in parts:
-        failures += _crash(profile, args.seed, say)
+        failures += _crash(profile, args.seed, say, database)
     if "concurrency" in parts:
-        failures += _concurrency(profile, args.seed, say)
+        failures += _concurrency(profile, args.seed, say, database)
+    if "ordering" in parts:
+        failures += _ordering(profile, args.seed, say, database)
     say("FAILED: " + f"{len(failures)} failure(s)" if failures else "all checks passed")
     for failure in failures:
         say(failure)
@@ -91,22 +104,36 @@ def _fuzz(profile: dict, seed: int, say) -> list[str]:
               f" print(run_fuzz(\"1\", seed={seed}, first_example={report.failing_example}))')"]
 
 
-def _crash(profile: dict, seed: int, say) -> list[str]:
+def _crash(profile: dict, seed: int, say, database: str | None) -> list[str]:
     from .crash import run_trials
 
-    report = run_trials(profile["crash_trials"], seed=seed,
+    report = run_trials(profile["crash_trials"], seed=seed, database=database,
                         progress=lambda d, n: sys.stderr.write(f"\rcrash trials: {d}/{n}"))
     sys.stderr.write("\n")
     say(f"crash: {report.trials} SIGKILL trials, {report.acknowledged} acknowledged appends, {report.seconds:.1f}s")
     return [f"crash: {f}\n  replay: sessionstate check --only crash --seed {seed}" for f in report.failures]
 
 
-def _concurrency(profile: dict, seed: int, say) -> list[str]:
+def _concurrency(profile: dict, seed: int, say, database: str | None) -> list[str]:
     from .concurrency import run_concurrency
 
-    report = run_concurrency(profile["events"], seed=seed)
+    report = run_concurrency(profile["events"], seed=seed, database=database)
     say(f"concurrency: 2 processes x {profile['events']} events, {report.appended} appended,"
         f" {report.interleavings} interleavings, {report.throughput:.0f} appends/s,"
         f" {report.append_failures} append failures")
     return [f"concurrency: {f}\n  replay: sessionstate check --only concurrency --seed {seed}"
             f" --events {profile['events']}" for f in report.failures]
+
+
+def _ordering(profile: dict, seed: int, say, database: str | None) -> list[str]:
+    from .ordering import run_ordering
+    from .scratch import scratch_database
+
+    events = max(1, profile["events"] // 10)
+    with scratch_database(database) as url:
+        report = run_ordering(url, writers=ORDERING_WRITERS, readers=ORDERING_READERS, events=events, seed=seed)
+    say(f"ordering: {ORDERING_WRITERS} writer processes x {events} events, {ORDERING_READERS} readers,"
+        f" {report.appended} appended, {report.polls} polls, {report.interleavings} interleavings,"
+        f" {report.seconds:.1f}s")
+    return [f"ordering: {f}\n  replay: sessionstate check --only ordering --seed {seed} --events {profile['events']}"
+            for f in report.failures]

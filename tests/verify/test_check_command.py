@@ -35,3 +35,14 @@ def test_a_failure_exits_non_zero_with_a_replay_command(monkeypatch):
     code, text = run(["--fast", "--only", "modelcheck", "--depth", "4"])
     assert code == 1
     assert "counter-example (4 steps" in text and "replay: sessionstate check --only modelcheck" in text
+
+
+def test_the_trials_run_on_the_backend_of_db(db_url):
+    # On PostgreSQL every trial gets a fresh schema in that database; on SQLite, files beside it.
+    code, text = run(["--fast", "--only", "crash", "--only", "concurrency", "--only", "ordering",
+                      "--crash-trials", "1", "--events", "60", "--db", db_url])
+    assert code == 0, text
+    where = "fresh schemas in postgresql+psycopg://" if db_url.startswith("postgresql") else "temporary SQLite files beside"
+    for needle in (where, "crash: 1 SIGKILL trials", "concurrency: 2 processes x 60 events",
+                   "ordering: 4 writer processes x 6 events", "all checks passed"):
+        assert needle in text, text
