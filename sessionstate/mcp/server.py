@@ -13,9 +13,9 @@ its ``timeoutSeconds`` for a reply; the event loop must keep serving meanwhile):
   clients): a ``resources/updated`` whenever a notice is queued for the session.
 
 Notices recorded by another process reach this one only through the durable cursors: while a
-client is subscribed, a poll re-materialises owed notices (``startup_sweep``, idempotent with
-queued ones) every ``poll_interval`` seconds and announces new ones. ``docs/mcp.md`` says what
-that costs.
+client is subscribed, a poll queues the session's owed notices every ``poll_interval`` seconds
+(``Gateway.queue_owed_notices``, spec R18: a read, unlike a sweep it writes nothing) and
+announces new ones; a read does the same first. ``docs/mcp.md`` says what that costs.
 """
 
 from __future__ import annotations
@@ -118,12 +118,12 @@ class SessionToolServer:
         with self.gateway.locked():
             return allowed_tools(self.gateway, self.session_key)
 
-    def _sweep_and_peek(self) -> list[str]:
-        self.gateway.startup_sweep()
+    def _owed_and_pending(self) -> list[str]:
+        self.gateway.queue_owed_notices(self.session_key)
         return self.gateway.pending_system_events(self.session_key)
 
-    def _sweep_and_drain(self) -> list[str]:
-        self.gateway.startup_sweep()
+    def _owed_and_drained(self) -> list[str]:
+        self.gateway.queue_owed_notices(self.session_key)
         return self.gateway.drain_system_events(self.session_key)
 
     # -- connection lifespan and the notice poll ---------------------------------------------
@@ -149,8 +149,8 @@ class SessionToolServer:
                     log.exception("checking the notices of %r failed", self.session_key)
 
     async def check_notices(self, watch: ConnectionWatch) -> bool:
-        """Re-materialise owed notices; announce when a text is queued that was not before."""
-        pending = await anyio.to_thread.run_sync(self._sweep_and_peek)
+        """Queue owed notices; announce when a text is queued that was not before."""
+        pending = await anyio.to_thread.run_sync(self._owed_and_pending)
         fresh = set(pending) - watch.announced
         watch.announced = frozenset(pending)
         if not fresh:
@@ -197,7 +197,7 @@ class SessionToolServer:
     async def _read_resource(self, ctx: Context, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         self._require_notices_uri(params.uri)
         try:
-            lines = await anyio.to_thread.run_sync(self._sweep_and_drain)
+            lines = await anyio.to_thread.run_sync(self._owed_and_drained)
         except SessionStateError as exc:
             raise MCPError(types.INVALID_PARAMS, f"{exc.code}: {exc.message}") from exc
         contents = types.TextResourceContents(uri=self.notices_uri, mime_type=NOTICES_MIME_TYPE, text="\n".join(lines))
