@@ -53,12 +53,14 @@ from .store.sqlite import DEFAULT_SYNCHRONOUS
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
+    MAX_SYSTEM_EVENT_CHARS,
     SESSION_KINDS,
     check_actor_type,
     check_changes_since,
     check_kind,
     check_line,
     check_optional_id,
+    check_text,
     check_timestamp,
     encode_payload,
 )
@@ -204,7 +206,7 @@ class Gateway(AgentRuntimeMixin):
         """Register a session; with ``parent``, a spawn edge (child_spawned + seeded cursor)."""
         check_key(key)
         agent = resolve_agent_id(key, agent_id) or DEFAULT_AGENT_ID
-        if kind not in SESSION_KINDS:
+        if not isinstance(kind, str) or kind not in SESSION_KINDS:
             raise InvalidArgument(f"unknown session kind {kind!r}; expected one of {list(SESSION_KINDS)}")
         if label is not None:
             check_line(label, "label", MAX_LABEL_LENGTH)
@@ -483,8 +485,7 @@ class Gateway(AgentRuntimeMixin):
         """Queue a plain system line (announcements) for the session's next turn."""
         check_key(session_key)
         self._resolve_any_agent(session_key)
-        if not isinstance(text, str) or not text:
-            raise InvalidArgument("system event text must be a non-empty string")
+        check_text(text, "system event text", MAX_SYSTEM_EVENT_CHARS, allow_empty=False)
         added = self.queue.enqueue(session_key, text)
         if added and is_main_style_watcher(session_key):
             self._wakes.wake(session_key, "system-event")
