@@ -94,15 +94,41 @@ def _populate(url: str, *, watchers: int, rows: int = 1_000, sessions: int = 10,
         db.execute("ANALYZE")
 
 
-def _reset_caught_up(db: Any, watcher: str | None = None) -> None:
-    """Put every cursor on TARGET (or just ``watcher``'s) back to caught up at the head."""
+def _reset_caught_up(db: Any, watcher: str | None = None, target: str = TARGET) -> None:
+    """Put every cursor on ``target`` (or just ``watcher``'s) back to caught up at the head."""
     db.execute(
         "UPDATE session_watch_cursors c SET last_seen_sequence = h.last_sequence,"
         " notified_sequence = h.last_sequence, material_sequence = h.last_sequence"
         " FROM session_state_heads h WHERE h.session_key = c.target_session_key"
         " AND c.target_session_key = %s AND (%s::text IS NULL OR c.watcher_session_key = %s)",
-        (TARGET, watcher, watcher),
+        (target, watcher, watcher),
     )
+
+
+def paired(benchmark: Any, project: Any, raw: Any, *, key: str, rounds_full: int,
+           setup_project: Any = None, setup_raw: Any = None, args: tuple[Any, ...] = (),
+           kwargs: dict[str, Any] | None = None, raw_args: tuple[Any, ...] = (), **info: Any) -> Any:
+    """Time the project call under pytest-benchmark and the raw call in the same rounds,
+    alternately (each round: raw, then project), so that load on a shared machine moves
+    both sides alike. The raw median goes into ``extra_info["raw_median"]``."""
+    raw_times: list[float] = []
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if setup_raw is not None:
+            setup_raw()
+        began = time.perf_counter()
+        raw(*raw_args)
+        raw_times.append(time.perf_counter() - began)
+        if setup_project is not None:
+            setup_project()
+        return args, kwargs or {}
+
+    benchmark.extra_info.update(key=key, smoke=SMOKE, **info)
+    result = benchmark.pedantic(project, setup=setup, rounds=2 if SMOKE else rounds_full,
+                                warmup_rounds=0 if SMOKE else 10)
+    raw_times.sort()
+    benchmark.extra_info["raw_median"] = raw_times[len(raw_times) // 2]
+    return result
 
 
 class RawPg:
@@ -144,67 +170,67 @@ class RawPg:
 
 
 @pytest.mark.parametrize("watchers", [1, 3])
-def test_pg_record_project(benchmark, pg_schema, watchers):
+def test_pg_record(benchmark, pg_schema, watchers):
+    """One material event per transaction; the project's ``record_event`` against ``RawPg.record``
+    on the same database, alternately, each from caught-up watchers."""
     _populate(pg_schema, watchers=watchers)
     gw = _gateway(pg_schema)
-    admin = _connect(pg_schema)
+    raw = RawPg(pg_schema)
 
-    def setup() -> None:
-        _reset_caught_up(admin)
+    def setup_project() -> None:
+        _reset_caught_up(raw.db)
         clear_queue(gw)
 
-    measure(benchmark, gw.record_event, key=f"pg.record.w{watchers}.project", setup=setup, rounds_full=1000,
-            args=(TARGET, KIND), kwargs=EVENT)
+    paired(benchmark, gw.record_event, raw.record, key=f"pg.record.w{watchers}", rounds_full=1000,
+           setup_project=setup_project, setup_raw=lambda: _reset_caught_up(raw.db),
+           args=(TARGET, KIND), kwargs=EVENT)
     assert len(gw.queue.sessions()) == watchers
-    admin.close()
+    raw.close()
     gw.close()
 
 
-@pytest.mark.parametrize("watchers", [1, 3])
-def test_pg_record_raw(benchmark, pg_schema, watchers):
-    _populate(pg_schema, watchers=watchers)
-    raw = RawPg(pg_schema)
-    measure(benchmark, raw.record, key=f"pg.record.w{watchers}.raw", setup=lambda: _reset_caught_up(raw.db),
-            rounds_full=1000)
-    raw.close()
-
-
-def test_pg_record_pending_project(benchmark, pg_schema):
-    """1 caught-up watcher plus PENDING watchers already holding a notice on the target."""
+def test_pg_record_pending(benchmark, pg_schema):
+    """TARGET has 1 caught-up watcher plus PENDING watchers already holding a notice; another
+    session of the same database has 1 caught-up watcher only. The project records on each,
+    alternately: the ratio is what the pending watchers cost."""
     _populate(pg_schema, watchers=1, pending=PENDING)
-    gw = _gateway(pg_schema)
+    alone = "agent:main:subagent:s1"
     admin = _connect(pg_schema)
+    head = admin.execute("SELECT last_sequence FROM session_state_heads WHERE session_key = %s", (alone,)).fetchone()[0]
+    admin.execute("INSERT INTO session_watch_cursors VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                  ("agent:main:subagent:solo", alone, AGENT, head, head, head, NOW))
+    gw = _gateway(pg_schema)
 
-    def setup() -> None:
+    def setup_pending() -> None:
         _reset_caught_up(admin, watcher=watcher_key(0))
         clear_queue(gw)
 
-    measure(benchmark, gw.record_event, key="pg.record.pending.project", setup=setup, rounds_full=1000,
-            args=(TARGET, KIND), kwargs=EVENT, pending=PENDING)
+    def setup_alone() -> None:
+        _reset_caught_up(admin, target=alone)
+        clear_queue(gw)
+
+    paired(benchmark, gw.record_event, lambda: gw.record_event(alone, KIND, **EVENT), key="pg.record.pending",
+           rounds_full=1000, setup_project=setup_pending, setup_raw=setup_alone, args=(TARGET, KIND),
+           kwargs=EVENT, pending=PENDING)
     admin.close()
     gw.close()
 
 
-@pytest.mark.parametrize("side", ["project", "raw"])
-def test_pg_changes_since_page(benchmark, pg_schema, side):
+def test_pg_changes_since_page(benchmark, pg_schema):
+    """A full page of 200 from the middle of the target's log at PAGE_ROWS rows."""
     _populate(pg_schema, watchers=3, rows=PAGE_ROWS)
-    with _connect(pg_schema) as db:
-        seqs = [r[0] for r in db.execute(
-            "SELECT sequence FROM session_state_events WHERE session_key = %s ORDER BY sequence", (TARGET,))]
+    raw = RawPg(pg_schema)
+    seqs = [r[0] for r in raw.db.execute(
+        "SELECT sequence FROM session_state_events WHERE session_key = %s ORDER BY sequence", (TARGET,))]
     since = seqs[len(seqs) // 2]
     expect = min(200, len(seqs) - len(seqs) // 2 - 1)
-    if side == "project":
-        gw = _gateway(pg_schema)
-        result = measure(benchmark, gw.session_status, key="pg.page.full.project", rounds_full=1000,
-                         args=(TARGET,), kwargs={"changes_since": since}, rows=PAGE_ROWS)
-        assert len(result["stateChanges"]["events"]) == expect
-        gw.close()
-    else:
-        raw = RawPg(pg_schema)
-        result = measure(benchmark, raw.page, key="pg.page.full.raw", rounds_full=1000, args=(TARGET, since),
-                         rows=PAGE_ROWS)
-        assert len(result[1][:200]) == expect
-        raw.close()
+    gw = _gateway(pg_schema)
+    result = paired(benchmark, gw.session_status, raw.page, key="pg.page.full", rounds_full=1000,
+                    args=(TARGET,), kwargs={"changes_since": since}, raw_args=(TARGET, since), rows=PAGE_ROWS)
+    assert len(result["stateChanges"]["events"]) == expect
+    assert len(raw.page(TARGET, since)[1][:200]) == expect
+    raw.close()
+    gw.close()
 
 
 def test_pg_prune_chunk_lock(benchmark, pg_schema):

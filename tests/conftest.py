@@ -41,6 +41,12 @@ def db_url(backend: str) -> Iterator[str]:
     yield from _database(backend)
 
 
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def module_db_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """One database per module and backend, for modules that build one world and probe it."""
+    yield from _database(str(request.param))
+
+
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh empty PostgreSQL schema, for the tests of what only a server does."""

@@ -58,9 +58,8 @@ BAD = {
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    url = f"sqlite:///{tmp_path_factory.mktemp('bad') / 'state.db'}"
-    gw, runner = open_gateway(url, policy=ToolPolicy(visibility="tree"))
+def world(module_db_url):
+    gw, runner = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
     runner.add(Rule("*", "task", ["x"], delay=60))
     gw.register_session(MANAGER)
     gw.register_session(PEER)

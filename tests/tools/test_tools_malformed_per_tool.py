@@ -39,9 +39,8 @@ def malformed_sets(tool: str) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory):
-    url = f"sqlite:///{tmp_path_factory.mktemp('per-tool') / 'state.db'}"
-    gateway, _ = open_gateway(url, policy=ToolPolicy(visibility="tree"))
+def gw(module_db_url):
+    gateway, _ = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
     gateway.register_session(MANAGER)
     gateway.register_session(PEER)
     yield gateway
