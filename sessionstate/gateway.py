@@ -9,18 +9,15 @@ each public call is always: validate (raise, nothing changed) -> one transaction
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from collections.abc import Mapping, Sequence  # the ABCs: isinstance on typing's aliases is slow
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from .agent_runtime import AgentRuntimeMixin
 from .config import normalize_url
-from .errors import InvalidArgument, SessionExists, UnknownSession
+from .errors import InvalidArgument, SessionExists, StorageError, UnknownSession
 from .keys import (
     DEFAULT_AGENT_ID,
     check_key,
@@ -141,16 +138,22 @@ class Gateway(AgentRuntimeMixin):
         retention_days: float = 30,
         max_rows: int = 50_000,
         synchronous: str = DEFAULT_SYNCHRONOUS,
+        create: bool = True,
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
     ) -> "Gateway":
-        """Open (creating if needed) the database at ``url`` and run the startup sweep.
+        """Open the database at ``url`` and run the startup sweep.
 
+        With ``create`` (the default) a missing file and its directories are created; without
+        it a missing file raises ``StorageUnavailable`` and nothing is created. A file this
+        release cannot use raises a ``StorageError`` subclass and is left unchanged.
         ``serve``: the session key patterns this process serves when unclaimed (R19);
         ``pump``: run the change pump, for a database shared with other gateway processes
         (R22; needed for ``attach``).
         """
-        store = SqliteStore(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
+        store = SqliteStore(
+            normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
+        )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
             gateway.serving = Serving(gateway, serve)
@@ -389,7 +392,7 @@ class Gateway(AgentRuntimeMixin):
                         inserted_count += 1
                         if e.kind in NOTIFYING_KINDS:
                             notices += self._decide_notices(e.target, e.actor_id, sequence, now)
-        except (sqlite3.Error, SQLAlchemyError):
+        except StorageError:
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
             log.exception("recording %d event(s) (%s) failed; the turn goes on", len(events), kinds)
@@ -604,7 +607,10 @@ class Gateway(AgentRuntimeMixin):
             self._fire_records(expired, EXPIRE)
         for record in expired:
             self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
-        return {"events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"]}
+        return {
+            "events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"],
+            "pages_reclaimed": self.store.reclaim_free_pages(),
+        }
 
     @_locked
     def startup_sweep(self) -> int:

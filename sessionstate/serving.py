@@ -73,7 +73,6 @@ class Serving:
     def register(self) -> None:
         """Become a server: a heartbeat row, the claims as they stand, the sweep watermarks."""
         store = self._gateway.store
-        sql.ensure_serving_schema(store)
         self.server_id = uuid.uuid4().hex
         with store.atomic():
             sql.register_server(store.db, self.server_id, os.getpid(), socket.gethostname(), time.time())

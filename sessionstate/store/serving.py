@@ -5,8 +5,8 @@
 - ``session_cursor_changes``: one row per watcher whose cursors or claim changed outside the
   event hot path, so a pump finds them through the primary key (R22);
 - ``session_wake_slots``: the time of each watcher's last wake, shared by all processes (R23);
-- the partial index ``ix_cursors_pending_notified``, through which a pump finds the cursors
-  that ``freeze`` turned pending since its previous sweep without a write on the hot path.
+- (in ``schema.py``) the partial index ``ix_cursors_pending_notified``, through which a pump
+  finds the cursors that ``freeze`` turned pending since its previous sweep.
 
 All SQL for these lives in this module. Callers hold the gateway lock (the main connection)
 or own the connection they pass (the pump's).
@@ -17,10 +17,8 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional
 
-from sqlalchemy import Column, Index, Integer, text
+from sqlalchemy import Column, Integer
 from sqlmodel import Field, SQLModel
-
-from .schema import CursorRow
 
 if TYPE_CHECKING:
     from .sqlite import SqliteStore
@@ -65,15 +63,6 @@ class WakeSlotRow(SQLModel, table=True):
     woken_at: float
 
 
-# Declared on the cursor table's metadata; ``ensure_serving_schema`` adds it to files created
-# before it existed.
-PENDING_NOTIFIED_INDEX = Index(
-    "ix_cursors_pending_notified",
-    CursorRow.notified_sequence,  # type: ignore[arg-type]  # SQLModel column attribute
-    sqlite_where=text("notified_sequence > last_seen_sequence"),
-)
-
-
 class PendingCursor(NamedTuple):
     watcher: str
     target_key: str
@@ -97,11 +86,6 @@ ALL_PENDING_SQL = (
     " WHERE notified_sequence > last_seen_sequence"
 )
 LOG_SEQUENCE_SQL = "SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'"
-
-
-def ensure_serving_schema(store: "SqliteStore") -> None:
-    """Create the pending-notified index on a file whose cursor table predates it."""
-    PENDING_NOTIFIED_INDEX.create(store._engine, checkfirst=True)
 
 
 def note_cursor_changes(db: sqlite3.Connection, watchers: Iterable[str], now: float) -> None:
