@@ -1,4 +1,4 @@
-"""Text from other actors is data, never instructions (issue 9 item 8, spec section 13).
+"""Text from other actors is data, never instructions (issue 9 item 8, spec section 14).
 
 For every path by which another actor's text reaches a session's next turn (drained system
 lines, the prompt and transcript row of a delivered message, task or steering, tool results),
@@ -201,6 +201,6 @@ def test_the_spec_describes_the_fence_the_code_builds():
     from pathlib import Path
 
     spec = (Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.md").read_text(encoding="utf-8")
-    section = re.search(r"^## 13\. Text from other actors$(.*?)(?=^## |\Z)", spec, re.M | re.S)
-    assert section, "spec/notice-protocol.md has no section 13. Text from other actors"
+    section = re.search(r"^## 14\. Text from other actors$(.*?)(?=^## |\Z)", spec, re.M | re.S)
+    assert section, "spec/notice-protocol.md has no section 14. Text from other actors"
     assert f"`{QUOTE}`" in section.group(1) and f"`{END_LINE}`" in section.group(1)
