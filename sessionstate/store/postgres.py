@@ -514,6 +514,12 @@ class PostgresStore:
         if deletes:
             cur.executemany(DELETE_CURSOR_SQL, deletes)
 
+    def lock_watcher_targets(self, watcher: str) -> None:
+        """Lock, in key order, the heads of every target ``watcher`` holds a cursor on (a drain
+        is about to read and acknowledge its pending cursors)."""
+        targets = self._execute(self._targets_where + _HELD_BY, (watcher,)).fetchall()
+        self._lock_heads([(t[0], t[1]) for t in targets])
+
     def lock_targets(self, targets: Iterable[Target]) -> None:
         """Lock the head rows of ``targets`` in key order before a transaction that will touch
         several of them (one order everywhere: two such transactions cannot deadlock)."""
@@ -747,12 +753,23 @@ class _QmarkCursor(NamedTuple):
         return self.cursor.rowcount
 
 
+# The few SQLite-only pieces the feature-table modules' SQL uses, and what they are here:
+# planner hints (PostgreSQL's planner takes none), the last inserted row id, and the events'
+# AUTOINCREMENT counter (a serial column's sequence).
+_SQLITE_ONLY: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\s+INDEXED BY \w+"), ""),
+    (re.compile(r"last_insert_rowid\(\)"), "lastval()"),
+    (re.compile(r"SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'"),
+     "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM session_state_events_sequence_seq"),
+)
+
+
 class QmarkConnection:
     """The feature-table modules' view of the connection: ``execute(sql, params)`` with
     ``?`` placeholders as ``sqlite3`` takes them, run on the store's psycopg connection.
 
-    Their SQL is written to run on both backends; only the placeholder style differs, and the
-    translation of each constant string is cached.
+    Their SQL is written to run on both backends; the placeholder style and the few SQLite-only
+    pieces in ``_SQLITE_ONLY`` are translated once per constant string (cached).
     """
 
     def __init__(self, store: PostgresStore) -> None:
@@ -762,7 +779,10 @@ class QmarkConnection:
     def _sql(self, sql: str) -> str:
         translated = self._translated.get(sql)
         if translated is None:
-            translated = self._translated[sql] = sql.replace("%", "%%").replace("?", "%s")
+            translated = sql.replace("%", "%%").replace("?", "%s")
+            for pattern, replacement in _SQLITE_ONLY:
+                translated = pattern.sub(replacement, translated)
+            self._translated[sql] = translated
         return translated
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _QmarkCursor:

@@ -252,6 +252,10 @@ class SqliteStore:
     def in_transaction(self) -> bool:
         return self._depth > 0
 
+    def lock_watcher_targets(self, watcher: str) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` already holds the one write lock (PostgreSQL
+        locks the heads of the watcher's targets here, in key order)."""
+
     def lock_targets(self, targets: Iterable[tuple[str, str]]) -> None:
         """Nothing to do: ``BEGIN IMMEDIATE`` already holds the one write lock (PostgreSQL
         locks the targets' head rows here, in key order)."""
