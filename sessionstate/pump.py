@@ -94,8 +94,11 @@ class ChangePump:
 
 def start_pump(gateway: "Gateway") -> ChangePump:
     """Register ``gateway`` as a server and start its pump (file databases only)."""
-    from .errors import InvalidArgument
+    from .errors import InvalidArgument, UnsupportedBackend
+    from .store.factory import is_postgres_url
 
+    if is_postgres_url(gateway.store.url):
+        raise UnsupportedBackend("the change pump polls SQLite's PRAGMA data_version; it is not available on PostgreSQL yet")
     path = gateway.store.path
     if path is None:
         raise InvalidArgument("the change pump needs a database file (an in-memory database has one connection)")
