@@ -9,6 +9,7 @@ each public call is always: validate (raise, nothing changed) -> one transaction
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -50,6 +51,7 @@ from .statemachine.table import (
 )
 from .store import CursorRecord, SessionRecord, SqliteStore
 from .store.sqlite import DEFAULT_SYNCHRONOUS
+from .trace import Tracer, trace_path
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
@@ -123,6 +125,7 @@ class Gateway(AgentRuntimeMixin):
         self._deferred_notices: list[tuple[str, Target, int]] = []
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
+        self._trace: Tracer | None = None  # the protocol trace (spec section 12), when on
         self._init_agent_runtime()
 
     @classmethod
@@ -135,11 +138,18 @@ class Gateway(AgentRuntimeMixin):
         retention_days: float = 30,
         max_rows: int = 50_000,
         synchronous: str = DEFAULT_SYNCHRONOUS,
+        trace: str | os.PathLike[str] | None = None,
     ) -> "Gateway":
-        """Open (creating if needed) the database at ``url`` and run the startup sweep."""
+        """Open (creating if needed) the database at ``url`` and run the startup sweep.
+
+        ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the protocol trace to that file.
+        """
         store = SqliteStore(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
+            path = trace_path(trace)
+            if path is not None:
+                gateway._trace = Tracer(path, store)
             gateway.startup_sweep()
         except BaseException:
             store.close()
@@ -150,6 +160,8 @@ class Gateway(AgentRuntimeMixin):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self._trace is not None:
+                self._trace.close()
             self.store.close()
 
     @contextmanager
@@ -224,11 +236,13 @@ class Gateway(AgentRuntimeMixin):
         with self.store.atomic():
             self.store.insert_session(record)
             if parent_target is not None:
-                sequence, _ = self.store.append_event(
+                sequence, inserted = self.store.append_event(
                     key, agent, "child_spawned", "agent", parent_target[0], run_id,
                     f"spawned by {parent_target[0]}"[:MAX_SUMMARY_LENGTH], None, now, now,
                     f"child-spawned:{run_id}" if run_id else None,
                 )
+                if inserted and self._trace is not None:
+                    self._trace.event(sequence, (key, agent), "child_spawned", "agent", parent_target[0])
                 # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
                 if is_agent_qualified(parent_target[0]):
                     self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now)
@@ -331,6 +345,7 @@ class Gateway(AgentRuntimeMixin):
         sequences: list[int | None] = []
         inserted_count = 0
         append = self.store.append_event
+        trace = self._trace
         try:
             with self.store.atomic():
                 for e in events:
@@ -342,8 +357,10 @@ class Gateway(AgentRuntimeMixin):
                     sequences.append(sequence)
                     if inserted:
                         inserted_count += 1
+                        if trace is not None:
+                            trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id)
                         if e.kind in NOTIFYING_KINDS:
-                            notices += self._decide_notices(e.target, e.actor_id, sequence, now)
+                            notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
         except (sqlite3.Error, SQLAlchemyError):
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
@@ -353,7 +370,9 @@ class Gateway(AgentRuntimeMixin):
         self._queue_notices(notices)
         return sequences
 
-    def _decide_notices(self, target: Target, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, Target, int]]:
+    def _decide_notices(
+        self, target: Target, actor_id: str | None, sequence: int, now: float, kind: str
+    ) -> list[tuple[str, Target, int]]:
         """The hot path of a notifying event: only caught-up cursors change (R6, R7).
 
         A pending cursor's transition on `material_event` is `raise_material`, which the store
@@ -365,10 +384,14 @@ class Gateway(AgentRuntimeMixin):
         others = [row for row in rows if row[0] != actor_id] if own else rows
         changes: list[tuple[str, tuple[int, int, int] | None]] = []
         notices: list[tuple[str, Target, int]] = []
+        trace = self._trace
         for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
             for (watcher, old), (_, new, notice_since) in zip(
                 group, fire_many(group, target[0], trigger, sequence)
             ):
+                if trace is not None:
+                    trace.step(watcher, target, trigger, sequence, old, new, notice_since,
+                               kind=kind, actor=actor_id)
                 if new != old:
                     changes.append((watcher, new))
                 if notice_since is not None:
@@ -439,11 +462,15 @@ class Gateway(AgentRuntimeMixin):
                     record = self.store.cursor(session_key, *entry.target)
                     positions = Positions(*record.positions) if record else None
                     if derive_state(positions) not in PENDING_STATES:
+                        if self._trace is not None:
+                            self._trace.stale(session_key, entry.target, entry.text)
                         continue  # R17: another process acknowledged or removed it: stale
                     # R17: the durable cursor decides the text (equal to the queued one unless
                     # another process moved last_seen).
                     delivered.append(notice_text(entry.target[0], positions.last_seen))  # type: ignore[union-attr]
-                    (step,) = self._fire_pairs([(session_key, entry.target, positions)], DRAIN, None, now)
+                    (step,) = self._fire_pairs(
+                        [(session_key, entry.target, positions)], DRAIN, None, now, delivered=delivered[-1]
+                    )
                     if step.notice_since is not None:
                         follow_ups.append((session_key, entry.target, step.notice_since))
         else:
@@ -511,6 +538,8 @@ class Gateway(AgentRuntimeMixin):
         self._resolve(key, agent_id)
         with self.store.atomic():
             self._fire_records(self.store.cursors_held_by(key), RESET_WATCHER)
+            if self._trace is not None:
+                self._trace.reset(key)
         self.queue.clear(key)
 
     @_locked
@@ -522,6 +551,8 @@ class Gateway(AgentRuntimeMixin):
             naming = self.store.cursors_naming(*target)
             self._fire_records(naming, DELETE_SESSION)
             self.store.delete_session_data(*target)
+            if self._trace is not None:
+                self._trace.delete(target)
         for record in naming:
             self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
         self.queue.clear(key)
@@ -531,7 +562,9 @@ class Gateway(AgentRuntimeMixin):
         """R13: retention window and row cap for events; expiry for idle cursors."""
         now = self.clock()
         cutoff = now - self.retention_days * DAY_SECONDS
-        counts = self.store.prune_events(cutoff, self.max_rows)
+        counts = self.store.prune_events(
+            cutoff, self.max_rows, on_chunk=self._trace.prune if self._trace is not None else None
+        )
         with self.store.atomic():
             expired = self.store.expired_cursors(cutoff)
             self._fire_records(expired, EXPIRE)
@@ -544,6 +577,8 @@ class Gateway(AgentRuntimeMixin):
         """R11: re-materialise every owed notice from the durable cursors; returns how many."""
         with self.store.atomic():
             notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
+            if self._trace is not None:
+                self._trace.sweep(len(notices))
         self._queue_notices(notices)
         return len(notices)
 
@@ -592,6 +627,7 @@ class Gateway(AgentRuntimeMixin):
         now: float,
         *,
         load: bool = False,
+        delivered: str | None = None,
     ) -> list[Any]:
         """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
 
@@ -603,6 +639,9 @@ class Gateway(AgentRuntimeMixin):
                 record = self.store.cursor(watcher, *target)
                 positions = Positions(*record.positions) if record else None
             step = fire((watcher, target[0]), positions, trigger, sequence)
+            if self._trace is not None:
+                self._trace.step(watcher, target, trigger, sequence, positions, step.positions,
+                                 step.notice_since, delivered=delivered)
             if step.positions != positions:
                 self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
             steps.append(step)
@@ -621,8 +660,13 @@ class Gateway(AgentRuntimeMixin):
         if self._transaction_depth:  # inside transaction(): wait for its commit (R9)
             self._deferred_notices.extend(notices)
             return
+        trace = self._trace
         for watcher, target, since in notices:
-            if self.queue.enqueue(watcher, notice_text(target[0], since), target):
+            text = notice_text(target[0], since)
+            queued = self.queue.enqueue(watcher, text, target)
+            if trace is not None:
+                trace.notice(watcher, target, text, queued)
+            if queued:
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self._wakes.wake(watcher, f"session-state: {target[0]}")

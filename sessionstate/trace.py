@@ -1,0 +1,237 @@
+"""The protocol trace: what a running gateway did, one JSON line per step (spec section 12).
+
+A ``Tracer`` is attached to one gateway and its store. The gateway reports each step while its
+transaction is open; the tracer buffers the lines and writes them with one ``write`` on an
+``O_APPEND`` descriptor after the outermost commit, so a rolled-back transaction (or savepoint)
+never reaches the file. Each committed batch gets the next transaction number of this gateway
+and its commit key: the log's sequence high-water mark read just before the commit, while the
+write lock is held. ``sessionstate replay`` (``verify/trace_check.py``) merges several
+processes' traces on these two numbers.
+
+Lines are built with f-strings rather than ``json.dumps`` of a dict: the event path writes
+three of them per event and the budget is a fraction of an append.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from .notices import notice_text
+from .statemachine.machine import TRANSITION_TABLE
+from .statemachine.positions import derive_state
+
+TRACE_VERSION = 1
+ENV_TRACE = "SESSIONSTATE_TRACE"
+
+PositionsLike = tuple[int, int, int]
+
+
+class TracedStore(Protocol):
+    """What the tracer needs of a store: its transactions and the sequence high-water mark."""
+
+    url: str
+
+    def atomic(self) -> Any: ...
+
+    def sequence_high_water(self) -> int: ...
+
+
+def trace_path(explicit: str | os.PathLike[str] | None) -> Path | None:
+    """The trace file: the one given, else ``$SESSIONSTATE_TRACE``, else none (tracing off)."""
+    if explicit is not None:
+        return Path(explicit)
+    configured = os.environ.get(ENV_TRACE)
+    return Path(configured) if configured else None
+
+
+_quote = lru_cache(maxsize=65_536)(json.dumps)  # keys repeat on every event: escape each once
+
+
+def _pos(positions: PositionsLike | None) -> str:
+    return "null" if positions is None else f"[{positions[0]},{positions[1]},{positions[2]}]"
+
+
+def _target(target: tuple[str, str]) -> str:
+    return f"[{_quote(target[0])},{_quote(target[1])}]"
+
+
+def _opt(text: str | None) -> str:
+    return "null" if text is None else _quote(text)
+
+
+class Tracer:
+    """Buffers the steps of the open transaction; writes them after the outermost commit."""
+
+    def __init__(self, path: str | os.PathLike[str], store: TracedStore, *, backend: str = "sqlite") -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._store = store
+        self._buffer: list[str] = []  # line bodies (after the common prefix)
+        self._depth = 0
+        self._tx = 0
+        self._commit_key = 0
+        # A gateway instance, not only a process: one process may open several gateways.
+        self._head = f'{{"v":{TRACE_VERSION},"pid":{os.getpid()},"gw":"{secrets.token_hex(4)}",'
+        inner_atomic = store.atomic
+        # The store's transactions are where "after the commit" is decided, also for the
+        # transactions that extensions open on the store directly: wrap them (on this store
+        # instance only; an untraced store keeps its plain method and pays nothing).
+        setattr(store, "atomic", lambda: _TracedTransaction(self, inner_atomic()))
+        self._write_now(
+            f'"op":"open","backend":{_quote(backend)},"db":{_quote(store.url)}}}', store.sequence_high_water()
+        )
+
+    # -- what the gateway reports -------------------------------------------------------------
+
+    def event(self, sequence: int, target: tuple[str, str], kind: str, actor_type: str, actor: str | None) -> None:
+        self._buffer.append(
+            f'"op":"event","seq":{sequence},"session":{_target(target)},"kind":"{kind}",'
+            f'"actor_type":"{actor_type}","actor":{_opt(actor)}}}'
+        )
+
+    def step(
+        self,
+        watcher: str,
+        target: tuple[str, str],
+        trigger: str,
+        sequence: int | None,
+        before: PositionsLike | None,
+        after: PositionsLike | None,
+        notice_since: int | None,
+        *,
+        kind: str | None = None,
+        actor: str | None = None,
+        delivered: str | None = None,
+    ) -> None:
+        # The effect is named from the table for the reader's benefit; replay recomputes it.
+        effect = TRANSITION_TABLE[(derive_state(before), trigger)][1]
+        notice = None if notice_since is None else notice_text(target[0], notice_since)
+        extra = ""
+        if kind is not None:
+            extra = f',"kind":"{kind}","actor":{_opt(actor)}'
+        if delivered is not None:
+            extra += f',"delivered":{_quote(delivered)}'
+        self._buffer.append(
+            f'"op":"step","watcher":{_quote(watcher)},"target":{_target(target)},"trigger":"{trigger}",'
+            f'"seq":{"null" if sequence is None else sequence},"before":{_pos(before)},"after":{_pos(after)},'
+            f'"effect":"{effect}","notice":{_opt(notice)}{extra}}}'
+        )
+
+    def stale(self, watcher: str, target: tuple[str, str], text: str) -> None:
+        """A queued notice dropped at drain because the durable cursor is no longer pending (R17)."""
+        self._buffer.append(
+            f'"op":"stale","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)}}}'
+        )
+
+    def notice(self, watcher: str, target: tuple[str, str], text: str, queued: bool) -> None:
+        """A notice handed to the queue after the commit; ``queued`` is false when deduplicated."""
+        self._add(
+            f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)},'
+            f'"queued":{"true" if queued else "false"}}}'
+        )
+
+    def reset(self, watcher: str) -> None:
+        self._buffer.append(f'"op":"reset","session":{_quote(watcher)}}}')
+
+    def delete(self, session: tuple[str, str]) -> None:
+        self._buffer.append(f'"op":"delete","session":{_target(session)}}}')
+
+    def sweep(self, count: int) -> None:
+        self._buffer.append(f'"op":"sweep","count":{count}}}')
+
+    def prune(
+        self,
+        heads: Iterable[tuple[str, str, int]],
+        cursors: Iterable[tuple[str, str, str, PositionsLike]],
+        deleted: int,
+    ) -> None:
+        """One pruning chunk: the pruned watermarks and the pending cursors' rows it wrote (R7, R13)."""
+        head_rows = ",".join(f"[{_quote(k)},{_quote(a)},{m}]" for k, a, m in heads)
+        cursor_rows = ",".join(f"[{_quote(w)},{_quote(k)},{_quote(a)},{_pos(p)}]" for w, k, a, p in cursors)
+        self._buffer.append(f'"op":"prune","heads":[{head_rows}],"cursors":[{cursor_rows}],"deleted":{deleted}}}')
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        if self._depth:  # closed inside a transaction: what it buffered never commits
+            del self._buffer[:]
+        self._tx += 1  # a batch of its own, after the notices of the last commit
+        self._write(['"op":"close"}'], self._tx, self._commit_key)
+        os.close(self._fd)
+        self._fd = None
+
+    # -- batching -----------------------------------------------------------------------------
+
+    def _add(self, body: str) -> None:
+        """A line that may come outside a transaction (notices after the commit, close)."""
+        if self._depth:
+            self._buffer.append(body)
+        else:
+            # Belongs to the batch committed last: same transaction number and commit key.
+            self._write([body], self._tx, self._commit_key)
+
+    def _write_now(self, body: str, commit_key: int) -> None:
+        self._commit_key = commit_key
+        self._write([body], self._tx, commit_key)
+
+    def _flush(self, commit_key: int) -> None:
+        self._tx += 1
+        self._commit_key = commit_key
+        lines, self._buffer = self._buffer, []
+        self._write(lines, self._tx, commit_key)
+
+    def _write(self, bodies: list[str], tx: int, commit_key: int) -> None:
+        if self._fd is None:
+            return
+        prefix = f'{self._head}"tx":{tx},"c":{commit_key},'
+        data = "".join(prefix + body + "\n" for body in bodies).encode("utf-8")
+        # One write per batch: with O_APPEND, batches of processes sharing a file do not mix.
+        while data:
+            data = data[os.write(self._fd, data):]
+
+
+class _TracedTransaction:
+    """The store's transaction, plus: keep the steps of a committed one, drop a rolled-back one."""
+
+    __slots__ = ("_tracer", "_inner", "_mark")
+
+    def __init__(self, tracer: Tracer, inner: Any) -> None:
+        self._tracer = tracer
+        self._inner = inner
+        self._mark = 0
+
+    def __enter__(self) -> None:
+        self._inner.__enter__()
+        tracer = self._tracer
+        self._mark = len(tracer._buffer)
+        tracer._depth += 1
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        tracer = self._tracer
+        tracer._depth -= 1
+        outermost = tracer._depth == 0
+        commit_key = 0
+        if exc_type is None and outermost and tracer._buffer:
+            try:
+                # Read under the write lock, before COMMIT: every batch committed earlier by
+                # any process has a key <= this one, every later one >= (spec 12.3).
+                commit_key = tracer._store.sequence_high_water()
+            except BaseException as error:
+                del tracer._buffer[:]
+                self._inner.__exit__(type(error), error, error.__traceback__)
+                raise
+        try:
+            self._inner.__exit__(exc_type, exc, tb)
+        except BaseException:
+            del tracer._buffer[self._mark:]
+            raise
+        if exc_type is not None:
+            del tracer._buffer[self._mark:]
+        elif outermost and tracer._buffer:
+            tracer._flush(commit_key)

@@ -1,0 +1,155 @@
+"""Reading protocol traces: lines, cut files, and the merge of several processes by commit order.
+
+A trace file holds batches of lines from one or more gateways (spec section 12). Lines are
+grouped into *units*: the lines of one gateway with one transaction number (a committed
+transaction's steps and the notices queued after that commit). Units of one gateway are in
+file order; units of different gateways are merged on the commit key ``c``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ..trace import TRACE_VERSION
+
+Proc = tuple[int, str]  # (process id, gateway instance)
+_PREFIX = re.compile(r'^\{"v":\d+,"pid":(\d+),"gw":"(\w+)","tx":(\d+),')
+COMMON_FIELDS = ("v", "pid", "gw", "tx", "c", "op")
+
+
+class TraceFormatError(Exception):
+    """A line that is not a trace line of a known version (rule T1)."""
+
+    def __init__(self, source: str, lineno: int, message: str) -> None:
+        super().__init__(f"{source}:{lineno}: {message}")
+        self.source = source
+        self.lineno = lineno
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TraceLine:
+    source: str
+    lineno: int
+    data: dict[str, Any]
+
+    @property
+    def proc(self) -> Proc:
+        return (int(self.data["pid"]), str(self.data["gw"]))
+
+    @property
+    def op(self) -> str:
+        return str(self.data["op"])
+
+    def where(self) -> str:
+        return f"{self.source}:{self.lineno}"
+
+
+@dataclass
+class Unit:
+    """One gateway's lines with one transaction number."""
+
+    proc: Proc
+    tx: int
+    commit_key: int
+    lines: list[TraceLine] = field(default_factory=list)
+    complete: bool = True  # False for the unit a cut line belonged to
+
+    def has_event(self, sequence: int) -> bool:
+        return any(line.op == "event" and line.data.get("seq") == sequence for line in self.lines)
+
+
+@dataclass
+class TraceFile:
+    source: str
+    lines: list[TraceLine]
+    cut: bool  # the file ended inside a line (a crash while writing); that line is ignored
+    cut_proc_tx: tuple[Proc, int] | None  # the unit the cut line belonged to, when readable
+
+
+def read_trace(path: Path, progress: Callable[[int], None] | None = None) -> TraceFile:
+    """Parse one file; a last line without its newline is the mark of a cut, not an error."""
+    source = str(path)
+    lines: list[TraceLine] = []
+    cut = False
+    cut_unit: tuple[Proc, int] | None = None
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if progress is not None:
+                progress(len(raw))
+            if not raw.endswith(b"\n"):
+                cut = True
+                match = _PREFIX.match(raw.decode("utf-8", "replace"))
+                if match:
+                    cut_unit = ((int(match[1]), match[2]), int(match[3]))
+                break
+            text = raw.decode("utf-8", "replace").strip()
+            if not text:
+                continue
+            lines.append(TraceLine(source, lineno, _parse(source, lineno, text)))
+    return TraceFile(source, lines, cut, cut_unit)
+
+
+def _parse(source: str, lineno: int, text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(source, lineno, f"not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise TraceFormatError(source, lineno, "not a JSON object")
+    missing = [name for name in COMMON_FIELDS if name not in data]
+    if missing:
+        raise TraceFormatError(source, lineno, f"missing fields {missing}")
+    if data["v"] != TRACE_VERSION:
+        raise TraceFormatError(source, lineno, f"trace format version {data['v']!r}; this replay reads {TRACE_VERSION}")
+    for name in ("pid", "tx", "c"):
+        if not isinstance(data[name], int) or isinstance(data[name], bool):
+            raise TraceFormatError(source, lineno, f"{name!r} must be an integer")
+    return data
+
+
+def units_of(files: list[TraceFile]) -> dict[Proc, list[Unit]]:
+    """Each gateway's units in its own order (file order; a gateway's lines live in one file)."""
+    by_proc: dict[Proc, list[Unit]] = {}
+    for trace in files:
+        for line in trace.lines:
+            units = by_proc.setdefault(line.proc, [])
+            tx = int(line.data["tx"])
+            if not units or units[-1].tx != tx:
+                units.append(Unit(line.proc, tx, int(line.data["c"])))
+            units[-1].lines.append(line)
+        if trace.cut:
+            for units in by_proc.values():
+                if trace.cut_proc_tx is None and units and units[-1].lines[-1].source == trace.source:
+                    units[-1].complete = False  # the cut line's gateway is unknown: be lenient
+                for unit in units:
+                    if (unit.proc, unit.tx) == trace.cut_proc_tx:
+                        unit.complete = False
+    return by_proc
+
+
+def merge(by_proc: dict[Proc, list[Unit]], fits: Callable[[Unit], bool]) -> Iterator[Unit]:
+    """All units in commit order (spec 12.3).
+
+    The smallest commit key goes first; at equal keys the unit holding the event with that
+    sequence goes first (it committed it; the others read it). Units left tied (transactions
+    without events, in different processes, that read the same high-water mark) are taken in
+    the first order that ``fits`` the replayed state: their first step on each pair starts
+    from that pair's current positions.
+    """
+    cursors = {proc: 0 for proc in by_proc}
+    order = sorted(by_proc)
+    while True:
+        heads = [(proc, by_proc[proc][cursors[proc]]) for proc in order if cursors[proc] < len(by_proc[proc])]
+        if not heads:
+            return
+        best = min((unit.commit_key, 0 if unit.has_event(unit.commit_key) else 1) for _, unit in heads)
+        tied = [(proc, unit) for proc, unit in heads
+                if (unit.commit_key, 0 if unit.has_event(unit.commit_key) else 1) == best]
+        proc, unit = next(((p, u) for p, u in tied if fits(u)), tied[0])
+        cursors[proc] += 1
+        yield unit
