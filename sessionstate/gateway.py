@@ -358,7 +358,7 @@ class Gateway(AgentRuntimeMixin):
                     if inserted:
                         inserted_count += 1
                         if trace is not None:
-                            trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id)
+                            trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id, notices_follow=True)
                         if e.kind in NOTIFYING_KINDS:
                             notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
         except (sqlite3.Error, SQLAlchemyError):
@@ -386,12 +386,10 @@ class Gateway(AgentRuntimeMixin):
         notices: list[tuple[str, Target, int]] = []
         trace = self._trace
         for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
-            for (watcher, old), (_, new, notice_since) in zip(
-                group, fire_many(group, target[0], trigger, sequence)
-            ):
-                if trace is not None:
-                    trace.step(watcher, target, trigger, sequence, old, new, notice_since,
-                               kind=kind, actor=actor_id)
+            fired = fire_many(group, target[0], trigger, sequence)
+            if trace is not None:
+                trace.event_steps(target, trigger, sequence, kind, actor_id, group, fired)
+            for (watcher, old), (_, new, notice_since) in zip(group, fired):
                 if new != old:
                     changes.append((watcher, new))
                 if notice_since is not None:
@@ -660,13 +658,15 @@ class Gateway(AgentRuntimeMixin):
         if self._transaction_depth:  # inside transaction(): wait for its commit (R9)
             self._deferred_notices.extend(notices)
             return
-        trace = self._trace
+        handed: list[tuple[str, Target, str, bool]] | None = [] if self._trace is not None else None
         for watcher, target, since in notices:
             text = notice_text(target[0], since)
             queued = self.queue.enqueue(watcher, text, target)
-            if trace is not None:
-                trace.notice(watcher, target, text, queued)
+            if handed is not None:
+                handed.append((watcher, target, text, queued))
             if queued:
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self._wakes.wake(watcher, f"session-state: {target[0]}")
+        if handed is not None and self._trace is not None:
+            self._trace.notices(handed)

@@ -14,14 +14,14 @@ three of them per event and the budget is a fraction of an append.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Protocol, Sequence
 
-from .notices import notice_text
 from .statemachine.machine import TRANSITION_TABLE
 from .statemachine.positions import derive_state
 
@@ -49,6 +49,10 @@ def trace_path(explicit: str | os.PathLike[str] | None) -> Path | None:
     return Path(configured) if configured else None
 
 
+# The process's batch counter, shared by all its gateways: orders batches within a process,
+# which the commit key alone does not when no event was committed in between.
+_process_batches = itertools.count(1)
+
 _quote = lru_cache(maxsize=65_536)(json.dumps)  # keys repeat on every event: escape each once
 
 
@@ -56,6 +60,7 @@ def _pos(positions: PositionsLike | None) -> str:
     return "null" if positions is None else f"[{positions[0]},{positions[1]},{positions[2]}]"
 
 
+@lru_cache(maxsize=65_536)
 def _target(target: tuple[str, str]) -> str:
     return f"[{_quote(target[0])},{_quote(target[1])}]"
 
@@ -74,6 +79,9 @@ class Tracer:
         self._store = store
         self._buffer: list[str] = []  # line bodies (after the common prefix)
         self._depth = 0
+        self._last_sequence = 0  # the last event sequence buffered in this transaction (0: none)
+        self._notices_follow = False
+        self._held: list[str] = []  # a committed batch waiting for its notices
         self._tx = 0
         self._commit_key = 0
         # A gateway instance, not only a process: one process may open several gateways.
@@ -89,7 +97,20 @@ class Tracer:
 
     # -- what the gateway reports -------------------------------------------------------------
 
-    def event(self, sequence: int, target: tuple[str, str], kind: str, actor_type: str, actor: str | None) -> None:
+    def event(
+        self,
+        sequence: int,
+        target: tuple[str, str],
+        kind: str,
+        actor_type: str,
+        actor: str | None,
+        *,
+        notices_follow: bool = False,
+    ) -> None:
+        """An inserted event. ``notices_follow``: the caller hands this commit's notices to
+        ``notices`` right after it, so the batch waits for them and goes out in one write."""
+        self._last_sequence = sequence
+        self._notices_follow = self._notices_follow or notices_follow
         self._buffer.append(
             f'"op":"event","seq":{sequence},"session":{_target(target)},"kind":"{kind}",'
             f'"actor_type":"{actor_type}","actor":{_opt(actor)}}}'
@@ -111,7 +132,6 @@ class Tracer:
     ) -> None:
         # The effect is named from the table for the reader's benefit; replay recomputes it.
         effect = TRANSITION_TABLE[(derive_state(before), trigger)][1]
-        notice = None if notice_since is None else notice_text(target[0], notice_since)
         extra = ""
         if kind is not None:
             extra = f',"kind":"{kind}","actor":{_opt(actor)}'
@@ -120,8 +140,34 @@ class Tracer:
         self._buffer.append(
             f'"op":"step","watcher":{_quote(watcher)},"target":{_target(target)},"trigger":"{trigger}",'
             f'"seq":{"null" if sequence is None else sequence},"before":{_pos(before)},"after":{_pos(after)},'
-            f'"effect":"{effect}","notice":{_opt(notice)}{extra}}}'
+            f'"effect":"{effect}","notice":{"null" if notice_since is None else notice_since}{extra}}}'
         )
+
+    def event_steps(
+        self,
+        target: tuple[str, str],
+        trigger: str,
+        sequence: int,
+        kind: str,
+        actor: str | None,
+        old: Sequence[tuple[str, PositionsLike]],
+        new: Sequence[tuple[str, PositionsLike | None, int | None]],
+    ) -> None:
+        """``step`` for every watcher one event fired ``trigger`` on: the event hot path, so
+        the parts the lines share are formatted once."""
+        common = f'"target":{_target(target)},"trigger":"{trigger}","seq":{sequence},'
+        tail = f',"kind":"{kind}","actor":{_opt(actor)}}}'
+        effects: dict[str, str] = {}
+        append = self._buffer.append
+        for (watcher, before), (_, after, since) in zip(old, new):
+            state = derive_state(before)
+            effect = effects.get(state)
+            if effect is None:
+                effect = effects[state] = TRANSITION_TABLE[(state, trigger)][1]
+            append(
+                f'"op":"step","watcher":{_quote(watcher)},{common}"before":[{before[0]},{before[1]},{before[2]}],'
+                f'"after":{_pos(after)},"effect":"{effect}","notice":{"null" if since is None else since}{tail}'
+            )
 
     def stale(self, watcher: str, target: tuple[str, str], text: str) -> None:
         """A queued notice dropped at drain because the durable cursor is no longer pending (R17)."""
@@ -129,12 +175,22 @@ class Tracer:
             f'"op":"stale","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)}}}'
         )
 
-    def notice(self, watcher: str, target: tuple[str, str], text: str, queued: bool) -> None:
-        """A notice handed to the queue after the commit; ``queued`` is false when deduplicated."""
-        self._add(
+    def notices(self, handed: list[tuple[str, tuple[str, str], str, bool]]) -> None:
+        """Notices handed to the queue after a commit, as ``(watcher, target, text, queued)``;
+        ``queued`` is false when the queue already held the text (R5). One write for all."""
+        bodies = [
             f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)},'
             f'"queued":{"true" if queued else "false"}}}'
-        )
+            for watcher, target, text, queued in handed
+        ]
+        self._notices_follow = False
+        if self._depth:  # inside a caller's transaction: part of its batch
+            self._buffer.extend(bodies)
+            return
+        # They belong to the batch committed last: same transaction number and commit key.
+        lines, self._held = self._held + bodies, []
+        if lines:
+            self._write(lines, self._tx, self._commit_key)
 
     def reset(self, watcher: str) -> None:
         self._buffer.append(f'"op":"reset","session":{_quote(watcher)}}}')
@@ -161,6 +217,7 @@ class Tracer:
             return
         if self._depth:  # closed inside a transaction: what it buffered never commits
             del self._buffer[:]
+        self._release_held()
         self._tx += 1  # a batch of its own, after the notices of the last commit
         self._write(['"op":"close"}'], self._tx, self._commit_key)
         os.close(self._fd)
@@ -168,13 +225,10 @@ class Tracer:
 
     # -- batching -----------------------------------------------------------------------------
 
-    def _add(self, body: str) -> None:
-        """A line that may come outside a transaction (notices after the commit, close)."""
-        if self._depth:
-            self._buffer.append(body)
-        else:
-            # Belongs to the batch committed last: same transaction number and commit key.
-            self._write([body], self._tx, self._commit_key)
+    def _release_held(self) -> None:
+        if self._held:
+            lines, self._held = self._held, []
+            self._write(lines, self._tx, self._commit_key)
 
     def _write_now(self, body: str, commit_key: int) -> None:
         self._commit_key = commit_key
@@ -184,16 +238,21 @@ class Tracer:
         self._tx += 1
         self._commit_key = commit_key
         lines, self._buffer = self._buffer, []
-        self._write(lines, self._tx, commit_key)
+        if self._notices_follow:
+            self._held = lines  # written with the notices, one write (``notices``)
+        else:
+            self._write(lines, self._tx, commit_key)
 
     def _write(self, bodies: list[str], tx: int, commit_key: int) -> None:
         if self._fd is None:
             return
-        prefix = f'{self._head}"tx":{tx},"c":{commit_key},'
-        data = "".join(prefix + body + "\n" for body in bodies).encode("utf-8")
+        prefix = f'{self._head}"n":{next(_process_batches)},"tx":{tx},"c":{commit_key},'
+        data = (prefix + ("\n" + prefix).join(bodies) + "\n").encode("utf-8")
         # One write per batch: with O_APPEND, batches of processes sharing a file do not mix.
-        while data:
-            data = data[os.write(self._fd, data):]
+        written = os.write(self._fd, data)
+        while written < len(data):  # only a full disk or a signal splits a write to a file
+            data = data[written:]
+            written = os.write(self._fd, data)
 
 
 class _TracedTransaction:
@@ -210,6 +269,10 @@ class _TracedTransaction:
         self._inner.__enter__()
         tracer = self._tracer
         self._mark = len(tracer._buffer)
+        if not tracer._depth:
+            tracer._last_sequence = 0
+            tracer._notices_follow = False
+            tracer._release_held()  # defensive: a held batch whose notices never came
         tracer._depth += 1
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -220,8 +283,9 @@ class _TracedTransaction:
         if exc_type is None and outermost and tracer._buffer:
             try:
                 # Read under the write lock, before COMMIT: every batch committed earlier by
-                # any process has a key <= this one, every later one >= (spec 12.3).
-                commit_key = tracer._store.sequence_high_water()
+                # any process has a key <= this one, every later one >= (spec 12.2). When the
+                # transaction assigned sequences, its last one is that mark: no read needed.
+                commit_key = tracer._last_sequence or tracer._store.sequence_high_water()
             except BaseException as error:
                 del tracer._buffer[:]
                 self._inner.__exit__(type(error), error, error.__traceback__)
@@ -230,8 +294,14 @@ class _TracedTransaction:
             self._inner.__exit__(exc_type, exc, tb)
         except BaseException:
             del tracer._buffer[self._mark:]
+            tracer._last_sequence = 0
+            if outermost:
+                tracer._notices_follow = False
             raise
         if exc_type is not None:
             del tracer._buffer[self._mark:]
+            tracer._last_sequence = 0  # a rolled-back savepoint's sequences are handed out again
+            if outermost:
+                tracer._notices_follow = False
         elif outermost and tracer._buffer:
             tracer._flush(commit_key)

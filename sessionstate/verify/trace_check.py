@@ -32,7 +32,7 @@ from ..statemachine.table import (
     SELF_EVENT,
     TRIGGERS,
 )
-from .trace_read import Proc, TraceFile, TraceLine, Unit, merge, units_of
+from .trace_read import Proc, TraceFile, TraceLine, TraceOrderError, Unit, merge, units_of
 
 Target = tuple[str, str]
 Pair = tuple[str, Target]
@@ -112,21 +112,34 @@ class TraceChecker:
     def run(self, files: list[TraceFile], on_unit: Callable[[], None] | None = None) -> Summary:
         self.summary.files = len(files)
         self.summary.cut = [f.source for f in files if f.cut]
-        by_proc = units_of(files)
-        opens = [u.lines[0] for units in by_proc.values() for u in units[:1] if u.lines and u.lines[0].op == "open"]
+        try:
+            by_proc = units_of(files)
+        except TraceOrderError as exc:
+            raise self.fail("T2", exc.message, exc.line) from None
+        opens = [u.lines[0] for units in by_proc.values() for u in units if u.tx == 0 and u.lines[0].op == "open"]
         databases = sorted({str(line.data.get("db")) for line in opens})
         if len(databases) > 1:
             raise self.fail("T1", f"the traces record different databases {databases}: replay one database at a time",
                             opens[0])
         # A trace that starts with a gateway opening an empty log sees every pair from its seed.
         self.complete = bool(opens) and min(line.data["c"] for line in opens) == 0
-        for unit in merge(by_proc, self._fits):
+        for unit in merge(by_proc, self._fits, self._outcome):
             self._unit(unit)
             if on_unit is not None:
                 on_unit()
         return self.summary
 
-    def _fits(self, unit: Unit) -> bool:
+    def _fits(self, unit: Unit, overlay: dict[Any, Any]) -> bool:
+        """Does ``unit`` start where the pairs are (``overlay`` over the replayed positions)?"""
+        def current(pair: Any) -> Positions | None:
+            return overlay[pair] if pair in overlay else self.pairs.get(pair)
+
+        if any(line.op == "sweep" for line in unit.lines):
+            swept = {pair for pair, trigger in self._unit_steps(unit) if trigger == RESTART_SWEEP}
+            for pair in set(self.pairs) | set(overlay):
+                positions = current(pair)
+                if positions is not None and derive_state(positions) in PENDING_STATES and pair not in swept:
+                    return False
         seen: set[Pair] = set()
         for line in unit.lines:
             if line.op != "step":
@@ -139,10 +152,25 @@ class TraceChecker:
             if pair in seen:
                 continue
             seen.add(pair)
-            if pair in self.pairs or self.complete:
-                if self.pairs.get(pair) != before:
-                    return False
+            if (pair in self.pairs or pair in overlay or self.complete) and current(pair) != before:
+                return False
         return True
+
+    def _outcome(self, unit: Unit) -> dict[Any, Any]:
+        """The positions a unit leaves on the pairs it steps (for ordering tied units)."""
+        after: dict[Any, Any] = {}
+        for line in unit.lines:
+            if line.op == "step":
+                try:
+                    after[(line.data["watcher"], _target(line.data["target"]))] = _positions(line.data["after"])
+                except (KeyError, ValueError):
+                    pass
+        return after
+
+    @staticmethod
+    def _unit_steps(unit: Unit) -> list[tuple[Any, Any]]:
+        return [((line.data.get("watcher"), tuple(line.data.get("target") or ())), line.data.get("trigger"))
+                for line in unit.lines if line.op == "step"]
 
     def fail(self, rule: str, message: str, line: TraceLine | None, pair: Pair | None = None) -> Violation:
         if pair is not None and pair in self._pair_lines:
@@ -232,13 +260,13 @@ class TraceChecker:
         d = line.data
         sequence, session, kind, actor = int(d["seq"]), _target(d["session"]), str(d["kind"]), d["actor"]
         self.summary.events += 1
+        head = self.heads.get(session)
+        if head is not None and sequence <= head:
+            raise self.fail("INV7", f"state version of {session[0]} would go from {head} to {sequence}", line)
         if sequence <= self.high_water:
             raise self.fail("T2", f"event {sequence} after event {self.high_water}: sequences are assigned in commit order", line)
         if sequence > line.data["c"]:
             raise self.fail("T2", f"event {sequence} in a batch whose commit key is {line.data['c']}", line)
-        head = self.heads.get(session)
-        if head is not None and sequence <= head:
-            raise self.fail("INV7", f"state version of {session[0]} would go from {head} to {sequence}", line)
         self.high_water = sequence
         self.heads[session] = sequence
         self._event = line
@@ -296,15 +324,15 @@ class TraceChecker:
         if result.positions != after:
             raise self.fail(f"EFFECT {effect}", f"{effect} takes {_fmt(before)} to {_fmt(result.positions)},"
                                                 f" the line says {_fmt(after)}", line, pair)
+        if d["notice"] != result.notice_since:
+            if result.notice_since is None and trigger in (SELF_EVENT, LOG_ONLY_EVENT):
+                raise self.fail("INV5", f"a {trigger} opened a notice (changesSince {d['notice']!r})", line, pair)
+            raise self.fail(f"EFFECT {effect}", f"{effect} opens a notice with changesSince {result.notice_since!r},"
+                                                f" the line says {d['notice']!r}", line, pair)
         expected_notice = None if result.notice_since is None else notice_text(pair[1][0], result.notice_since)
-        if d["notice"] != expected_notice:
-            if expected_notice is None and trigger in (SELF_EVENT, LOG_ONLY_EVENT):
-                raise self.fail("INV5", f"a {trigger} opened a notice {d['notice']!r}", line, pair)
-            raise self.fail(f"EFFECT {effect}", f"{effect} opens notice {expected_notice!r}, the line says"
-                                                f" {d['notice']!r}", line, pair)
-        if trigger == SEED and before is None and sequence != self.heads.get(pair[1], sequence):
-            raise self.fail("R4", f"seeded at {sequence}, but {pair[1][0]}'s state version is {self.heads[pair[1]]}",
-                            line, pair)
+        head = self.heads.get(pair[1], 0 if self.complete else None)
+        if trigger == SEED and before is None and head is not None and sequence != head:
+            raise self.fail("R4", f"seeded at {sequence}, but {pair[1][0]}'s state version is {head}", line, pair)
         queue = self.queues.setdefault(proc, {})
         if trigger == DRAIN:
             assert before is not None
@@ -359,6 +387,7 @@ class TraceChecker:
         pair: Pair = (str(d["watcher"]), _target(d["target"]))
         text, queued = str(d["text"]), d["queued"]
         self._note(pair, line)
+        self._close_event(line)  # notices come after the transaction's last step
         self.summary.notices += 1
         queue = self.queues.setdefault(proc, {})
         held = queue.get(pair, [])
@@ -367,11 +396,15 @@ class TraceChecker:
         if queued is not True and text not in held:
             raise self.fail("R5", f"the queue reported {text!r} as already held, but it was not queued", line, pair)
         others = [t for t in held if t != text]
-        if others and self.moved_by.get(pair, proc) == proc:
+        if others:
             positions = self.pairs.get(pair)
             pending = positions is not None and derive_state(positions) in PENDING_STATES
-            raise self.fail("INV3" if pending else "INV2",
-                            f"gateway {proc} holds {others[0]!r} and now {text!r} for one pair", line, pair)
+            current = notice_text(pair[1][0], positions.last_seen) if positions is not None and pending else None
+            if current in others:
+                raise self.fail("INV3", f"the pair stayed pending with notice {current!r}, now {text!r}", line, pair)
+            if self.moved_by.get(pair, proc) == proc:  # a stale text is only legal when another gateway moved it
+                raise self.fail("INV2", f"gateway {proc} holds {others[0]!r} and now {text!r} for one pair",
+                                line, pair)
         if (pair, text) not in self._owed_notices:
             raise self.fail("R9", f"notice {text!r} was queued without a committed step opening it", line, pair)
         self._owed_notices.remove((pair, text))

@@ -45,7 +45,9 @@ class ProgressBar:
             self.stream.flush()
 
 
-def run_replay(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_replay(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     paths: list[Path] = args.traces
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator
 from ..trace import TRACE_VERSION
 
 Proc = tuple[int, str]  # (process id, gateway instance)
-_PREFIX = re.compile(r'^\{"v":\d+,"pid":(\d+),"gw":"(\w+)","tx":(\d+),')
-COMMON_FIELDS = ("v", "pid", "gw", "tx", "c", "op")
+_PREFIX = re.compile(r'^\{"v":\d+,"pid":(\d+),"gw":"(\w+)","n":\d+,"tx":(\d+),')
+COMMON_FIELDS = ("v", "pid", "gw", "n", "tx", "c", "op")
 
 
 class TraceFormatError(Exception):
@@ -28,6 +28,15 @@ class TraceFormatError(Exception):
         super().__init__(f"{source}:{lineno}: {message}")
         self.source = source
         self.lineno = lineno
+        self.message = message
+
+
+class TraceOrderError(Exception):
+    """Lines of one process out of its batch order within a file (rule T2)."""
+
+    def __init__(self, line: "TraceLine", message: str) -> None:
+        super().__init__(message)
+        self.line = line
         self.message = message
 
 
@@ -56,6 +65,7 @@ class Unit:
     proc: Proc
     tx: int
     commit_key: int
+    batch: int  # the process's batch counter of the unit's first line
     lines: list[TraceLine] = field(default_factory=list)
     complete: bool = True  # False for the unit a cut line belonged to
 
@@ -106,40 +116,58 @@ def _parse(source: str, lineno: int, text: str) -> dict[str, Any]:
         raise TraceFormatError(source, lineno, f"missing fields {missing}")
     if data["v"] != TRACE_VERSION:
         raise TraceFormatError(source, lineno, f"trace format version {data['v']!r}; this replay reads {TRACE_VERSION}")
-    for name in ("pid", "tx", "c"):
+    for name in ("pid", "n", "tx", "c"):
         if not isinstance(data[name], int) or isinstance(data[name], bool):
             raise TraceFormatError(source, lineno, f"{name!r} must be an integer")
     return data
 
 
-def units_of(files: list[TraceFile]) -> dict[Proc, list[Unit]]:
-    """Each gateway's units in its own order (file order; a gateway's lines live in one file)."""
-    by_proc: dict[Proc, list[Unit]] = {}
+def units_of(files: list[TraceFile]) -> dict[int, list[Unit]]:
+    """Each process's units in its batch order (``n``), across all files."""
+    units: dict[tuple[Proc, int], Unit] = {}
     for trace in files:
+        last_batch: dict[int, int] = {}
         for line in trace.lines:
-            units = by_proc.setdefault(line.proc, [])
-            tx = int(line.data["tx"])
-            if not units or units[-1].tx != tx:
-                units.append(Unit(line.proc, tx, int(line.data["c"])))
-            units[-1].lines.append(line)
+            proc, tx, batch = line.proc, int(line.data["tx"]), int(line.data["n"])
+            if batch < last_batch.get(proc[0], 0):
+                raise TraceOrderError(line, f"batch {batch} of process {proc[0]} comes after its batch"
+                                            f" {last_batch[proc[0]]} in the file")
+            last_batch[proc[0]] = batch
+            unit = units.get((proc, tx))
+            if unit is None:
+                unit = units[(proc, tx)] = Unit(proc, tx, int(line.data["c"]), batch)
+            unit.lines.append(line)
         if trace.cut:
-            for units in by_proc.values():
-                if trace.cut_proc_tx is None and units and units[-1].lines[-1].source == trace.source:
-                    units[-1].complete = False  # the cut line's gateway is unknown: be lenient
-                for unit in units:
-                    if (unit.proc, unit.tx) == trace.cut_proc_tx:
-                        unit.complete = False
-    return by_proc
+            if trace.cut_proc_tx is not None and trace.cut_proc_tx in units:
+                units[trace.cut_proc_tx].complete = False
+            elif trace.cut_proc_tx is None and trace.lines:
+                last = trace.lines[-1]  # the cut line's gateway is unknown: be lenient with the last
+                units[(last.proc, int(last.data["tx"]))].complete = False
+    by_pid: dict[int, list[Unit]] = {}
+    for unit in units.values():
+        by_pid.setdefault(unit.proc[0], []).append(unit)
+    for pid_units in by_pid.values():
+        pid_units.sort(key=lambda u: u.batch)
+    return by_pid
 
 
-def merge(by_proc: dict[Proc, list[Unit]], fits: Callable[[Unit], bool]) -> Iterator[Unit]:
+Overlay = dict[Any, Any]  # pair -> positions after a unit (the checker's own types)
+
+
+def merge(
+    by_proc: dict[int, list[Unit]],
+    fits: Callable[[Unit, Overlay], bool],
+    outcome: Callable[[Unit], Overlay],
+) -> Iterator[Unit]:
     """All units in commit order (spec 12.3).
 
     The smallest commit key goes first; at equal keys the unit holding the event with that
     sequence goes first (it committed it; the others read it). Units left tied (transactions
-    without events, in different processes, that read the same high-water mark) are taken in
-    the first order that ``fits`` the replayed state: their first step on each pair starts
-    from that pair's current positions.
+    without events, in different processes, that read the same high-water mark) are ordered by
+    the pairs' positions: a unit ``fits`` when its first step on each pair starts from that
+    pair's current positions (and a startup sweep covers every pending pair). Preferred is a
+    unit that fits after which every other tied unit still fits (``outcome`` gives the
+    positions a unit leaves); then any unit that fits; then the first, which will fail.
     """
     cursors = {proc: 0 for proc in by_proc}
     order = sorted(by_proc)
@@ -150,6 +178,16 @@ def merge(by_proc: dict[Proc, list[Unit]], fits: Callable[[Unit], bool]) -> Iter
         best = min((unit.commit_key, 0 if unit.has_event(unit.commit_key) else 1) for _, unit in heads)
         tied = [(proc, unit) for proc, unit in heads
                 if (unit.commit_key, 0 if unit.has_event(unit.commit_key) else 1) == best]
-        proc, unit = next(((p, u) for p, u in tied if fits(u)), tied[0])
+        choice = tied[0]
+        if len(tied) > 1:
+            fitting = [(p, u) for p, u in tied if fits(u, {})]
+            for candidate in fitting:
+                after = outcome(candidate[1])
+                if all(fits(u, after) for p, u in tied if p != candidate[0]):
+                    choice = candidate
+                    break
+            else:
+                choice = fitting[0] if fitting else tied[0]
+        proc, unit = choice
         cursors[proc] += 1
         yield unit
