@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from collections.abc import Mapping, Sequence  # the ABCs: isinstance on typing's aliases is slow
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from .agent_runtime import AgentRuntimeMixin
 from .config import normalize_url
-from .errors import InvalidArgument, SessionExists, UnknownSession
+from .errors import InvalidArgument, SessionExists, StorageError, UnknownSession
 from .keys import (
     DEFAULT_AGENT_ID,
     check_key,
@@ -55,12 +52,14 @@ from .trace import Tracer, trace_path
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
+    MAX_SYSTEM_EVENT_CHARS,
     SESSION_KINDS,
     check_actor_type,
     check_changes_since,
     check_kind,
     check_line,
     check_optional_id,
+    check_text,
     check_timestamp,
     encode_payload,
 )
@@ -125,7 +124,7 @@ class Gateway(AgentRuntimeMixin):
         self._deferred_notices: list[tuple[str, Target, int]] = []
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
-        self._trace: Tracer | None = None  # the protocol trace (spec section 12), when on
+        self._trace: Tracer | None = None  # the protocol trace (spec section 14), when on
         self._init_agent_runtime()
 
     @classmethod
@@ -138,13 +137,19 @@ class Gateway(AgentRuntimeMixin):
         retention_days: float = 30,
         max_rows: int = 50_000,
         synchronous: str = DEFAULT_SYNCHRONOUS,
+        create: bool = True,
         trace: str | os.PathLike[str] | None = None,
     ) -> "Gateway":
-        """Open (creating if needed) the database at ``url`` and run the startup sweep.
+        """Open the database at ``url`` and run the startup sweep.
 
+        With ``create`` (the default) a missing file and its directories are created; without
+        it a missing file raises ``StorageUnavailable`` and nothing is created. A file this
+        release cannot use raises a ``StorageError`` subclass and is left unchanged.
         ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the protocol trace to that file.
         """
-        store = SqliteStore(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
+        store = SqliteStore(
+            normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
+        )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
             path = trace_path(trace)
@@ -216,7 +221,7 @@ class Gateway(AgentRuntimeMixin):
         """Register a session; with ``parent``, a spawn edge (child_spawned + seeded cursor)."""
         check_key(key)
         agent = resolve_agent_id(key, agent_id) or DEFAULT_AGENT_ID
-        if kind not in SESSION_KINDS:
+        if not isinstance(kind, str) or kind not in SESSION_KINDS:
             raise InvalidArgument(f"unknown session kind {kind!r}; expected one of {list(SESSION_KINDS)}")
         if label is not None:
             check_line(label, "label", MAX_LABEL_LENGTH)
@@ -361,7 +366,7 @@ class Gateway(AgentRuntimeMixin):
                             trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id, notices_follow=True)
                         if e.kind in NOTIFYING_KINDS:
                             notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
-        except (sqlite3.Error, SQLAlchemyError):
+        except StorageError:
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
             log.exception("recording %d event(s) (%s) failed; the turn goes on", len(events), kinds)
@@ -488,8 +493,7 @@ class Gateway(AgentRuntimeMixin):
         """Queue a plain system line (announcements) for the session's next turn."""
         check_key(session_key)
         self._resolve_any_agent(session_key)
-        if not isinstance(text, str) or not text:
-            raise InvalidArgument("system event text must be a non-empty string")
+        check_text(text, "system event text", MAX_SYSTEM_EVENT_CHARS, allow_empty=False)
         added = self.queue.enqueue(session_key, text)
         if added and is_main_style_watcher(session_key):
             self._wakes.wake(session_key, "system-event")
@@ -568,7 +572,10 @@ class Gateway(AgentRuntimeMixin):
             self._fire_records(expired, EXPIRE)
         for record in expired:
             self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
-        return {"events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"]}
+        return {
+            "events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"],
+            "pages_reclaimed": self.store.reclaim_free_pages(),
+        }
 
     @_locked
     def startup_sweep(self) -> int:

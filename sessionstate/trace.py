@@ -1,4 +1,4 @@
-"""The protocol trace: what a running gateway did, one JSON line per step (spec section 12).
+"""The protocol trace: what a running gateway did, one JSON line per step (spec section 14).
 
 A ``Tracer`` is attached to one gateway and its store. The gateway reports each step while its
 transaction is open; the tracer buffers the lines and writes them with one ``write`` on an
@@ -283,7 +283,7 @@ class _TracedTransaction:
         if exc_type is None and outermost and tracer._buffer:
             try:
                 # Read under the write lock, before COMMIT: every batch committed earlier by
-                # any process has a key <= this one, every later one >= (spec 12.2). When the
+                # any process has a key <= this one, every later one >= (spec 14.2). When the
                 # transaction assigned sequences, its last one is that mark: no read needed.
                 commit_key = tracer._last_sequence or tracer._store.sequence_high_water()
             except BaseException as error:

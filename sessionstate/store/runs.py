@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 from sqlalchemy import DDL, Index, event
 from sqlmodel import Field, SQLModel
 
+from .failures import translated
+
 if TYPE_CHECKING:
     from .sqlite import SqliteStore
 
@@ -119,6 +121,7 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
     return RunRecord(*values)
 
 
+@translated
 class RunStore:
     """Run rows on the gateway's connection; callers hold the gateway lock."""
 

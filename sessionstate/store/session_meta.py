@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 from sqlalchemy import DDL, event
 from sqlmodel import Field, SQLModel
 
+from .failures import translated
+
 if TYPE_CHECKING:
     from .sqlite import SqliteStore
 
@@ -102,6 +104,7 @@ def _record(row: tuple[Any, ...]) -> MetaRecord:
     return MetaRecord(*values)
 
 
+@translated
 class SessionMetaStore:
     """Meta rows on the gateway's connection; callers hold the gateway lock."""
 

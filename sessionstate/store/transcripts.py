@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 from sqlalchemy import DDL, Column, Index, Integer, event
 from sqlmodel import Field, SQLModel
 
+from .failures import translated
+
 if TYPE_CHECKING:
     from .sqlite import SqliteStore
 
@@ -111,6 +113,7 @@ def _record(row: tuple[Any, ...]) -> MessageRecord:
     )
 
 
+@translated
 class TranscriptStore:
     """Message rows on the gateway's connection; callers hold the gateway lock."""
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 from sqlalchemy import DDL, Column, Integer, UniqueConstraint, event
 from sqlmodel import Field, SQLModel
 
+from .failures import translated
+
 if TYPE_CHECKING:  # sqlite.py imports this module (through tables.py) while it loads
     from .sqlite import SqliteStore
 
@@ -126,6 +128,7 @@ def _link(row: tuple[Any, ...]) -> UpstreamLink:
     )
 
 
+@translated
 class UpstreamLinkStore:
     """Link rows on the gateway's own connection and transactions.
 

@@ -1,4 +1,4 @@
-"""Check protocol traces against the spec: ``sessionstate replay`` (spec section 12.4).
+"""Check protocol traces against the spec: ``sessionstate replay`` (spec section 14.4).
 
 The checker replays the merged units against the compiled transition table (``fire``, the
 same dispatch the gateway uses) and a small model of what a trace witnesses: each pair's

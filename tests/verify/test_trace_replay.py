@@ -358,7 +358,7 @@ def test_the_spec_lists_exactly_the_ops_the_tracer_writes_and_the_checker_reads(
     from sessionstate.verify.trace_check import TraceChecker
     from tests.protocol.spec_tables import table_rows
 
-    spec_ops = {row[0] for row in table_rows("12. Protocol trace")}
+    spec_ops = {row[0] for row in table_rows("14. Protocol trace")}
     checker_ops = {name.removeprefix("_op_") for name in vars(TraceChecker) if name.startswith("_op_")}
     written_ops = {line["op"] for line in scenario}
     assert spec_ops == checker_ops == written_ops
