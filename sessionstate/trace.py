@@ -1,4 +1,4 @@
-"""The protocol trace: what a running gateway did, one JSON line per step (spec section 14).
+"""The protocol trace: what a running gateway did, one JSON line per step (spec section 15).
 
 A ``Tracer`` is attached to one gateway and its store. The gateway reports each step while its
 transaction is open; the tracer buffers the lines and writes them with one ``write`` on an
@@ -72,7 +72,9 @@ def _opt(text: str | None) -> str:
 class Tracer:
     """Buffers the steps of the open transaction; writes them after the outermost commit."""
 
-    def __init__(self, path: str | os.PathLike[str], store: TracedStore, *, backend: str = "sqlite") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], store: TracedStore, queue: Any = None, *, backend: str = "sqlite"
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -91,6 +93,8 @@ class Tracer:
         # transactions that extensions open on the store directly: wrap them (on this store
         # instance only; an untraced store keeps its plain method and pays nothing).
         setattr(store, "atomic", lambda: _TracedTransaction(self, inner_atomic()))
+        if queue is not None:
+            self._observe_queue(queue)
         self._write_now(
             f'"op":"open","backend":{_quote(backend)},"db":{_quote(store.url)}}}', store.sequence_high_water()
         )
@@ -132,6 +136,8 @@ class Tracer:
     ) -> None:
         # The effect is named from the table for the reader's benefit; replay recomputes it.
         effect = TRANSITION_TABLE[(derive_state(before), trigger)][1]
+        if notice_since is not None:
+            self._notices_follow = True  # the caller queues it right after the commit
         extra = ""
         if kind is not None:
             extra = f',"kind":"{kind}","actor":{_opt(actor)}'
@@ -160,6 +166,8 @@ class Tracer:
         effects: dict[str, str] = {}
         append = self._buffer.append
         for (watcher, before), (_, after, since) in zip(old, new):
+            if since is not None:
+                self._notices_follow = True
             state = derive_state(before)
             effect = effects.get(state)
             if effect is None:
@@ -169,28 +177,40 @@ class Tracer:
                 f'"after":{_pos(after)},"effect":"{effect}","notice":{"null" if since is None else since}{tail}'
             )
 
-    def stale(self, watcher: str, target: tuple[str, str], text: str) -> None:
-        """A queued notice dropped at drain because the durable cursor is no longer pending (R17)."""
-        self._buffer.append(
-            f'"op":"stale","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)}}}'
-        )
-
-    def notices(self, handed: list[tuple[str, tuple[str, str], str, bool]]) -> None:
-        """Notices handed to the queue after a commit, as ``(watcher, target, text, queued)``;
-        ``queued`` is false when the queue already held the text (R5). One write for all."""
-        bodies = [
+    def notices(self, handed: list[tuple[str, tuple[str, str], str, bool, bool]]) -> None:
+        """Notices handed to the queue, as ``(watcher, target, text, queued, served)``;
+        ``queued`` is false when the queue already held the text (R5) or when this process
+        does not serve the watcher (``served`` false, R19)."""
+        self._after_commit([
             f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)},'
-            f'"queued":{"true" if queued else "false"}}}'
-            for watcher, target, text, queued in handed
-        ]
-        self._notices_follow = False
-        if self._depth:  # inside a caller's transaction: part of its batch
-            self._buffer.extend(bodies)
-            return
-        # They belong to the batch committed last: same transaction number and commit key.
-        lines, self._held = self._held + bodies, []
-        if lines:
-            self._write(lines, self._tx, self._commit_key)
+            f'"queued":{"true" if queued else "false"},"served":{"true" if served else "false"}}}'
+            for watcher, target, text, queued, served in handed
+        ], release=True)
+
+    def _observe_queue(self, queue: Any) -> None:
+        """Trace every notice leaving the queue (drained, withdrawn, cleared, found stale),
+        whichever code removes it: the queue's removing methods are wrapped on this instance."""
+        def wrap(name: str) -> None:
+            inner = getattr(queue, name)
+
+            def removing(session_key: str, *args: Any) -> Any:
+                before = queue.peek(session_key)
+                result = inner(session_key, *args)
+                if before:
+                    kept = {entry.text for entry in queue.peek(session_key)}
+                    gone = [e for e in before if e.target is not None and e.text not in kept]
+                    if gone:
+                        self._after_commit([
+                            f'"op":"unqueue","watcher":{_quote(session_key)},"target":{_target(e.target)},'
+                            f'"text":{_quote(e.text)}}}'
+                            for e in gone
+                        ], release=False)
+                return result
+
+            setattr(queue, name, removing)
+
+        for name in ("remove", "withdraw_notice", "clear", "take"):
+            wrap(name)
 
     def reset(self, watcher: str) -> None:
         self._buffer.append(f'"op":"reset","session":{_quote(watcher)}}}')
@@ -224,6 +244,25 @@ class Tracer:
         self._fd = None
 
     # -- batching -----------------------------------------------------------------------------
+
+    def _after_commit(self, bodies: list[str], *, release: bool) -> None:
+        """Queue lines: part of the open transaction's batch; else of the batch committed just
+        before (held for them); else a batch of their own, keyed by the high-water mark now."""
+        if release:
+            self._notices_follow = False
+        if not bodies and not (release and self._held):
+            return
+        if self._depth:
+            self._buffer.extend(bodies)
+            return
+        if self._held:
+            self._held.extend(bodies)
+            if release:
+                self._release_held()
+            return
+        self._tx += 1
+        self._commit_key = self._store.sequence_high_water()
+        self._write(bodies, self._tx, self._commit_key)
 
     def _release_held(self) -> None:
         if self._held:
@@ -283,7 +322,7 @@ class _TracedTransaction:
         if exc_type is None and outermost and tracer._buffer:
             try:
                 # Read under the write lock, before COMMIT: every batch committed earlier by
-                # any process has a key <= this one, every later one >= (spec 14.2). When the
+                # any process has a key <= this one, every later one >= (spec 15.2). When the
                 # transaction assigned sequences, its last one is that mark: no read needed.
                 commit_key = tracer._last_sequence or tracer._store.sequence_high_water()
             except BaseException as error:

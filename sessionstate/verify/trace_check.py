@@ -1,4 +1,4 @@
-"""Check protocol traces against the spec: ``sessionstate replay`` (spec section 14.4).
+"""Check protocol traces against the spec: ``sessionstate replay`` (spec section 15.4).
 
 The checker replays the merged units against the compiled transition table (``fire``, the
 same dispatch the gateway uses) and a small model of what a trace witnesses: each pair's
@@ -20,10 +20,6 @@ from ..statemachine.machine import DERIVED_EFFECTS, TRANSITION_TABLE
 from ..statemachine.table import (
     CAUGHT_UP,
     DRAIN,
-    EFFECT_ACK,
-    EFFECT_FREEZE,
-    EFFECT_REMOVE,
-    EFFECT_SWEEP,
     LOG_ONLY_EVENT,
     MATERIAL_EVENT,
     PENDING_STATES,
@@ -37,8 +33,6 @@ from .trace_read import Proc, TraceFile, TraceLine, TraceOrderError, Unit, merge
 Target = tuple[str, str]
 Pair = tuple[str, Target]
 EVENT_TRIGGERS = (MATERIAL_EVENT, SELF_EVENT, LOG_ONLY_EVENT)
-# Effects after which the acting gateway must hold the pair's notice when it is pending (INV4).
-NOTICE_EFFECTS = frozenset({EFFECT_ACK, EFFECT_FREEZE, EFFECT_SWEEP})
 HISTORY = 64  # lines kept per pair and overall for the report
 
 
@@ -90,6 +84,7 @@ class TraceChecker:
     def __init__(self) -> None:
         self.pairs: dict[Pair, Positions] = {}
         self.watchers_of: dict[Target, set[str]] = {}  # the pairs above, by target
+        self.targets_of: dict[str, set[Target]] = {}  # and by watcher
         self.moved_by: dict[Pair, Proc] = {}  # who last moved L, created or removed the pair
         self.heads: dict[Target, int] = {}
         self.pruned: dict[Target, int] = {}
@@ -104,7 +99,7 @@ class TraceChecker:
         self._event: TraceLine | None = None
         self._owed_steps: dict[Pair, tuple[int, str]] = {}  # caught-up pairs the event must fire on
         self._owed_notices: list[tuple[Pair, str]] = []
-        self._stepped: set[Pair] = set()
+        self._drain_owed: dict[str, set[Pair]] = {}  # pending pairs a drain must deliver (R21)
         self._swept: set[Pair] = set()
 
     # -- driving ------------------------------------------------------------------------------
@@ -201,7 +196,7 @@ class TraceChecker:
         self._event = None
         self._owed_steps = {}
         self._owed_notices = []
-        self._stepped = set()
+        self._drain_owed = {}
         self._swept = set()
         for line in unit.lines:
             s.lines += 1
@@ -222,14 +217,11 @@ class TraceChecker:
             pair, text = self._owed_notices[0]
             raise self.fail("INV4", f"pair {_name(pair)} was left pending but its notice was never queued: {text!r}",
                             last, pair)
-        queue = self.queues.get(proc, {})
-        for pair in sorted(self._stepped):
-            positions = self.pairs.get(pair)
-            if positions is not None and derive_state(positions) in PENDING_STATES:
-                expected = notice_text(pair[1][0], positions.last_seen)
-                if expected not in queue.get(pair, []):
-                    raise self.fail("INV4", f"pair {_name(pair)} is pending at L={positions.last_seen} but"
-                                            f" gateway {proc} does not hold its notice", last, pair)
+        for watcher, left in sorted(self._drain_owed.items()):
+            if left:
+                pair = sorted(left)[0]
+                raise self.fail("R21", f"the drain of {watcher} delivered nothing for the pending pair {_name(pair)}",
+                                last, pair)
 
     def _close_event(self, line: TraceLine) -> None:
         """The previous event of the unit is done: every caught-up pair must have been fired on."""
@@ -333,25 +325,26 @@ class TraceChecker:
         head = self.heads.get(pair[1], 0 if self.complete else None)
         if trigger == SEED and before is None and head is not None and sequence != head:
             raise self.fail("R4", f"seeded at {sequence}, but {pair[1][0]}'s state version is {head}", line, pair)
-        queue = self.queues.setdefault(proc, {})
         if trigger == DRAIN:
             assert before is not None
             delivered = d.get("delivered")
             if delivered != notice_text(pair[1][0], before.last_seen):
                 raise self.fail("R17", f"delivered {delivered!r}, but the durable cursor says changesSince"
                                        f" {before.last_seen}", line, pair)
-            if not queue.get(pair):
-                raise self.fail("INV4", f"gateway {proc} drained a notice for {_name(pair)} it did not hold", line, pair)
-            queue.pop(pair, None)
-        if effect == EFFECT_REMOVE:
-            queue.pop(pair, None)  # the pair's queued notice is withdrawn
+            owed = self._drain_owed.get(pair[0])
+            if owed is None:  # the drain's first step: every pending pair of the watcher is owed
+                owed = self._drain_owed[pair[0]] = {
+                    (pair[0], target) for target in self.targets_of.get(pair[0], ())
+                    if derive_state(self.pairs[(pair[0], target)]) in PENDING_STATES
+                }
+            if pair not in owed:
+                raise self.fail("INV10", f"a second drain step for {_name(pair)} in one drain", line, pair)
+            owed.discard(pair)
         if trigger == RESTART_SWEEP:
             self._swept.add(pair)
         self._put(pair, after)
         if before is None or after is None or before.last_seen != after.last_seen:
             self.moved_by[pair] = proc
-        if effect in NOTICE_EFFECTS:
-            self._stepped.add(pair)
         if expected_notice is not None:
             self._owed_notices.append((pair, expected_notice))
 
@@ -367,14 +360,11 @@ class TraceChecker:
                                   f" for {pair[0]}, the line says {trigger}", line, pair)
         self._owed_steps.pop(pair, None)
 
-    def _op_stale(self, proc: Proc, line: TraceLine) -> None:
+    def _op_unqueue(self, proc: Proc, line: TraceLine) -> None:
+        """A notice left the gateway's queue (drained, withdrawn, cleared or found stale)."""
         d = line.data
         pair: Pair = (str(d["watcher"]), _target(d["target"]))
         self._note(pair, line)
-        positions = self.pairs.get(pair)
-        if positions is not None and derive_state(positions) in PENDING_STATES:
-            raise self.fail("R17", f"a notice for {_name(pair)} was dropped as stale, but the pair is pending at"
-                                   f" {_fmt(positions)}", line, pair)
         queue = self.queues.setdefault(proc, {})
         texts = queue.get(pair, [])
         if d["text"] in texts:
@@ -385,34 +375,36 @@ class TraceChecker:
     def _op_notice(self, proc: Proc, line: TraceLine) -> None:
         d = line.data
         pair: Pair = (str(d["watcher"]), _target(d["target"]))
-        text, queued = str(d["text"]), d["queued"]
+        text, queued, served = str(d["text"]), d["queued"], d.get("served", True)
         self._note(pair, line)
         self._close_event(line)  # notices come after the transaction's last step
         self.summary.notices += 1
+        if (pair, text) in self._owed_notices:
+            self._owed_notices.remove((pair, text))
+        if served is not True:  # R19: another process serves the watcher; nothing queued here
+            if queued is not False:
+                raise self.fail("T1", "a notice for a watcher this gateway does not serve cannot be queued", line, pair)
+            return
         queue = self.queues.setdefault(proc, {})
         held = queue.get(pair, [])
         if queued is True and text in held:
             raise self.fail("INV2", f"gateway {proc} queued {text!r} a second time", line, pair)
         if queued is not True and text not in held:
             raise self.fail("R5", f"the queue reported {text!r} as already held, but it was not queued", line, pair)
-        others = [t for t in held if t != text]
-        if others:
-            positions = self.pairs.get(pair)
-            pending = positions is not None and derive_state(positions) in PENDING_STATES
-            current = notice_text(pair[1][0], positions.last_seen) if positions is not None and pending else None
-            if current in others:
-                raise self.fail("INV3", f"the pair stayed pending with notice {current!r}, now {text!r}", line, pair)
-            if self.moved_by.get(pair, proc) == proc:  # a stale text is only legal when another gateway moved it
-                raise self.fail("INV2", f"gateway {proc} holds {others[0]!r} and now {text!r} for one pair",
-                                line, pair)
-        if (pair, text) not in self._owed_notices:
-            raise self.fail("R9", f"notice {text!r} was queued without a committed step opening it", line, pair)
-        self._owed_notices.remove((pair, text))
         positions = self.pairs.get(pair)
-        if positions is None or derive_state(positions) not in PENDING_STATES:
-            raise self.fail("INV4", f"notice {text!r} queued for a pair that is {derive_state(positions)}", line, pair)
-        if text != notice_text(pair[1][0], positions.last_seen):
-            raise self.fail("INV4", f"notice {text!r} does not say changesSince {positions.last_seen}", line, pair)
+        pending = positions is not None and derive_state(positions) in PENDING_STATES
+        current = notice_text(pair[1][0], positions.last_seen) if positions is not None and pending else None
+        others = [t for t in held if t != text]
+        if current is not None and current in others:
+            raise self.fail("INV3", f"the pair stayed pending with notice {current!r}, now {text!r}", line, pair)
+        # A gateway that made the pair's last move itself knows its state: what it queues must
+        # match (INV4). After another process's move, a stale text is legal; a drain drops it.
+        own_move = self.moved_by.get(pair) == proc
+        if own_move and others:
+            raise self.fail("INV2", f"gateway {proc} holds {others[0]!r} and now {text!r} for one pair", line, pair)
+        if own_move and text != current:
+            raise self.fail("INV4", f"notice {text!r} queued for a pair that is {derive_state(positions)}"
+                                    + (f" at L={positions.last_seen}" if positions is not None else ""), line, pair)
         if queued is True:
             queue.setdefault(pair, []).append(text)
 
@@ -421,9 +413,6 @@ class TraceChecker:
         left = [pair for pair in self.pairs if pair[0] == watcher]
         if left:
             raise self.fail("R14", f"reset of {watcher} left its cursor on {left[0][1][0]}", line, left[0])
-        queue = self.queues.setdefault(proc, {})
-        for pair in [p for p in queue if p[0] == watcher]:
-            del queue[pair]
 
     def _op_delete(self, proc: Proc, line: TraceLine) -> None:
         session = _target(line.data["session"])
@@ -432,9 +421,6 @@ class TraceChecker:
             raise self.fail("R14", f"delete of {session[0]} left the cursor {_name(left[0])}", line, left[0])
         self.heads.pop(session, None)  # INV7 holds while the session exists
         self.pruned.pop(session, None)
-        queue = self.queues.setdefault(proc, {})
-        for pair in [p for p in queue if p[0] == session[0]]:
-            del queue[pair]
 
     def _op_sweep(self, proc: Proc, line: TraceLine) -> None:
         owed = sorted(pair for pair, positions in self.pairs.items()
@@ -468,12 +454,12 @@ class TraceChecker:
     def _put(self, pair: Pair, positions: Positions | None) -> None:
         if positions is None:
             self.pairs.pop(pair, None)
-            watchers = self.watchers_of.get(pair[1])
-            if watchers is not None:
-                watchers.discard(pair[0])
+            self.watchers_of.get(pair[1], set()).discard(pair[0])
+            self.targets_of.get(pair[0], set()).discard(pair[1])
         else:
             self.pairs[pair] = positions
             self.watchers_of.setdefault(pair[1], set()).add(pair[0])
+            self.targets_of.setdefault(pair[0], set()).add(pair[1])
 
     def _note(self, pair: Pair, line: TraceLine) -> None:
         self._pair_lines.setdefault(pair, deque(maxlen=HISTORY)).append(line)

@@ -1,6 +1,6 @@
 """Reading protocol traces: lines, cut files, and the merge of several processes by commit order.
 
-A trace file holds batches of lines from one or more gateways (spec section 14). Lines are
+A trace file holds batches of lines from one or more gateways (spec section 15). Lines are
 grouped into *units*: the lines of one gateway with one transaction number (a committed
 transaction's steps and the notices queued after that commit). Units of one gateway are in
 file order; units of different gateways are merged on the commit key ``c``.

@@ -60,7 +60,7 @@ def test_the_scenario_trace_replays_clean_and_covers_every_effect(scenario, tmp_
     effects = {line["effect"] for line in scenario if line["op"] == "step"}
     assert effects == {"seed", "keep", "freeze", "ack", "sweep", "remove"}  # raise_material is derived (R7)
     assert {line["op"] for line in scenario} == {
-        "open", "event", "step", "notice", "stale", "sweep", "reset", "prune", "delete", "close"}
+        "open", "event", "step", "notice", "unqueue", "sweep", "reset", "prune", "delete", "close"}
 
 
 def test_the_demo_trace_replays_clean(tmp_path, monkeypatch, capsys):
@@ -358,7 +358,7 @@ def test_the_spec_lists_exactly_the_ops_the_tracer_writes_and_the_checker_reads(
     from sessionstate.verify.trace_check import TraceChecker
     from tests.protocol.spec_tables import table_rows
 
-    spec_ops = {row[0] for row in table_rows("14. Protocol trace")}
+    spec_ops = {row[0] for row in table_rows("15. Protocol trace")}
     checker_ops = {name.removeprefix("_op_") for name in vars(TraceChecker) if name.startswith("_op_")}
     written_ops = {line["op"] for line in scenario}
     assert spec_ops == checker_ops == written_ops

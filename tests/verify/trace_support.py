@@ -25,8 +25,8 @@ class Clock:
 
 def traced_scenario(directory: Path) -> Path:
     """Seed, keep, freeze, raise_material, ack (with and without follow-up), sweep (restart and
-    a manual sweep), stale drop (a second gateway unwatches), reset, prune with a pending
-    cursor, expire and delete: every line kind of the trace, from an empty database."""
+    a manual sweep), a stale notice dropped (a second gateway unwatches), reset, prune with a
+    pending cursor, expire and delete: every line kind of the trace, from an empty database."""
     trace = directory / "scenario.jsonl"
     url = f"sqlite:///{directory / 'scenario.db'}"
     clock = Clock()
@@ -50,7 +50,7 @@ def traced_scenario(directory: Path) -> Path:
     other = Gateway.open(url, clock=clock, trace=trace)  # a second gateway on the same file
     other.unwatch(PEER, TARGET)  # PEER's notice in gw is now stale
     other.close()
-    gw.drain_system_events(PEER)  # R17: dropped as stale
+    gw.drain_system_events(PEER)  # R21: nothing pending, the stale notice is dropped
     gw.record_event(TARGET, "human_direct_message", **human)  # freeze MAIN again
     gw.startup_sweep()  # a manual sweep: the same text again, deduplicated
     gw.watch(TARGET, CHILD)
