@@ -44,6 +44,7 @@ from ..errors import (
 from . import tables  # noqa: F401  (registers every table module with SQLModel.metadata)
 from .sqlite import (
     SYNCHRONOUS_LEVELS,
+    PruneObserver,
     CursorRecord,
     EventRecord,
     Head,
@@ -538,7 +539,9 @@ class PostgresStore:
 
     # -- retention --------------------------------------------------------------------------
 
-    def prune_events(self, cutoff: float, max_rows: int, chunk_rows: int = PRUNE_CHUNK_ROWS) -> dict[str, int]:
+    def prune_events(
+        self, cutoff: float, max_rows: int, chunk_rows: int = PRUNE_CHUNK_ROWS, on_chunk: PruneObserver | None = None
+    ) -> dict[str, int]:
         """Delete events beyond the newest ``max_rows`` and those recorded before ``cutoff``.
 
         The same two passes as ``SqliteStore.prune_events``, in chunks of ``chunk_rows``
@@ -560,7 +563,7 @@ class PostgresStore:
                 " ORDER BY sequence LIMIT 1 OFFSET %s",
                 (beyond, chunk_rows - 1),
             )
-            count = self._prune_chunk("sequence <= %s", beyond if bound is None else bound)
+            count = self._prune_chunk("sequence <= %s", beyond if bound is None else bound, on_chunk)
             if not count:
                 break
             deleted, chunks = deleted + count, chunks + 1
@@ -571,15 +574,15 @@ class PostgresStore:
                 (cutoff, chunk_rows - 1),
             )
             if bound is None:
-                count = self._prune_chunk("recorded_at < %s", cutoff)
+                count = self._prune_chunk("recorded_at < %s", cutoff, on_chunk)
             else:
-                count = self._prune_chunk("recorded_at <= %s", bound)
+                count = self._prune_chunk("recorded_at <= %s", bound, on_chunk)
             if not count:
                 break
             deleted, chunks = deleted + count, chunks + 1
         return {"events": deleted, "chunks": chunks}
 
-    def _prune_chunk(self, where: str, bound: float) -> int:
+    def _prune_chunk(self, where: str, bound: float, on_chunk: PruneObserver | None = None) -> int:
         with self.atomic():
             sessions = self._execute(
                 f"SELECT DISTINCT session_key, agent_id FROM session_state_events WHERE {where}",
@@ -605,10 +608,27 @@ class PostgresStore:
                 [(m, k, a) for k, a, m in affected],
             )
             cur.executemany(self._write_back_sql, [(k, a) for k, a, _ in affected])
-            return int(self._execute(
+            deleted = int(self._execute(
                 f"DELETE FROM session_state_events WHERE {where} AND {in_sessions}",
                 (bound, keys, agents),
             ).rowcount)
+            if on_chunk is not None:  # the trace's view of what this chunk wrote
+                heads = [(k, a, int(self._scalar(
+                    "SELECT pruned_max_sequence FROM session_state_heads WHERE session_key = %s AND agent_id = %s",
+                    (k, a)) or 0)) for k, a, _ in affected]
+                cursors = [
+                    (r[0], r[1], r[2], (int(r[3]), int(r[4]), int(r[5])))
+                    for k, a, _ in affected
+                    for r in self._execute(
+                        "SELECT watcher_session_key, target_session_key, target_agent_id,"
+                        " last_seen_sequence, notified_sequence, material_sequence"
+                        " FROM session_watch_cursors WHERE target_session_key = %s AND target_agent_id = %s"
+                        " AND notified_sequence > last_seen_sequence ORDER BY watcher_session_key",
+                        (k, a),
+                    ).fetchall()
+                ]
+                on_chunk(heads, cursors, deleted)
+            return deleted
 
     def reclaim_free_pages(self) -> int:
         """0: on PostgreSQL the server's autovacuum makes the space of deleted rows reusable

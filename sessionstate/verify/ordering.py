@@ -3,7 +3,7 @@
 ``writers`` processes append to shared targets (every writer) and to a target of their own,
 drain and sweep their own watcher's notices, and watch/unwatch; ``readers`` processes poll
 ``session_status changesSince`` on every target the way an agent does (from the largest
-sequence they have seen). Checks (spec section 15, C1 and C2):
+sequence they have seen). Checks (spec section 16, C1 and C2):
 
 - no reader ever misses an event that commits below a sequence it had already seen for that
   session (it would have been skipped for good);

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import os
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from hypothesis import note, settings, strategies as st
@@ -281,3 +285,36 @@ if os.environ.get("HYPOTHESIS_PROFILE", "ci") != "fuzz":
 TestGatewayVersusModelOnPostgres = pytest.mark.skipif(
     not os.environ.get(PG_URL_ENV) and not postgres_required(), reason=SKIP_REASON
 )(GatewayVersusModelOnPostgres.TestCase)
+
+
+class TracedGatewayVersusModel(GatewayVersusModel):
+    """The same run with the protocol trace on; at the end the trace must replay clean."""
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="sessionstate-trace-"))
+        super().__init__()
+
+    def _open(self) -> Gateway:
+        return Gateway.open(
+            self.url,
+            clock=lambda: self.model.now,
+            on_wake=lambda w, r: self.wakes.append((w, r)),
+            max_rows=MAX_ROWS,
+            trace=self.directory / "trace.jsonl",
+        )
+
+    def teardown(self) -> None:
+        from sessionstate.verify.trace_check import TraceChecker
+        from sessionstate.verify.trace_read import read_trace
+
+        self.gw.close()
+        try:
+            summary = TraceChecker().run([read_trace(self.directory / "trace.jsonl")])
+            assert summary.gateways, "the trace recorded no gateway"
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.database.__exit__(None, None, None)
+
+
+TestTracedGatewayVersusModel = TracedGatewayVersusModel.TestCase
+TestTracedGatewayVersusModel.settings = settings(TestTracedGatewayVersusModel.settings, max_examples=25)
