@@ -20,6 +20,7 @@ from .errors import (
     UnknownTool,
     UnsupportedBackend,
 )
+from .fencing import fence_untrusted, fenced_text, quote_untrusted
 from .gateway import Gateway
 from .notices import notice_text
 from .statemachine import Positions
@@ -41,5 +42,8 @@ __all__ = [
     "UnknownSession",
     "UnknownTool",
     "UnsupportedBackend",
+    "fence_untrusted",
+    "fenced_text",
     "notice_text",
+    "quote_untrusted",
 ]
