@@ -22,6 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
+from sqlalchemy.engine import make_url
+
 from .statemachine.machine import TRANSITION_TABLE
 from .statemachine.positions import derive_state
 
@@ -73,7 +75,7 @@ class Tracer:
     """Buffers the steps of the open transaction; writes them after the outermost commit."""
 
     def __init__(
-        self, path: str | os.PathLike[str], store: TracedStore, queue: Any = None, *, backend: str = "sqlite"
+        self, path: str | os.PathLike[str], store: TracedStore, queue: Any = None
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,8 +97,11 @@ class Tracer:
         setattr(store, "atomic", lambda: _TracedTransaction(self, inner_atomic()))
         if queue is not None:
             self._observe_queue(queue)
+        url = make_url(store.url)  # the database's name goes on record, never a password
         self._write_now(
-            f'"op":"open","backend":{_quote(backend)},"db":{_quote(store.url)}}}', store.sequence_high_water()
+            f'"op":"open","backend":{_quote(url.get_backend_name())},'
+            f'"db":{_quote(url.render_as_string(hide_password=True))}}}',
+            store.sequence_high_water(),
         )
 
     # -- what the gateway reports -------------------------------------------------------------
@@ -163,18 +168,21 @@ class Tracer:
         the parts the lines share are formatted once."""
         common = f'"target":{_target(target)},"trigger":"{trigger}","seq":{sequence},'
         tail = f',"kind":"{kind}","actor":{_opt(actor)}}}'
-        effects: dict[str, str] = {}
+        effects: dict[PositionsLike, str] = {}  # rows repeat positions: derive each state once
         append = self._buffer.append
         for (watcher, before), (_, after, since) in zip(old, new):
-            if since is not None:
-                self._notices_follow = True
-            state = derive_state(before)
-            effect = effects.get(state)
+            effect = effects.get(before)
             if effect is None:
-                effect = effects[state] = TRANSITION_TABLE[(state, trigger)][1]
+                effect = effects[before] = TRANSITION_TABLE[(derive_state(before), trigger)][1]
+            if since is None:
+                notice = "null"
+            else:
+                notice = str(since)
+                self._notices_follow = True
+            after_text = "null" if after is None else f"[{after[0]},{after[1]},{after[2]}]"
             append(
                 f'"op":"step","watcher":{_quote(watcher)},{common}"before":[{before[0]},{before[1]},{before[2]}],'
-                f'"after":{_pos(after)},"effect":"{effect}","notice":{"null" if since is None else since}{tail}'
+                f'"after":{after_text},"effect":"{effect}","notice":{notice}{tail}'
             )
 
     def notices(self, handed: list[tuple[str, tuple[str, str], str, bool, bool]]) -> None:
