@@ -55,7 +55,7 @@ from .sqlite import (
 SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 # Smaller than SQLite's 2,000: a chunk's transaction holds the row locks of the heads it
 # touches until it commits, and a server-side delete maintains four indexes per row.
-PRUNE_CHUNK_ROWS = 500
+PRUNE_CHUNK_ROWS = 250
 CONNECT_TIMEOUT_SECONDS = 10
 # Serialises schema creation between processes opening a new database at the same time.
 SCHEMA_LOCK_KEY = 0x5E55_1057
@@ -545,7 +545,7 @@ class PostgresStore:
         """Delete events beyond the newest ``max_rows`` and those recorded before ``cutoff``.
 
         The same two passes as ``SqliteStore.prune_events``, in chunks of ``chunk_rows``
-        (500 here: see ``PRUNE_CHUNK_ROWS``). Each chunk is one
+        (250 here: see ``PRUNE_CHUNK_ROWS``). Each chunk is one
         transaction: it locks the heads of the sessions it touches (key order), raises their
         pruned watermark (R13), writes the effective material watermark of their pending
         cursors (R7), and only then deletes their rows in the range. Events of a session that
