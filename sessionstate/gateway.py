@@ -26,7 +26,7 @@ from .keys import (
     resolve_agent_id,
 )
 from .locking import locked as _locked
-from .notices import SystemEventQueue, notice_text
+from .notices import SystemEventQueue, notice_text, plan_drain
 from .reconcile import events_json
 from .statemachine import NOTIFYING_KINDS, Positions, derive_state, fire, fire_many
 from .statemachine.machine import states_written_by
@@ -62,6 +62,8 @@ from .validation import (
     encode_payload,
 )
 from .wake import WakeCoalescer
+from .serving import SERVE_ALL, Serving
+from .store import serving as serving_sql
 
 log = logging.getLogger("sessionstate")
 
@@ -122,6 +124,8 @@ class Gateway(AgentRuntimeMixin):
         self._deferred_notices: list[tuple[str, Target, int]] = []
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
+        self.serving = Serving(self, SERVE_ALL)  # section 6a: R19-R22
+        self._pump: Any = None
         self._init_agent_runtime()
 
     @classmethod
@@ -135,29 +139,66 @@ class Gateway(AgentRuntimeMixin):
         max_rows: int = 50_000,
         synchronous: str = DEFAULT_SYNCHRONOUS,
         create: bool = True,
+        serve: Sequence[str] = SERVE_ALL,
+        pump: bool = False,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
         With ``create`` (the default) a missing file and its directories are created; without
         it a missing file raises ``StorageUnavailable`` and nothing is created. A file this
         release cannot use raises a ``StorageError`` subclass and is left unchanged.
+        ``serve``: the session key patterns this process serves when unclaimed (R19);
+        ``pump``: run the change pump, for a database shared with other gateway processes
+        (R22; needed for ``attach``).
         """
         store = SqliteStore(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
+            gateway.serving = Serving(gateway, serve)
+            if pump:
+                from .pump import start_pump
+
+                start_pump(gateway)
             gateway.startup_sweep()
         except BaseException:
             store.close()
             raise
         return gateway
 
-    @_locked
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.store.close()
+        if self._pump is not None:  # joined outside the lock: its sweep takes the lock
+            self._pump.stop()
+        with self._lock:
+            if not self.closed:
+                self.closed = True
+                self.serving.unregister()
+                self.store.close()
+
+    # -- several processes (spec section 6a) ------------------------------------------------
+
+    @_locked
+    def attach(self, session_key: str) -> int:
+        """R20: serve ``session_key`` from this process (the last attach wins); returns the
+        claim's generation. Needs the change pump."""
+        return self.serving.attach(session_key)
+
+    @_locked
+    def detach(self, session_key: str) -> bool:
+        """R20: drop this process's claim on ``session_key``; ``True`` when it held one."""
+        return self.serving.detach(session_key)
+
+    @_locked
+    def serves(self, session_key: str) -> bool:
+        """R19: whether notices for ``session_key`` are queued (and wakes sent) here."""
+        check_key(session_key)
+        return self.serving.serves(session_key)
+
+    @_locked
+    def sweep_changes(self) -> int:
+        """R22: one incremental sweep now (what the pump runs on a change); notices queued."""
+        return self.serving.sweep()
 
     @contextmanager
     def locked(self) -> Iterator[SqliteStore]:
@@ -427,37 +468,40 @@ class Gateway(AgentRuntimeMixin):
 
     @_locked
     def drain_system_events(self, session_key: str) -> list[str]:
-        """The system lines for the session's next turn; acknowledges the notices among them."""
+        """The system lines for the session's next turn; acknowledges the notices among them.
+
+        R21: the durable cursors decide, whichever process queued what: one line per pending
+        pair, for the cursor's L; stale queued notices are dropped.
+        """
         check_key(session_key)
         entries = self.queue.peek(session_key)
         if not entries:
             self._resolve_any_agent(session_key)
-            return []
-        # A non-empty queue proves the session exists: deleting a session clears its queue.
-        delivered: list[str] = []
+        # A read first: a watcher that owes nothing takes no write lock.
+        if not is_agent_qualified(session_key) or not serving_sql.pending_held_by(self.store.db, session_key):
+            if any(e.target is not None for e in entries):
+                self.queue.remove(session_key, [e.text for e in entries if e.target is not None])
+            self.queue.remove(session_key, [e.text for e in entries if e.target is None])
+            return [e.text for e in entries if e.target is None]
+        now = self.clock()
         follow_ups: list[tuple[str, Target, int]] = []
-        if any(e.target is not None for e in entries):
-            now = self.clock()
-            with self.store.atomic():
-                for entry in entries:
-                    if entry.target is None:
-                        delivered.append(entry.text)
-                        continue
-                    record = self.store.cursor(session_key, *entry.target)
-                    positions = Positions(*record.positions) if record else None
-                    if derive_state(positions) not in PENDING_STATES:
-                        continue  # R17: another process acknowledged or removed it: stale
-                    # R17: the durable cursor decides the text (equal to the queued one unless
-                    # another process moved last_seen).
-                    delivered.append(notice_text(entry.target[0], positions.last_seen))  # type: ignore[union-attr]
-                    (step,) = self._fire_pairs([(session_key, entry.target, positions)], DRAIN, None, now)
-                    if step.notice_since is not None:
-                        follow_ups.append((session_key, entry.target, step.notice_since))
-        else:
-            delivered = [e.text for e in entries]
+        with self.store.atomic():
+            owed = {
+                (p.target_key, p.target_agent_id): p.last_seen
+                for p in serving_sql.pending_held_by(self.store.db, session_key)
+            }
+            lines = plan_drain(entries, owed)
+            for _, target in lines:
+                if target is None:
+                    continue
+                record = self.store.cursor(session_key, *target)
+                assert record is not None  # read as pending in this transaction
+                (step,) = self._fire_pairs([(session_key, target, Positions(*record.positions))], DRAIN, None, now)
+                if step.notice_since is not None:
+                    follow_ups.append((session_key, target, step.notice_since))
         self.queue.remove(session_key, [e.text for e in entries])
         self._queue_notices(follow_ups)
-        return delivered
+        return [text for text, _ in lines]
 
     @_locked
     def pending_system_events(self, session_key: str) -> list[str]:
@@ -627,6 +671,7 @@ class Gateway(AgentRuntimeMixin):
         Must run inside ``store.atomic()``; with ``load`` the positions are read first.
         """
         steps = []
+        changed: list[str] = []
         for watcher, target, positions in pairs:
             if load:
                 record = self.store.cursor(watcher, *target)
@@ -634,7 +679,9 @@ class Gateway(AgentRuntimeMixin):
             step = fire((watcher, target[0]), positions, trigger, sequence)
             if step.positions != positions:
                 self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
+                changed.append(watcher)
             steps.append(step)
+        serving_sql.note_cursor_changes(self.store.db, changed, now)  # R22: for other processes' pumps
         return steps
 
     def _fire_records(self, records: list[CursorRecord], trigger: str) -> list[tuple[str, Target, int]]:
@@ -650,7 +697,10 @@ class Gateway(AgentRuntimeMixin):
         if self._transaction_depth:  # inside transaction(): wait for its commit (R9)
             self._deferred_notices.extend(notices)
             return
+        serves = self.serving.serves
         for watcher, target, since in notices:
+            if not serves(watcher):  # R19: another process queues it
+                continue
             if self.queue.enqueue(watcher, notice_text(target[0], since), target):
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
