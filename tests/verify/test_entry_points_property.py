@@ -34,8 +34,14 @@ KEYS = [MANAGER, PEER, CHILD, "main", "global", "agent:main:ghost", "agent:other
 SURROGATE = "\ud800"
 
 # All of Unicode: Hypothesis leaves the surrogate category out unless asked for it.
-any_char = st.one_of(st.characters(exclude_categories=()), st.characters(categories=["Cs"]))
-any_text = st.text(alphabet=any_char, max_size=24)
+surrogate = st.characters(categories=["Cs"])
+any_char = st.one_of(st.characters(exclude_categories=()), surrogate)
+# Hypothesis draws code points with a bias to low ones, so surrogates in a plain text draw are
+# rare: half the strings get one spliced in.
+any_text = st.one_of(
+    st.text(alphabet=any_char, max_size=24),
+    st.builds(lambda a, s, b: a + s + b, st.text(alphabet=any_char, max_size=10), surrogate, st.text(alphabet=any_char, max_size=10)),
+)
 
 
 class Deep(list):  # type: ignore[type-arg]
@@ -90,6 +96,9 @@ CALLS: dict[str, Call] = {
     "unwatch": lambda gw, x: gw.unwatch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key)),
     "drain_system_events": lambda gw, x: gw.drain_system_events(d(x, key, "key")),
     "pending_system_events": lambda gw, x: gw.pending_system_events(d(x, key, "key")),
+    "attach": lambda gw, x: gw.attach(d(x, key, "key")),
+    "detach": lambda gw, x: gw.detach(d(x, key, "key")),
+    "serves": lambda gw, x: gw.serves(d(x, key, "key")),
     "queue_owed_notices": lambda gw, x: gw.queue_owed_notices(d(x, key, "key")),
     "enqueue_system_event": lambda gw, x: gw.enqueue_system_event(d(x, key, "key"), d(x, junk, "text")),
     "session_status": lambda gw, x: gw.session_status(d(x, key, "key"), **kw(x, changes_since=junk, agent_id=key)),
@@ -128,7 +137,7 @@ CALLS: dict[str, Call] = {
 }
 # Public methods without input to vary (lifecycle, context managers, no-argument reads and
 # maintenance); Gateway.open is covered by the storage tests' arbitrary-URL property.
-NO_INPUT = {"open", "close", "locked", "transaction", "new_id", "prune", "startup_sweep", "active_runs"}
+NO_INPUT = {"open", "close", "locked", "transaction", "new_id", "prune", "startup_sweep", "active_runs", "sweep_changes"}
 
 
 def public_methods() -> set[str]:
@@ -285,5 +294,5 @@ def test_the_property_strings_include_lone_surrogates():
             found.append(text)
 
     collect()
-    assert found
+    assert len(found) >= 20  # about half of 200
     assert sys.maxunicode == 0x10FFFF
