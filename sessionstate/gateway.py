@@ -62,6 +62,7 @@ from .validation import (
     encode_payload,
 )
 from .wake import WakeCoalescer
+from .rewake import Rewaker
 from .serving import SERVE_ALL, Serving
 from .store import serving as serving_sql
 
@@ -122,9 +123,12 @@ class Gateway(AgentRuntimeMixin):
         self._lock = threading.RLock()
         self._transaction_depth = 0
         self._deferred_notices: list[tuple[str, Target, int]] = []
+        self._deferred_rewakes: list[tuple[Target, str | None]] = []
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
-        self.serving = Serving(self, SERVE_ALL)  # section 6a: R19-R22
+        self.serving = Serving(self, SERVE_ALL)  # section 6a: R19-R23
+        self._wakes.take_slot = self.serving.take_wake_slot
+        self.rewaker = Rewaker(self._wakes, self.queue.holds_notice)
         self._pump: Any = None
         self._init_agent_runtime()
 
@@ -156,7 +160,7 @@ class Gateway(AgentRuntimeMixin):
         )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
-            gateway.serving = Serving(gateway, serve)
+            gateway.serving.serve(serve)
             if pump:
                 from .pump import start_pump
 
@@ -223,12 +227,15 @@ class Gateway(AgentRuntimeMixin):
             except BaseException:
                 if outermost:
                     self._deferred_notices.clear()
+                    self._deferred_rewakes.clear()
                 raise
             finally:
                 self._transaction_depth -= 1
             if outermost:
                 notices, self._deferred_notices = self._deferred_notices, []
                 self._queue_notices(notices)
+                material, self._deferred_rewakes = self._deferred_rewakes, []
+                self._rewake(material, self.clock())
 
     def __enter__(self) -> "Gateway":
         return self
@@ -376,6 +383,7 @@ class Gateway(AgentRuntimeMixin):
         now = self.clock()
         floor = now - OCCURRED_AT_WINDOW
         notices: list[tuple[str, Target, int]] = []
+        material: list[tuple[Target, str | None]] = []
         sequences: list[int | None] = []
         inserted_count = 0
         append = self.store.append_event
@@ -392,6 +400,7 @@ class Gateway(AgentRuntimeMixin):
                         inserted_count += 1
                         if e.kind in NOTIFYING_KINDS:
                             notices += self._decide_notices(e.target, e.actor_id, sequence, now)
+                            material.append((e.target, e.actor_id))
         except StorageError:
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
@@ -399,6 +408,8 @@ class Gateway(AgentRuntimeMixin):
             return [None] * len(events)
         self.stats["events_recorded"] += inserted_count
         self._queue_notices(notices)
+        if material:
+            self._rewake(material, now)
         return sequences
 
     def _decide_notices(self, target: Target, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, Target, int]]:
@@ -705,3 +716,13 @@ class Gateway(AgentRuntimeMixin):
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self._wakes.wake(watcher, f"session-state: {target[0]}")
+                    self.rewaker.track(watcher, target)
+
+    def _rewake(self, material: list[tuple[Target, str | None]], now: float) -> None:
+        """R23: material events re-wake pending main-style watchers whose window passed."""
+        if self._transaction_depth:  # inside transaction(): after its commit (R9)
+            self._deferred_rewakes.extend(material)
+            return
+        on_material = self.rewaker.on_material
+        for target, actor_id in material:
+            on_material(target, actor_id, now)

@@ -55,6 +55,20 @@ class Serving:
         self._after_sequence = 0
         self._after_stamp = 0
         self.sweeps = 0
+        from .statemachine import NOTIFYING_KINDS
+
+        self._kinds = tuple(sorted(NOTIFYING_KINDS))
+
+    def serve(self, patterns: object) -> None:
+        self.patterns = check_patterns(patterns)
+        self._matches.clear()
+
+    def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
+        """R23: the durable wake slot, in its own short write (callers are outside any
+        transaction, or inside one that commits with it)."""
+        store = self._gateway.store
+        with store.atomic():
+            return sql.take_wake_slot(store.db, watcher, now, window)
 
     # -- R19: who serves W --------------------------------------------------------------------
 
@@ -156,6 +170,12 @@ class Serving:
         else:
             queued = self._queue_pending(p for p in snap.frozen if self.serves(p.watcher))
             queued += self.reconcile(snap.changed_watchers)
+        if gateway.rewaker.active():  # R23: other processes' material events re-wake too
+            now = gateway.clock()
+            for key, agent_id, actor_id in sql.notifying_events_after(
+                db, self._after_sequence, snap.log_sequence, self._kinds
+            ):
+                gateway.rewaker.on_material((key, agent_id), actor_id, now)
         # Advanced only once the sweep succeeded: a failed one is redone by the next.
         self._after_sequence, self._after_stamp = snap.log_sequence, snap.change_stamp
         self.sweeps += 1

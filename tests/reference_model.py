@@ -148,11 +148,14 @@ class Model:
             for (watcher, target), cursor in sorted(self.cursors.items()):
                 if target != session or watcher == actor_id:
                     continue
-                if cursor.notified == cursor.last_seen:
+                pending = cursor.notified != cursor.last_seen
+                if not pending:
                     cursor.notified = seq
                     cursor.updated_at = self.now
                 cursor.material = seq
                 self._enqueue(watcher, target, cursor.last_seen)
+                if pending:  # R23: a later material event re-wakes a watcher still pending
+                    self._wake(watcher, target)
         return seq
 
     def record_run_event(
@@ -206,6 +209,9 @@ class Model:
         if text in queue:
             return
         queue[text] = target
+        self._wake(watcher, target)
+
+    def _wake(self, watcher: str, target: str | None) -> None:
         if main_style(watcher):
             last = self.last_wake.get(watcher)
             if last is None or self.now - last >= WAKE_WINDOW:
@@ -251,8 +257,7 @@ class Model:
         return list(queue)
 
     def restart(self) -> None:
-        self.queues = {}
-        self.last_wake = {}
+        self.queues = {}  # the wake times are durable (R23): a restart keeps them
         for (watcher, target), cursor in sorted(self.cursors.items()):
             if cursor.material > cursor.last_seen and watcher in self.sessions:
                 if cursor.notified != cursor.material:

@@ -219,10 +219,9 @@ def all_claims(db: sqlite3.Connection) -> dict[str, str]:
 # -- wake slots (R23) ------------------------------------------------------------------------
 
 
-def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: float) -> bool:
-    """Move the watcher's wake time to ``now`` if its last wake is at least ``window`` old.
-
-    One statement, so two processes cannot both win one window.
+def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: float) -> tuple[bool, float]:
+    """Move the watcher's wake time to ``now`` if its last wake is at least ``window`` old;
+    ``(won, the slot's time)``. One statement, so two processes cannot both win one window.
     """
     row = db.execute(
         "INSERT INTO session_wake_slots (watcher_session_key, woken_at) VALUES (?, ?)"
@@ -231,7 +230,25 @@ def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: flo
         " RETURNING woken_at",
         (watcher, now, window),
     ).fetchone()
-    return row is not None
+    if row is not None:
+        return True, float(row[0])
+    held = db.execute(
+        "SELECT woken_at FROM session_wake_slots WHERE watcher_session_key = ?", (watcher,)
+    ).fetchone()
+    return False, float(held[0])
+
+
+def notifying_events_after(
+    db: sqlite3.Connection, after: int, upto: int, kinds: tuple[str, ...]
+) -> list[tuple[str, str, str | None]]:
+    """(session key, agent id, actor id) of the notifying events in (after, upto] (a range of
+    the primary key)."""
+    marks = ", ".join("?" * len(kinds))
+    return db.execute(
+        "SELECT session_key, agent_id, actor_id FROM session_state_events"
+        f" WHERE sequence > ? AND sequence <= ? AND kind IN ({marks}) ORDER BY sequence",
+        (after, upto, *kinds),
+    ).fetchall()
 
 
 def _int(row: tuple[object, ...] | None) -> int:
