@@ -256,14 +256,25 @@ class Model:
             self._enqueue(watcher, target, since)
         return list(queue)
 
-    def restart(self) -> None:
+    def restart(self, woken: set[str] | None = None) -> None:
+        """The startup sweep. With several processes (``woken`` given) only the watchers whose
+        notices enter some process's queue again are woken."""
         self.queues = {}  # the wake times are durable (R23): a restart keeps them
         for (watcher, target), cursor in sorted(self.cursors.items()):
             if cursor.material > cursor.last_seen and watcher in self.sessions:
                 if cursor.notified != cursor.material:
                     cursor.notified = cursor.material
                     cursor.updated_at = self.now
-                self._enqueue(watcher, target, cursor.last_seen)
+                if woken is None or watcher in woken:
+                    self._enqueue(watcher, target, cursor.last_seen)
+                else:
+                    self.queues.setdefault(watcher, {})[notice(target, cursor.last_seen)] = target
+
+    def requeue(self, watcher: str) -> None:
+        """The watcher's notices enter another process's queue (it moved): a wake each, R12."""
+        for text, target in sorted(self.queues.get(watcher, {}).items(), key=lambda item: str(item[1])):
+            if target is not None:
+                self._wake(watcher, target)
 
     # -- retention, reset, delete ----------------------------------------------------------
 

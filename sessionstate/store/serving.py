@@ -78,7 +78,7 @@ FROZEN_SINCE_SQL = (
 PENDING_HELD_BY_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
     " FROM session_watch_cursors WHERE watcher_session_key = ?"
-    " AND notified_sequence > last_seen_sequence"
+    " AND notified_sequence > last_seen_sequence ORDER BY target_session_key, target_agent_id"
 )
 ALL_PENDING_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
