@@ -93,6 +93,7 @@ class Serving:
             self._elsewhere = sql.all_claims(store.db)
             self._after_sequence, self._after_stamp = sql.watermarks(store.db)
         self._mine.clear()
+        self.reconcile(list(self._elsewhere))  # notices queued before it knew the claims
 
     def unregister(self) -> None:
         if self.server_id is None:
