@@ -9,6 +9,7 @@ each public call is always: validate (raise, nothing changed) -> one transaction
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -47,6 +48,7 @@ from .statemachine.table import (
 )
 from .store import CursorRecord, SessionRecord, SqliteStore
 from .store.sqlite import DEFAULT_SYNCHRONOUS
+from .trace import Tracer, trace_path
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
@@ -130,6 +132,7 @@ class Gateway(AgentRuntimeMixin):
         self._wakes.take_slot = self.serving.take_wake_slot
         self.rewaker = Rewaker(self._wakes, self.queue.holds_notice)
         self._pump: Any = None
+        self._trace: Tracer | None = None  # the protocol trace (spec section 15), when on
         self._init_agent_runtime()
 
     @classmethod
@@ -145,6 +148,7 @@ class Gateway(AgentRuntimeMixin):
         create: bool = True,
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
+        trace: str | os.PathLike[str] | None = None,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -153,13 +157,17 @@ class Gateway(AgentRuntimeMixin):
         release cannot use raises a ``StorageError`` subclass and is left unchanged.
         ``serve``: the session key patterns this process serves when unclaimed (R19);
         ``pump``: run the change pump, for a database shared with other gateway processes
-        (R22; needed for ``attach``).
+        (R22; needed for ``attach``). ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the
+        protocol trace to that file (spec section 15).
         """
         store = SqliteStore(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
+            path = trace_path(trace)
+            if path is not None:
+                gateway._trace = Tracer(path, store, gateway.queue)
             gateway.serving.serve(serve)
             if pump:
                 from .pump import start_pump
@@ -178,6 +186,8 @@ class Gateway(AgentRuntimeMixin):
             if not self.closed:
                 self.closed = True
                 self.serving.unregister()
+                if self._trace is not None:
+                    self._trace.close()
                 self.store.close()
 
     # -- several processes (spec section 6a) ------------------------------------------------
@@ -279,11 +289,13 @@ class Gateway(AgentRuntimeMixin):
         with self.store.atomic():
             self.store.insert_session(record)
             if parent_target is not None:
-                sequence, _ = self.store.append_event(
+                sequence, inserted = self.store.append_event(
                     key, agent, "child_spawned", "agent", parent_target[0], run_id,
                     f"spawned by {parent_target[0]}"[:MAX_SUMMARY_LENGTH], None, now, now,
                     f"child-spawned:{run_id}" if run_id else None,
                 )
+                if inserted and self._trace is not None:
+                    self._trace.event(sequence, (key, agent), "child_spawned", "agent", parent_target[0])
                 # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
                 if is_agent_qualified(parent_target[0]):
                     self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now)
@@ -387,6 +399,7 @@ class Gateway(AgentRuntimeMixin):
         sequences: list[int | None] = []
         inserted_count = 0
         append = self.store.append_event
+        trace = self._trace
         try:
             with self.store.atomic():
                 for e in events:
@@ -398,8 +411,10 @@ class Gateway(AgentRuntimeMixin):
                     sequences.append(sequence)
                     if inserted:
                         inserted_count += 1
+                        if trace is not None:
+                            trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id, notices_follow=True)
                         if e.kind in NOTIFYING_KINDS:
-                            notices += self._decide_notices(e.target, e.actor_id, sequence, now)
+                            notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
                             material.append((e.target, e.actor_id))
         except StorageError:
             self.stats["append_failures"] += len(events)
@@ -412,7 +427,9 @@ class Gateway(AgentRuntimeMixin):
             self._rewake(material, now)
         return sequences
 
-    def _decide_notices(self, target: Target, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, Target, int]]:
+    def _decide_notices(
+        self, target: Target, actor_id: str | None, sequence: int, now: float, kind: str
+    ) -> list[tuple[str, Target, int]]:
         """The hot path of a notifying event: only caught-up cursors change (R6, R7).
 
         A pending cursor's transition on `material_event` is `raise_material`, which the store
@@ -424,10 +441,12 @@ class Gateway(AgentRuntimeMixin):
         others = [row for row in rows if row[0] != actor_id] if own else rows
         changes: list[tuple[str, tuple[int, int, int] | None]] = []
         notices: list[tuple[str, Target, int]] = []
+        trace = self._trace
         for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
-            for (watcher, old), (_, new, notice_since) in zip(
-                group, fire_many(group, target[0], trigger, sequence)
-            ):
+            fired = fire_many(group, target[0], trigger, sequence)
+            if trace is not None:
+                trace.event_steps(target, trigger, sequence, kind, actor_id, group, fired)
+            for (watcher, old), (_, new, notice_since) in zip(group, fired):
                 if new != old:
                     changes.append((watcher, new))
                 if notice_since is not None:
@@ -502,12 +521,14 @@ class Gateway(AgentRuntimeMixin):
                 for p in serving_sql.pending_held_by(self.store.db, session_key)
             }
             lines = plan_drain(entries, owed)
-            for _, target in lines:
+            for text, target in lines:
                 if target is None:
                     continue
                 record = self.store.cursor(session_key, *target)
                 assert record is not None  # read as pending in this transaction
-                (step,) = self._fire_pairs([(session_key, target, Positions(*record.positions))], DRAIN, None, now)
+                (step,) = self._fire_pairs(
+                    [(session_key, target, Positions(*record.positions))], DRAIN, None, now, delivered=text
+                )
                 if step.notice_since is not None:
                     follow_ups.append((session_key, target, step.notice_since))
         self.queue.remove(session_key, [e.text for e in entries])
@@ -592,6 +613,8 @@ class Gateway(AgentRuntimeMixin):
         self._resolve(key, agent_id)
         with self.store.atomic():
             self._fire_records(self.store.cursors_held_by(key), RESET_WATCHER)
+            if self._trace is not None:
+                self._trace.reset(key)
         self.queue.clear(key)
 
     @_locked
@@ -603,6 +626,8 @@ class Gateway(AgentRuntimeMixin):
             naming = self.store.cursors_naming(*target)
             self._fire_records(naming, DELETE_SESSION)
             self.store.delete_session_data(*target)
+            if self._trace is not None:
+                self._trace.delete(target)
         for record in naming:
             self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
         self.queue.clear(key)
@@ -612,7 +637,9 @@ class Gateway(AgentRuntimeMixin):
         """R13: retention window and row cap for events; expiry for idle cursors."""
         now = self.clock()
         cutoff = now - self.retention_days * DAY_SECONDS
-        counts = self.store.prune_events(cutoff, self.max_rows)
+        counts = self.store.prune_events(
+            cutoff, self.max_rows, on_chunk=self._trace.prune if self._trace is not None else None
+        )
         with self.store.atomic():
             expired = self.store.expired_cursors(cutoff)
             self._fire_records(expired, EXPIRE)
@@ -628,6 +655,8 @@ class Gateway(AgentRuntimeMixin):
         """R11: re-materialise every owed notice from the durable cursors; returns how many."""
         with self.store.atomic():
             notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
+            if self._trace is not None:
+                self._trace.sweep(len(notices))
         self._queue_notices(notices)
         return len(notices)
 
@@ -676,6 +705,7 @@ class Gateway(AgentRuntimeMixin):
         now: float,
         *,
         load: bool = False,
+        delivered: str | None = None,
     ) -> list[Any]:
         """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
 
@@ -688,6 +718,9 @@ class Gateway(AgentRuntimeMixin):
                 record = self.store.cursor(watcher, *target)
                 positions = Positions(*record.positions) if record else None
             step = fire((watcher, target[0]), positions, trigger, sequence)
+            if self._trace is not None:
+                self._trace.step(watcher, target, trigger, sequence, positions, step.positions,
+                                 step.notice_since, delivered=delivered)
             if step.positions != positions:
                 self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
                 changed.append(watcher)
@@ -709,14 +742,23 @@ class Gateway(AgentRuntimeMixin):
             self._deferred_notices.extend(notices)
             return
         serves = self.serving.serves
+        handed: list[tuple[str, Target, str, bool, bool]] | None = [] if self._trace is not None else None
         for watcher, target, since in notices:
+            text = notice_text(target[0], since)
             if not serves(watcher):  # R19: another process queues it
+                if handed is not None:
+                    handed.append((watcher, target, text, False, False))
                 continue
-            if self.queue.enqueue(watcher, notice_text(target[0], since), target):
+            queued = self.queue.enqueue(watcher, text, target)
+            if handed is not None:
+                handed.append((watcher, target, text, queued, True))
+            if queued:
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self._wakes.wake(watcher, f"session-state: {target[0]}")
                     self.rewaker.track(watcher, target)
+        if handed is not None and self._trace is not None:
+            self._trace.notices(handed)
 
     def _rewake(self, material: list[tuple[Target, str | None]], now: float) -> None:
         """R23: material events re-wake pending main-style watchers whose window passed."""

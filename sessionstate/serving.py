@@ -161,7 +161,7 @@ class Serving:
         """
         gateway = self._gateway
         db = gateway.store.db
-        snap = sql.read_sweep(db, self._after_sequence, self._after_stamp)
+        snap = sql.read_sweep(db, self._after_sequence, self._after_stamp, self._kinds)
         for key in snap.changed_watchers:
             self._refresh_claim(key)
         if snap.gap:

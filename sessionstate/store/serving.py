@@ -5,8 +5,8 @@
 - ``session_cursor_changes``: one row per watcher whose cursors or claim changed outside the
   event hot path, so a pump finds them through the primary key (R22);
 - ``session_wake_slots``: the time of each watcher's last wake, shared by all processes (R23);
-- (in ``schema.py``) the partial index ``ix_cursors_pending_notified``, through which a pump
-  finds the cursors that ``freeze`` turned pending since its previous sweep.
+- the sweep's reads: the cursors ``freeze`` turned pending since a sweep are found through the
+  log's new notifying events and the target index, so the event hot path writes nothing extra.
 
 All SQL for these lives in this module. Callers hold the gateway lock (the main connection)
 or own the connection they pass (the pump's).
@@ -70,10 +70,18 @@ class PendingCursor(NamedTuple):
     last_seen: int
 
 
-FROZEN_SINCE_SQL = (
+# A freeze sets N to the sequence of an event on the cursor's target, so the cursors frozen
+# since a sweep are among those of the targets of the notifying events since it: a range of the
+# log's primary key, then the target index per target. The hot path writes nothing for this.
+NEW_TARGETS_SQL = (
+    "SELECT DISTINCT session_key, agent_id FROM session_state_events"
+    " WHERE sequence > ? AND sequence <= ? AND kind IN ({marks})"
+)
+FROZEN_ON_TARGET_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
-    " FROM session_watch_cursors INDEXED BY ix_cursors_pending_notified"
-    " WHERE notified_sequence > last_seen_sequence AND notified_sequence > ?"
+    " FROM session_watch_cursors WHERE target_session_key = ? AND target_agent_id = ?"
+    " AND notified_sequence > last_seen_sequence AND notified_sequence > ?"
+    " ORDER BY watcher_session_key"
 )
 PENDING_HELD_BY_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
@@ -82,8 +90,7 @@ PENDING_HELD_BY_SQL = (
 )
 ALL_PENDING_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
-    " FROM session_watch_cursors INDEXED BY ix_cursors_pending_notified"
-    " WHERE notified_sequence > last_seen_sequence"
+    " FROM session_watch_cursors WHERE notified_sequence > last_seen_sequence"
 )
 LOG_SEQUENCE_SQL = "SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'"
 
@@ -114,7 +121,9 @@ class SweepSnapshot(NamedTuple):
     gap: bool  # the change log was trimmed past the previous stamp
 
 
-def read_sweep(db: sqlite3.Connection, after_sequence: int, after_stamp: int) -> SweepSnapshot:
+def read_sweep(
+    db: sqlite3.Connection, after_sequence: int, after_stamp: int, kinds: tuple[str, ...]
+) -> SweepSnapshot:
     """One read snapshot of what changed since (after_sequence, after_stamp) (R22).
 
     ``db`` must not be inside a transaction; the read transaction is opened and closed here.
@@ -123,7 +132,14 @@ def read_sweep(db: sqlite3.Connection, after_sequence: int, after_stamp: int) ->
     try:
         sequence = _int(db.execute(LOG_SEQUENCE_SQL).fetchone())
         first, last = db.execute("SELECT min(stamp), max(stamp) FROM session_cursor_changes").fetchone()
-        frozen = [PendingCursor(*r) for r in db.execute(FROZEN_SINCE_SQL, (after_sequence,)).fetchall()]
+        targets = db.execute(
+            NEW_TARGETS_SQL.format(marks=", ".join("?" * len(kinds))), (after_sequence, sequence, *kinds)
+        ).fetchall()
+        frozen = [
+            PendingCursor(*r)
+            for key, agent_id in targets
+            for r in db.execute(FROZEN_ON_TARGET_SQL, (key, agent_id, after_sequence)).fetchall()
+        ]
         changed = [
             r[0]
             for r in db.execute(

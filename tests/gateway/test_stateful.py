@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hypothesis import note, strategies as st
+from hypothesis import note, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sessionstate import Gateway
@@ -265,3 +265,31 @@ class GatewayVersusModel(RuleBasedStateMachine):
 
 
 TestGatewayVersusModel = GatewayVersusModel.TestCase
+
+
+class TracedGatewayVersusModel(GatewayVersusModel):
+    """The same run with the protocol trace on; at the end the trace must replay clean."""
+
+    def _open(self) -> Gateway:
+        return Gateway.open(
+            self.url,
+            clock=lambda: self.model.now,
+            on_wake=lambda w, r: self.wakes.append((w, r)),
+            max_rows=MAX_ROWS,
+            trace=self.directory / "trace.jsonl",
+        )
+
+    def teardown(self) -> None:
+        from sessionstate.verify.trace_check import TraceChecker
+        from sessionstate.verify.trace_read import read_trace
+
+        self.gw.close()
+        try:
+            summary = TraceChecker().run([read_trace(self.directory / "trace.jsonl")])
+            assert summary.gateways, "the trace recorded no gateway"
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+TestTracedGatewayVersusModel = TracedGatewayVersusModel.TestCase
+TestTracedGatewayVersusModel.settings = settings(TestTracedGatewayVersusModel.settings, max_examples=25)
