@@ -64,11 +64,10 @@ class Serving:
         self._matches.clear()
 
     def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
-        """R23: the durable wake slot, in its own short write (callers are outside any
-        transaction, or inside one that commits with it)."""
-        store = self._gateway.store
-        with store.atomic():
-            return sql.take_wake_slot(store.db, watcher, now, window)
+        """R23: the durable wake slot: one statement, its own implicit transaction (or part of
+        the caller's). Not a store transaction: it is no protocol step, and the protocol
+        trace sees store transactions only."""
+        return sql.take_wake_slot(self._gateway.store.db, watcher, now, window)
 
     # -- R19: who serves W --------------------------------------------------------------------
 

@@ -245,9 +245,9 @@ def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: flo
         " WHERE excluded.woken_at - session_wake_slots.woken_at >= ?"
         " RETURNING woken_at",
         (watcher, now, window),
-    ).fetchone()
-    if row is not None:
-        return True, float(row[0])
+    ).fetchall()  # all rows: the statement completes and an implicit transaction commits
+    if row:
+        return True, float(row[0][0])
     held = db.execute(
         "SELECT woken_at FROM session_wake_slots WHERE watcher_session_key = ?", (watcher,)
     ).fetchone()

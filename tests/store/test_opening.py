@@ -273,6 +273,9 @@ def test_migrations_run_in_order_in_one_transaction_and_are_logged(tmp_path, mon
 def test_a_failing_migration_changes_nothing(tmp_path, monkeypatch):
     path = tmp_path / "old.db"
     make_current_file(path)
+    with raw(path) as db:
+        db.execute("PRAGMA user_version = 1")
+    db.close()
     before = snapshot(path)
 
     def good(db: sqlite3.Connection) -> None:
