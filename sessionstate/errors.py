@@ -47,6 +47,18 @@ class ProtocolError(SessionStateError):
     code = "protocol_error"
 
 
+
+# -- storage ---------------------------------------------------------------------------------
+# The store translates every failure of the database driver or the file system into one of
+# these at its boundary, so nothing above the store names sqlite3, SQLAlchemy or OSError.
+
+
+class StorageError(SessionStateError):
+    """The database could not serve the call; the call changed nothing."""
+
+    code = "storage_error"
+
+
 class UnsupportedBackend(SessionStateError):
     """The database URL names a backend this version cannot open."""
 

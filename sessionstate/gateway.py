@@ -9,18 +9,14 @@ each public call is always: validate (raise, nothing changed) -> one transaction
 from __future__ import annotations
 
 import logging
-import sqlite3
-import threading
 import time
 from contextlib import contextmanager
 from collections.abc import Mapping, Sequence  # the ABCs: isinstance on typing's aliases is slow
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from .agent_runtime import AgentRuntimeMixin
 from .config import normalize_url
-from .errors import InvalidArgument, SessionExists, UnknownSession
+from .errors import InvalidArgument, SessionExists, StorageError, UnknownSession
 from .keys import (
     DEFAULT_AGENT_ID,
     check_key,
@@ -48,8 +44,7 @@ from .statemachine.table import (
     UNWATCH,
     UNWATCHED,
 )
-from .store import CursorRecord, SessionRecord, SqliteStore
-from .store.sqlite import DEFAULT_SYNCHRONOUS
+from .store import DEFAULT_SYNCHRONOUS, CursorRecord, SessionRecord, Store, open_store
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
@@ -101,7 +96,7 @@ class Gateway(AgentRuntimeMixin):
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         *,
         clock: Clock | None = None,
         on_wake: WakeHook | None = None,
@@ -118,9 +113,7 @@ class Gateway(AgentRuntimeMixin):
         self.max_rows = max_rows
         self.queue = SystemEventQueue()
         self._wakes = WakeCoalescer(on_wake, self.clock)
-        self._lock = threading.RLock()
-        self._transaction_depth = 0
-        self._deferred_notices: list[tuple[str, Target, int]] = []
+        self._lock = store.lock  # one lock: the store's, which its transactions hold too
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
         self._init_agent_runtime()
@@ -137,7 +130,7 @@ class Gateway(AgentRuntimeMixin):
         synchronous: str = DEFAULT_SYNCHRONOUS,
     ) -> "Gateway":
         """Open (creating if needed) the database at ``url`` and run the startup sweep."""
-        store = SqliteStore(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
+        store = open_store(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
             gateway.startup_sweep()
@@ -153,34 +146,21 @@ class Gateway(AgentRuntimeMixin):
             self.store.close()
 
     @contextmanager
-    def locked(self) -> Iterator[SqliteStore]:
+    def locked(self) -> Iterator[Store]:
         """Hold the gateway's call lock: for extensions that read through the shared store."""
         with self._lock:
             yield self.store
 
     @contextmanager
-    def transaction(self) -> Iterator[SqliteStore]:
+    def transaction(self) -> Iterator[Store]:
         """One transaction around several gateway calls and an extension's own writes.
 
-        Holds the call lock; ``record_event``/``record_events`` inside it join the transaction
-        and their notices are queued only after the outermost commit (R9), or dropped with a
-        rollback. Yields the store so that an extension's own table module can write in it.
+        Holds the call lock; every gateway call inside it joins the transaction and its
+        notices and wakes are released only after the outermost commit (R9), or dropped with a
+        rollback. Yields the store so that an extension's own table can write in it.
         """
-        with self._lock:
-            outermost = self._transaction_depth == 0
-            self._transaction_depth += 1
-            try:
-                with self.store.atomic():
-                    yield self.store
-            except BaseException:
-                if outermost:
-                    self._deferred_notices.clear()
-                raise
-            finally:
-                self._transaction_depth -= 1
-            if outermost:
-                notices, self._deferred_notices = self._deferred_notices, []
-                self._queue_notices(notices)
+        with self.store.transaction():
+            yield self.store
 
     def __enter__(self) -> "Gateway":
         return self
@@ -221,7 +201,7 @@ class Gateway(AgentRuntimeMixin):
             parent_target[1] if parent_target else None,
             label, now, now,
         )
-        with self.store.atomic():
+        with self.store.transaction():
             self.store.insert_session(record)
             if parent_target is not None:
                 sequence, _ = self.store.append_event(
@@ -332,7 +312,7 @@ class Gateway(AgentRuntimeMixin):
         inserted_count = 0
         append = self.store.append_event
         try:
-            with self.store.atomic():
+            with self.store.transaction():
                 for e in events:
                     occurred = now if e.occurred_at is None else min(max(e.occurred_at, floor), now)
                     sequence, inserted = append(
@@ -344,7 +324,7 @@ class Gateway(AgentRuntimeMixin):
                         inserted_count += 1
                         if e.kind in NOTIFYING_KINDS:
                             notices += self._decide_notices(e.target, e.actor_id, sequence, now)
-        except (sqlite3.Error, SQLAlchemyError):
+        except StorageError:
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
             log.exception("recording %d event(s) (%s) failed; the turn goes on", len(events), kinds)
@@ -388,7 +368,7 @@ class Gateway(AgentRuntimeMixin):
         """
         watcher, target = self._check_pair(watcher_key, target_key, target_agent_id)
         now = self.clock()
-        with self.store.atomic():  # the head is read under the write lock: no event slips between
+        with self.store.transaction():  # the head is read under the write lock: no event slips between
             head = self.store.head(*target)
             version = head.last_sequence if head else 0
             (step,) = self._fire_pairs([(watcher, target, None)], SEED, version, now, load=True)
@@ -398,9 +378,9 @@ class Gateway(AgentRuntimeMixin):
     def unwatch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
         """Stop watching; ``True`` when a cursor was removed."""
         watcher, target = self._check_pair(watcher_key, target_key, target_agent_id)
-        with self.store.atomic():
+        with self.store.transaction():
             (step,) = self._fire_pairs([(watcher, target, None)], UNWATCH, None, self.clock(), load=True)
-        self.queue.withdraw_notice(watcher, target)
+            self.store.after_commit(lambda: self.queue.withdraw_notice(watcher, target))
         return step.state != UNWATCHED
 
     def _check_pair(self, watcher_key: str, target_key: str, target_agent_id: str | None) -> tuple[str, Target]:
@@ -431,7 +411,7 @@ class Gateway(AgentRuntimeMixin):
         follow_ups: list[tuple[str, Target, int]] = []
         if any(e.target is not None for e in entries):
             now = self.clock()
-            with self.store.atomic():
+            with self.store.transaction():
                 for entry in entries:
                     if entry.target is None:
                         delivered.append(entry.text)
@@ -448,7 +428,8 @@ class Gateway(AgentRuntimeMixin):
                         follow_ups.append((session_key, entry.target, step.notice_since))
         else:
             delivered = [e.text for e in entries]
-        self.queue.remove(session_key, [e.text for e in entries])
+        texts = [e.text for e in entries]
+        self.store.after_commit(lambda: self.queue.remove(session_key, texts))
         self._queue_notices(follow_ups)
         return delivered
 
@@ -465,6 +446,13 @@ class Gateway(AgentRuntimeMixin):
         self._resolve_any_agent(session_key)
         if not isinstance(text, str) or not text:
             raise InvalidArgument("system event text must be a non-empty string")
+        if not self.store.in_transaction:
+            return self._release_system_event(session_key, text)
+        # R9: inside a transaction the line waits for the outermost commit.
+        self.store.after_commit(lambda: self._release_system_event(session_key, text))
+        return text not in {e.text for e in self.queue.peek(session_key)}
+
+    def _release_system_event(self, session_key: str, text: str) -> bool:
         added = self.queue.enqueue(session_key, text)
         if added and is_main_style_watcher(session_key):
             self._wakes.wake(session_key, "system-event")
@@ -509,22 +497,20 @@ class Gateway(AgentRuntimeMixin):
         """R14: the session's own cursors go; the history of its targets stays."""
         check_key(key)
         self._resolve(key, agent_id)
-        with self.store.atomic():
+        with self.store.transaction():
             self._fire_records(self.store.cursors_held_by(key), RESET_WATCHER)
-        self.queue.clear(key)
+            self.store.after_commit(lambda: self.queue.clear(key))
 
     @_locked
     def delete_session(self, key: str, *, agent_id: str | None = None) -> None:
         """R14: remove the session's events, head, registry row and every cursor naming it."""
         check_key(key)
         target = self._resolve(key, agent_id)
-        with self.store.atomic():
+        with self.store.transaction():
             naming = self.store.cursors_naming(*target)
             self._fire_records(naming, DELETE_SESSION)
             self.store.delete_session_data(*target)
-        for record in naming:
-            self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
-        self.queue.clear(key)
+            self.store.after_commit(lambda: self._withdraw(naming, clear=key))
 
     @_locked
     def prune(self) -> dict[str, int]:
@@ -532,17 +518,16 @@ class Gateway(AgentRuntimeMixin):
         now = self.clock()
         cutoff = now - self.retention_days * DAY_SECONDS
         counts = self.store.prune_events(cutoff, self.max_rows)
-        with self.store.atomic():
+        with self.store.transaction():
             expired = self.store.expired_cursors(cutoff)
             self._fire_records(expired, EXPIRE)
-        for record in expired:
-            self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
+            self.store.after_commit(lambda: self._withdraw(expired))
         return {"events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"]}
 
     @_locked
     def startup_sweep(self) -> int:
         """R11: re-materialise every owed notice from the durable cursors; returns how many."""
-        with self.store.atomic():
+        with self.store.transaction():
             notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
         self._queue_notices(notices)
         return len(notices)
@@ -595,7 +580,7 @@ class Gateway(AgentRuntimeMixin):
     ) -> list[Any]:
         """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
 
-        Must run inside ``store.atomic()``; with ``load`` the positions are read first.
+        Must run inside ``store.transaction()``; with ``load`` the positions are read first.
         """
         steps = []
         for watcher, target, positions in pairs:
@@ -617,10 +602,17 @@ class Gateway(AgentRuntimeMixin):
             if step.notice_since is not None
         ]
 
-    def _queue_notices(self, notices: Iterable[tuple[str, Target, int]]) -> None:
-        if self._transaction_depth:  # inside transaction(): wait for its commit (R9)
-            self._deferred_notices.extend(notices)
-            return
+    def _withdraw(self, records: list[CursorRecord], *, clear: str | None = None) -> None:
+        for record in records:
+            self.queue.withdraw_notice(record.watcher, (record.target_key, record.target_agent_id))
+        if clear is not None:
+            self.queue.clear(clear)
+
+    def _queue_notices(self, notices: list[tuple[str, Target, int]]) -> None:
+        if notices:  # R9: after the outermost commit; dropped if it rolls back
+            self.store.after_commit(lambda: self._release_notices(notices))
+
+    def _release_notices(self, notices: list[tuple[str, Target, int]]) -> None:
         for watcher, target, since in notices:
             if self.queue.enqueue(watcher, notice_text(target[0], since), target):
                 self.stats["notices_enqueued"] += 1

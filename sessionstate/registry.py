@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from .errors import InvalidArgument, UnknownSession
 from .keys import check_key, resolve_agent_id
 from .locking import locked
-from .store.session_meta import MetaRecord, SessionMetaStore
+from .store import MetaRecord, MetadataTable
 from .validation import check_line
 
 if TYPE_CHECKING:
-    from .store import SqliteStore
+    from .store import Store
 
 Target = tuple[str, str]
 MAX_MODEL_LENGTH = 200
@@ -31,7 +31,7 @@ def check_optional_line(value: object, field: str, max_length: int) -> str | Non
 
 
 class RegistryMixin:
-    store: "SqliteStore"
+    store: "Store"
     clock: Callable[[], float]
     _lock: threading.RLock
 
@@ -40,8 +40,8 @@ class RegistryMixin:
     _resolve: Callable[[Any, Any], Target]
 
     @property
-    def _meta(self) -> SessionMetaStore:
-        return SessionMetaStore(self.store)
+    def _meta(self) -> MetadataTable:
+        return self.store.meta
 
     @locked
     def register_session(
@@ -74,7 +74,7 @@ class RegistryMixin:
         if sandboxed is None:
             sandboxed = parent_meta.sandboxed if parent_meta else False
         session_id = uuid.uuid4().hex
-        with self.store.atomic():
+        with self.store.transaction():
             self.create_session(key, agent_id=agent_id, kind=kind, parent=parent, label=label, run_id=run_id)
             agent = resolve_agent_id(key, agent_id) or self._resolve(key, agent_id)[1]
             self._meta.insert(MetaRecord(
@@ -118,7 +118,7 @@ class RegistryMixin:
         return record
 
     def _update_meta(self, target: Target, **fields: Any) -> None:
-        with self.store.atomic():
+        with self.store.transaction():
             self._ensure_meta(target)
             self._meta.update(*target, **fields)
 

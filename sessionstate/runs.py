@@ -19,11 +19,10 @@ from .errors import SessionStateError, UnknownSession
 from .locking import locked
 from .runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
 from .runner.executor import RunExecutor
-from .store.runs import COMPLETED, FAILED, RunRecord, RunStore
+from .store.records import COMPLETED, FAILED, RunRecord
 
 if TYPE_CHECKING:
-    from .store import SqliteStore
-    from .store.session_meta import MetaRecord
+    from .store import MetaRecord, RunTable, Store
 
 log = logging.getLogger("sessionstate")
 Target = tuple[str, str]
@@ -48,7 +47,7 @@ def announce_text(run: RunRecord, outcome: str, text: str | None, route: tuple[s
 
 
 class RunsMixin:
-    store: "SqliteStore"
+    store: "Store"
     clock: Callable[[], float]
     _lock: threading.RLock
     _meta_of: Callable[[Target], "MetaRecord"]
@@ -58,7 +57,7 @@ class RunsMixin:
     enqueue_system_event: Callable[[str, str], bool]
     session_exists: Callable[..., bool]
     _wakes: Any
-    transaction: Callable[[], AbstractContextManager["SqliteStore"]]  # Gateway provides it
+    transaction: Callable[[], AbstractContextManager["Store"]]  # Gateway provides it
 
     if TYPE_CHECKING:  # AgentRuntimeMixin provides it, as a read-only property
 
@@ -66,8 +65,8 @@ class RunsMixin:
         def runner(self) -> AgentRunner: ...
 
     @property
-    def _runs(self) -> RunStore:
-        return RunStore(self.store)
+    def _runs(self) -> "RunTable":
+        return self.store.runs
 
     _run_executor: RunExecutor | None
 
@@ -208,7 +207,7 @@ class RunsMixin:
         run = self._runs.get(run_id)
         if run is None or run.status != "running":
             return False
-        with self.store.atomic():
+        with self.store.transaction():
             self.append_message(
                 run.child_key, "user", guidance, agent_id=run.child_agent_id, actor_type="agent",
                 actor_id=sender, provenance={"kind": "steer", "sourceSessionKey": sender, "runId": run_id, "isUser": False},

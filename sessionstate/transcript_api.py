@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import InvalidArgument
 from .locking import locked
-from .store.transcripts import MessageRecord, TranscriptStore
+from .store.records import MessageRecord
 from .validation import check_actor_type
 
 if TYPE_CHECKING:
-    from .store import SqliteStore
-    from .store.session_meta import MetaRecord, SessionMetaStore
+    from .store import MetaRecord, MetadataTable, Store, TranscriptTable
 
 Target = tuple[str, str]
 ROLES = ("user", "assistant", "tool", "system")
@@ -26,7 +25,7 @@ DEFAULT_ACTOR = {"user": "human", "assistant": "agent", "tool": "agent", "system
 
 
 class TranscriptMixin:
-    store: "SqliteStore"
+    store: "Store"
     clock: Callable[[], float]
     _lock: threading.RLock
     _resolve: Callable[[Any, Any], Target]
@@ -34,14 +33,14 @@ class TranscriptMixin:
     if TYPE_CHECKING:  # RegistryMixin provides it, as a read-only property
 
         @property
-        def _meta(self) -> SessionMetaStore: ...
+        def _meta(self) -> MetadataTable: ...
 
     record_event: Callable[..., int | None]
     set_route: Callable[..., None]
 
     @property
-    def _transcripts(self) -> TranscriptStore:
-        return TranscriptStore(self.store)
+    def _transcripts(self) -> "TranscriptTable":
+        return self.store.transcripts
 
     @locked
     def append_message(
@@ -74,7 +73,7 @@ class TranscriptMixin:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidArgument(f"{name} must be a non-negative integer")
         now = self.clock()
-        with self.store.atomic():
+        with self.store.transaction():
             self._ensure_meta(target)
             message_id = self._transcripts.append(
                 *target, role, text, actor_type=actor_type, actor_id=actor_id, provenance=provenance,
@@ -99,7 +98,7 @@ class TranscriptMixin:
         """A human's turn typed straight into the session: transcript row, stored reply route,
         and a ``human_direct_message`` event (watchers get one notice). Returns its sequence."""
         target = self._resolve(session_key, agent_id)
-        with self.store.atomic():  # route and message together; the event after the commit (R9)
+        with self.store.transaction():  # route and message together; the event after the commit (R9)
             if channel is not None:
                 self.set_route(target[0], channel, sender, agent_id=target[1])
             self.append_message(

@@ -9,19 +9,27 @@ material)`` tuples: the store knows nothing of the protocol's states.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
-from ..errors import UnknownSession, UnsupportedBackend
+from ..errors import StorageError, UnknownSession, UnsupportedBackend
 from . import schema, tables  # noqa: F401  (tables registers every table module)
+from .records import CursorRecord, EventRecord, Head, PositionsTuple, SessionRecord
+from .runs import SqliteRunTable
+from .session_meta import SqliteMetadataTable
+from .transcripts import SqliteTranscriptTable
+from .upstream_links import SqliteUpstreamLinkTable
 
-PositionsTuple = tuple[int, int, int]
+log = logging.getLogger("sessionstate")
 
 # Durability: WAL with synchronous=NORMAL survives any crash of the process (SIGKILL
 # included); after a power loss or OS crash the last transactions may roll back. FULL
@@ -43,43 +51,6 @@ CAUGHT_UP_WATCHERS_SQL = (
 )
 
 
-class CursorRecord(NamedTuple):
-    watcher: str
-    target_key: str
-    target_agent_id: str
-    positions: PositionsTuple
-    updated_at: float
-
-
-class EventRecord(NamedTuple):
-    sequence: int
-    session_key: str
-    agent_id: str
-    kind: str
-    actor_type: str
-    actor_id: str | None
-    run_id: str | None
-    summary: str
-    payload: str | None
-    occurred_at: float
-    recorded_at: float
-    dedupe_key: str | None
-
-
-class SessionRecord(NamedTuple):
-    session_key: str
-    agent_id: str
-    kind: str
-    parent_key: str | None
-    parent_agent_id: str | None
-    label: str | None
-    created_at: float
-    updated_at: float
-
-
-class Head(NamedTuple):
-    last_sequence: int
-    pruned_max_sequence: int
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -117,9 +88,18 @@ class SqliteStore:
         self._proxy = self._engine.raw_connection()
         db = self._proxy.driver_connection
         assert isinstance(db, sqlite3.Connection)
-        db.isolation_level = None  # transactions are explicit: see atomic()
-        self.db: sqlite3.Connection = db
+        db.isolation_level = None  # transactions are explicit: see transaction()
+        self._db: sqlite3.Connection = db
         self._depth = 0
+        # after_commit callbacks of the open transaction, in registration order; each
+        # savepoint remembers where its own start (a rollback drops only those).
+        self._after_commit: list[Callable[[], object]] = []
+        # The gateway's runner threads share this one connection: the lock serialises them.
+        self.lock = threading.RLock()
+        self.meta = SqliteMetadataTable(db)
+        self.runs = SqliteRunTable(db)
+        self.transcripts = SqliteTranscriptTable(db)
+        self.links = SqliteUpstreamLinkTable(db, self.transaction)
         if path is not None:
             db.execute("PRAGMA journal_mode = WAL")
         db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
@@ -151,19 +131,39 @@ class SqliteStore:
     def close(self) -> None:
         self._proxy.close()  # NullPool: closing the proxy closes the connection itself
 
-    def atomic(self) -> "_Transaction":
-        """One transaction (a savepoint when nested); rolls back and re-raises on error."""
+    def transaction(self) -> "_Transaction":
+        """The unit of work: holds ``lock``; ``BEGIN IMMEDIATE``/``COMMIT`` at depth 0, a
+        savepoint when nested; rolls back (the savepoint only, when nested) and re-raises on
+        error, a driver error as ``StorageError``."""
         return _Transaction(self)
+
+    def after_commit(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` after the outermost commit (at once outside a transaction);
+        dropped if the transaction, or the savepoint it was registered in, rolls back."""
+        if self._depth:
+            self._after_commit.append(callback)
+        else:
+            callback()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def pragma(self, name: str) -> Any:
+        """The value of a SQLite ``PRAGMA`` on this store's connection (inspection only)."""
+        if not name.isidentifier():
+            raise ValueError(f"not a pragma name: {name!r}")
+        return _scalar(self._db.execute(f"PRAGMA {name}"))
 
     # -- sessions ---------------------------------------------------------------------------
 
     def insert_session(self, record: SessionRecord) -> None:
-        self.db.execute(
+        self._db.execute(
             "INSERT INTO sessions (session_key, agent_id, kind, parent_key, parent_agent_id,"
             " label, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             record,
         )
-        self.db.execute(
+        self._db.execute(
             "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
             " pruned_max_sequence, updated_at) VALUES (?, ?, 0, 0, ?)"
             " ON CONFLICT (session_key, agent_id) DO NOTHING",
@@ -171,7 +171,7 @@ class SqliteStore:
         )
 
     def get_session(self, key: str, agent_id: str) -> SessionRecord | None:
-        row = self.db.execute(
+        row = self._db.execute(
             "SELECT session_key, agent_id, kind, parent_key, parent_agent_id, label,"
             " created_at, updated_at FROM sessions WHERE session_key = ? AND agent_id = ?",
             (key, agent_id),
@@ -179,13 +179,13 @@ class SqliteStore:
         return SessionRecord(*row) if row else None
 
     def agents_with_session_key(self, key: str) -> list[str]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             "SELECT agent_id FROM sessions WHERE session_key = ? ORDER BY agent_id", (key,)
         ).fetchall()
         return [r[0] for r in rows]
 
     def list_sessions(self) -> list[SessionRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             "SELECT session_key, agent_id, kind, parent_key, parent_agent_id, label,"
             " created_at, updated_at FROM sessions ORDER BY created_at, session_key"
         ).fetchall()
@@ -195,16 +195,16 @@ class SqliteStore:
         """Remove a session's events, head and registry row, and unlink its children;
         returns the number of events removed."""
         args = (key, agent_id)
-        removed = self.db.execute(
+        removed = self._db.execute(
             "DELETE FROM session_state_events WHERE session_key = ? AND agent_id = ?", args
         ).rowcount
-        self.db.execute(
+        self._db.execute(
             "DELETE FROM session_state_heads WHERE session_key = ? AND agent_id = ?", args
         )
-        self.db.execute("DELETE FROM sessions WHERE session_key = ? AND agent_id = ?", args)
+        self._db.execute("DELETE FROM sessions WHERE session_key = ? AND agent_id = ?", args)
         # Its children lose their parent link: a later session with the same key is not their
         # parent (left dangling, the link would re-bind to it and could close a cycle).
-        self.db.execute(
+        self._db.execute(
             "UPDATE sessions SET parent_key = NULL, parent_agent_id = NULL"
             " WHERE parent_key = ? AND parent_agent_id = ?",
             args,
@@ -230,10 +230,10 @@ class SqliteStore:
         """Append one event and bump its head; ``(sequence, inserted)``.
 
         A dedupe key already in the log returns the existing sequence and bumps nothing.
-        Must run inside ``atomic()``; raises ``UnknownSession`` (rolling back with it) when
+        Must run inside ``transaction()``; raises ``UnknownSession`` (rolling back with it) when
         the session has no head row.
         """
-        db = self.db
+        db = self._db
         if dedupe_key is not None:
             # Looked up first, not left to ON CONFLICT: a conflicting INSERT would still
             # consume an AUTOINCREMENT value. The write lock (BEGIN IMMEDIATE) makes it safe.
@@ -259,7 +259,7 @@ class SqliteStore:
         return sequence, True
 
     def head(self, key: str, agent_id: str) -> Head | None:
-        row = self.db.execute(
+        row = self._db.execute(
             "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
             " WHERE session_key = ? AND agent_id = ?",
             (key, agent_id),
@@ -267,7 +267,7 @@ class SqliteStore:
         return Head(*row) if row else None
 
     def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             "SELECT sequence, session_key, agent_id, kind, actor_type, actor_id, run_id,"
             " summary, payload, occurred_at, recorded_at, dedupe_key FROM session_state_events"
             " WHERE session_key = ? AND agent_id = ? AND sequence > ?"
@@ -279,7 +279,7 @@ class SqliteStore:
     def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
         """The reconciliation page: only the columns ``changesSince`` shows, as plain tuples
         ``(sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload)``."""
-        return self.db.execute(
+        return self._db.execute(
             "SELECT sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload"
             " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
             " ORDER BY sequence LIMIT ?",
@@ -287,18 +287,18 @@ class SqliteStore:
         ).fetchall()
 
     def earliest_sequence(self, key: str, agent_id: str) -> int | None:
-        return _scalar(self.db.execute(
+        return _scalar(self._db.execute(
             "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
             (key, agent_id),
         ))
 
     def event_count(self) -> int:
-        return int(_scalar(self.db.execute("SELECT count(*) FROM session_state_events")))
+        return int(_scalar(self._db.execute("SELECT count(*) FROM session_state_events")))
 
     # -- cursors ----------------------------------------------------------------------------
 
     def cursor(self, watcher: str, target_key: str, target_agent_id: str) -> CursorRecord | None:
-        row = self.db.execute(
+        row = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.watcher_session_key = ? AND c.target_session_key = ?"
             " AND c.target_agent_id = ?",
@@ -308,12 +308,12 @@ class SqliteStore:
 
     def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
         """Watchers of a target whose cursor is caught up (the partial index serves this)."""
-        rows = self.db.execute(CAUGHT_UP_WATCHERS_SQL, (target_key, target_agent_id)).fetchall()
+        rows = self._db.execute(CAUGHT_UP_WATCHERS_SQL, (target_key, target_agent_id)).fetchall()
         return [(r[0], (r[1], r[2], r[3])) for r in rows]
 
     def cursors_behind(self) -> list[CursorRecord]:
         """Cursors with a notice owed (effective material > last_seen) whose watcher exists."""
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.notified_sequence > c.last_seen_sequence"
             " AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key)"
@@ -322,7 +322,7 @@ class SqliteStore:
         return [_cursor_record(r) for r in rows]
 
     def cursors_held_by(self, watcher: str) -> list[CursorRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.watcher_session_key = ? ORDER BY c.target_session_key, c.target_agent_id",
             (watcher,),
@@ -330,7 +330,7 @@ class SqliteStore:
         return [_cursor_record(r) for r in rows]
 
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.watcher_session_key = ?"
             " OR (c.target_session_key = ? AND c.target_agent_id = ?)"
@@ -340,7 +340,7 @@ class SqliteStore:
         return [_cursor_record(r) for r in rows]
 
     def all_cursors(self) -> list[CursorRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
         ).fetchall()
@@ -348,7 +348,7 @@ class SqliteStore:
 
     def expired_cursors(self, cutoff: float) -> list[CursorRecord]:
         """Cursors whose row and whose target's head were both last updated before cutoff."""
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " LEFT JOIN session_state_heads h ON h.session_key = c.target_session_key"
             " AND h.agent_id = c.target_agent_id"
@@ -372,7 +372,7 @@ class SqliteStore:
         ]
         deletes = [(w, target_key, target_agent_id) for w, p in changes if p is None]
         if upserts:
-            self.db.executemany(
+            self._db.executemany(
                 "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key,"
                 " target_agent_id, last_seen_sequence, notified_sequence, material_sequence,"
                 " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -384,7 +384,7 @@ class SqliteStore:
                 upserts,
             )
         if deletes:
-            self.db.executemany(
+            self._db.executemany(
                 "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?"
                 " AND target_session_key = ? AND target_agent_id = ?",
                 deletes,
@@ -403,7 +403,7 @@ class SqliteStore:
         pending cursors is written into their rows (R7) and the affected sessions' pruned
         watermark is raised (R13).
         """
-        db = self.db
+        db = self._db
         # Every sequence <= beyond is over the row cap (None: the cap is not reached).
         beyond = _scalar(db.execute(
             "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
@@ -438,8 +438,8 @@ class SqliteStore:
     def _prune_chunk(self, index_hint: str, where: str, args: tuple[Any, ...]) -> int:
         # The hint keeps each chunk on its range: left alone, the planner prefers walking the
         # whole (session, sequence) index to serve the GROUP BY, which reads every row.
-        db = self.db
-        with self.atomic():
+        db = self._db
+        with self.transaction():
             affected = db.execute(
                 f"SELECT session_key, agent_id, max(sequence) FROM session_state_events {index_hint}"
                 f" WHERE {where} GROUP BY session_key, agent_id",
@@ -473,12 +473,12 @@ class SqliteStore:
             "session_watch_cursors": "watcher_session_key, target_session_key, target_agent_id",
         }
         return {
-            name: self.db.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall()
+            name: self._db.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall()
             for name, order in tables.items()
         }
 
     def integrity_check(self) -> str:
-        return str(_scalar(self.db.execute("PRAGMA integrity_check")))
+        return str(_scalar(self._db.execute("PRAGMA integrity_check")))
 
 
 class _Transaction:
@@ -488,32 +488,72 @@ class _Transaction:
     costs about a microsecond less per use.
     """
 
-    __slots__ = ("_store", "_name")
+    __slots__ = ("_store", "_name", "_mark")
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
         self._name = ""
+        self._mark = 0
 
     def __enter__(self) -> None:
         store = self._store
-        if store._depth == 0:
-            store.db.execute("BEGIN IMMEDIATE")
-        else:
-            self._name = f"sp{store._depth}"
-            store.db.execute(f"SAVEPOINT {self._name}")
+        store.lock.acquire()
+        try:
+            if store._depth == 0:
+                store._db.execute("BEGIN IMMEDIATE")
+            else:
+                self._name = f"sp{store._depth}"
+                self._mark = len(store._after_commit)
+                store._db.execute(f"SAVEPOINT {self._name}")
+        except BaseException as exc:
+            store.lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise _translated(exc) from exc
+            raise
         store._depth += 1
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         store = self._store
         store._depth -= 1
-        db = store.db
-        if exc_type is None:
-            db.execute("RELEASE " + self._name if self._name else "COMMIT")
-        elif self._name:
-            db.execute(f"ROLLBACK TO {self._name}")
-            db.execute(f"RELEASE {self._name}")
-        else:
-            db.execute("ROLLBACK")
+        db = store._db
+        callbacks = store._after_commit
+        try:
+            if self._name:
+                if exc_type is None:
+                    db.execute("RELEASE " + self._name)
+                else:
+                    del callbacks[self._mark:]
+                    db.execute(f"ROLLBACK TO {self._name}")
+                    db.execute(f"RELEASE {self._name}")
+            elif exc_type is None:
+                try:
+                    db.execute("COMMIT")
+                except BaseException:
+                    callbacks.clear()
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+                if callbacks:
+                    store._after_commit = []
+                    for callback in callbacks:
+                        try:
+                            callback()
+                        except Exception:  # the data is committed: one bad callback must not hide it
+                            log.exception("an after-commit callback failed")
+            else:
+                callbacks.clear()
+                db.execute("ROLLBACK")
+        except sqlite3.Error as error:
+            raise _translated(error) from error
+        finally:
+            store.lock.release()
+        if exc is not None and isinstance(exc, sqlite3.Error):
+            raise _translated(exc) from exc
+
+
+def _translated(exc: sqlite3.Error) -> StorageError:
+    """The backend boundary: a driver error leaves the store as a ``StorageError``."""
+    return StorageError(f"sqlite: {type(exc).__name__}: {exc}")
 
 
 def _scalar(cursor: sqlite3.Cursor) -> Any:

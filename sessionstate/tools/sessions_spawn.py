@@ -40,7 +40,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             args.get("label"), args.get("model"), args.get("thinking"), args["thread"], context,
             args.get("timeoutSeconds") or None, RUNNING, None, None, route[0], route[1], 0, now, None,
         )
-        with gw.store.atomic():
+        with gw.transaction():
             gw.create_session(child[0], kind="acp" if runtime == "acp" else "subagent",
                               parent=ctx.caller[0], label=args.get("label"), run_id=run_id)
             gw._meta.insert(MetaRecord(

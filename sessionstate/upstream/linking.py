@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sessionstate.store.upstream_links import UpstreamLinkStore
+from sessionstate.store import UpstreamLinkTable
 from sessionstate.upstream.providers.base import CheckStatus, UpstreamProvider
 
 if TYPE_CHECKING:
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 PRIME_MAX_ROUNDS = 64
 
 
-def link_store(gw: "Gateway") -> UpstreamLinkStore:
-    return UpstreamLinkStore(gw.store)
+def link_store(gw: "Gateway") -> UpstreamLinkTable:
+    return gw.store.links
 
 
 @dataclass(frozen=True, slots=True)

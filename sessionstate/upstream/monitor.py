@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from sessionstate.store.upstream_links import UpstreamLink
+from sessionstate.store import UpstreamLink
 from sessionstate.upstream.echo import drop_self_echoes
 from sessionstate.upstream.linking import PRIME_MAX_ROUNDS, link_store, prime
 from sessionstate.upstream.providers.base import CheckStatus, UpstreamActivity, UpstreamProvider

@@ -6,14 +6,13 @@ compares them. Restarts close and reopen the same file, losing the in-memory que
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
+from contextlib import ExitStack
 
 from hypothesis import note, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sessionstate import Gateway
+from tests.backends import BACKENDS, Backend, stateful_test_cases
 from tests.reference_model import ACTORS, DAY, KINDS, NOTIFYING, Model, agent_of
 
 MAIN_KEYS = ("agent:a:main", "agent:a:peer", "agent:b:main")
@@ -24,10 +23,12 @@ SUMMARIES = ("human message via telegram", "goal updated", "run finished", "hist
 
 
 class GatewayVersusModel(RuleBasedStateMachine):
+    backend: Backend = BACKENDS[0]  # stateful_test_cases binds one class per backend
+
     def __init__(self) -> None:
         super().__init__()
-        self.directory = Path(tempfile.mkdtemp(prefix="sessionstate-stateful-"))
-        self.url = f"sqlite:///{self.directory / 'state.db'}"
+        self.resources = ExitStack()
+        self.url = self.resources.enter_context(self.backend.database())
         self.model = Model(max_rows=MAX_ROWS)
         self.wakes: list[tuple[str, str]] = []
         self.gw = self._open()
@@ -47,7 +48,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.gw.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.resources.close()
 
     def _all_pending(self) -> set[tuple[str, str]]:
         return {(w, text) for w in self.model.sessions for text in self.gw.pending_system_events(w)}
@@ -264,4 +265,4 @@ class GatewayVersusModel(RuleBasedStateMachine):
             assert self.gw.session_status(key) == self.model.status(key, None)
 
 
-TestGatewayVersusModel = GatewayVersusModel.TestCase
+globals().update(stateful_test_cases(GatewayVersusModel, "GatewayVersusModel"))
