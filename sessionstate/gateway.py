@@ -48,12 +48,14 @@ from .store import DEFAULT_SYNCHRONOUS, CursorRecord, SessionRecord, Store, open
 from .validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
+    MAX_SYSTEM_EVENT_CHARS,
     SESSION_KINDS,
     check_actor_type,
     check_changes_since,
     check_kind,
     check_line,
     check_optional_id,
+    check_text,
     check_timestamp,
     encode_payload,
 )
@@ -184,7 +186,7 @@ class Gateway(AgentRuntimeMixin):
         """Register a session; with ``parent``, a spawn edge (child_spawned + seeded cursor)."""
         check_key(key)
         agent = resolve_agent_id(key, agent_id) or DEFAULT_AGENT_ID
-        if kind not in SESSION_KINDS:
+        if not isinstance(kind, str) or kind not in SESSION_KINDS:
             raise InvalidArgument(f"unknown session kind {kind!r}; expected one of {list(SESSION_KINDS)}")
         if label is not None:
             check_line(label, "label", MAX_LABEL_LENGTH)
@@ -444,8 +446,7 @@ class Gateway(AgentRuntimeMixin):
         """Queue a plain system line (announcements) for the session's next turn."""
         check_key(session_key)
         self._resolve_any_agent(session_key)
-        if not isinstance(text, str) or not text:
-            raise InvalidArgument("system event text must be a non-empty string")
+        check_text(text, "system event text", MAX_SYSTEM_EVENT_CHARS, allow_empty=False)
         if not self.store.in_transaction:
             return self._release_system_event(session_key, text)
         # R9: inside a transaction the line waits for the outermost commit.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .errors import InvalidArgument
+from .validation import refuse_surrogates
 
 DEFAULT_AGENT_ID = "main"
 MAX_KEY_LENGTH = 512
@@ -42,6 +43,7 @@ def check_key(key: object, field: str = "session key") -> str:
     # Every whitespace character except " " is non-printable, so this equals the per-character
     # test "isspace() or not isprintable()" (checked over all code points) at C speed.
     if not key.isprintable() or " " in key:
+        refuse_surrogates(key, field)  # surrogates are not printable: name them precisely
         raise InvalidArgument(f"{field} {key[:80]!r} contains whitespace or control characters")
     return key
 

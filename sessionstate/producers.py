@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .errors import InvalidArgument
-from .validation import check_line, check_optional_id
+from .keys import check_key
+from .validation import check_count, check_line, check_optional_id
 
 GOAL_CHANGES = ("created", "updated", "cleared")
 
@@ -28,8 +29,10 @@ class ProducersMixin:
         occurred_at: float | None = None,
     ) -> int | None:
         """Record ``goal_changed`` (notifies watchers, except the actor itself)."""
-        if change not in GOAL_CHANGES:
+        if not isinstance(change, str) or change not in GOAL_CHANGES:
             raise InvalidArgument(f"goal change must be one of {list(GOAL_CHANGES)}, got {change!r}")
+        if actor_id is not None:
+            check_key(actor_id, "actor id")  # before it is formatted into the summary
         by = f" by {actor_id}" if actor_id else f" by {actor_type}" if isinstance(actor_type, str) else ""
         return self.record_event(
             session_key, "goal_changed", actor_type=actor_type, actor_id=actor_id,
@@ -53,8 +56,8 @@ class ProducersMixin:
         check_optional_id(actor_id, "actor id")
         counts: list[Any] = [messages_before, messages_after]
         for value in counts:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise InvalidArgument("message counts must be non-negative integers")
+            if value is not None:
+                check_count(value, "message counts")
         detail = f": {messages_before} -> {messages_after} messages" if None not in counts else ""
         return self.record_event(
             session_key, "compacted", actor_type=actor_type, actor_id=actor_id, agent_id=agent_id,

@@ -15,11 +15,21 @@ import threading
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import SessionStateError, UnknownSession
+from .errors import InvalidArgument, SessionStateError, UnknownSession
+from .keys import check_key
 from .locking import locked
 from .runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
 from .runner.executor import RunExecutor
 from .store.records import COMPLETED, FAILED, RunRecord
+from .validation import (
+    MAX_COUNT,
+    MAX_ID_LENGTH,
+    check_actor_type,
+    check_count,
+    check_line,
+    check_optional_text,
+    check_text,
+)
 
 if TYPE_CHECKING:
     from .store import MetaRecord, RunTable, Store
@@ -28,6 +38,14 @@ log = logging.getLogger("sessionstate")
 Target = tuple[str, str]
 OUTCOMES = ("completed", "error", "timeout", "cancelled")
 ANNOUNCE_TEXT_CHARS = 1000
+MAX_RESULT_CHARS = 1_000_000  # a run's result text, as a transcript message
+MAX_GUIDANCE_CHARS = 1_000_000
+
+
+def _check_target(value: object, field: str) -> Target:
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise InvalidArgument(f"{field} must be a (session key, agent id) pair")
+    return check_key(value[0], f"{field} key"), check_key(value[1], f"{field} agent id")
 
 
 def announce_text(run: RunRecord, outcome: str, text: str | None, route: tuple[str | None, str | None]) -> str:
@@ -80,15 +98,16 @@ class RunsMixin:
 
     @locked
     def get_run(self, run_id: str) -> RunRecord | None:
-        return self._runs.get(run_id)
+        return self._runs.get(check_line(run_id, "run id", MAX_ID_LENGTH))
 
     @locked
     def runs_of(self, requester: Target, limit: int = 50) -> list[RunRecord]:
-        return self._runs.by_requester(*requester, limit)
+        target = _check_target(requester, "requester")
+        return self._runs.by_requester(*target, check_count(limit, "limit"))
 
     @locked
     def runs_of_child(self, child: Target) -> list[RunRecord]:
-        return self._runs.by_child(*child)
+        return self._runs.by_child(*_check_target(child, "child"))
 
     @locked
     def active_runs(self) -> list[RunRecord]:
@@ -146,8 +165,17 @@ class RunsMixin:
         ``outcome`` ``completed`` records ``run_completed``; ``error``/``timeout``/``cancelled``
         record ``run_failed`` with that ``payload.outcome``.
         """
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}")
+        check_line(run_id, "run id", MAX_ID_LENGTH)
+        if not isinstance(outcome, str) or outcome not in OUTCOMES:
+            raise InvalidArgument(f"outcome must be one of {list(OUTCOMES)}")
+        check_optional_text(text, "text", MAX_RESULT_CHARS)
+        check_actor_type(actor_type)
+        if actor_id is not None:
+            check_key(actor_id, "actor id")
+        if not isinstance(usage, tuple) or len(usage) != 2:
+            raise InvalidArgument("usage must be an (input tokens, output tokens) pair")
+        for name, count in zip(("input tokens", "output tokens"), usage):
+            check_count(count, name, MAX_COUNT // 2)
         run = self._runs.get(run_id)
         if run is None or run.status != "running":
             return False
@@ -194,6 +222,7 @@ class RunsMixin:
     @locked
     def kill_run(self, run_id: str, *, actor_id: str | None = None, announce: bool = False) -> bool:
         """Cancel a running run: ``run_failed`` with outcome ``cancelled``. ``False`` if not running."""
+        check_line(run_id, "run id", MAX_ID_LENGTH)
         ended = self.finish_run(run_id, "cancelled", actor_type="agent" if actor_id else "system",
                                 actor_id=actor_id, announce=announce)
         ctx = self.run_executor.context(run_id)
@@ -204,6 +233,9 @@ class RunsMixin:
     @locked
     def steer_run(self, run_id: str, guidance: str, *, sender: str) -> bool:
         """Deliver follow-up guidance into a running child (transcript + the live run)."""
+        check_line(run_id, "run id", MAX_ID_LENGTH)
+        check_text(guidance, "guidance", MAX_GUIDANCE_CHARS, allow_empty=False)
+        check_key(sender, "sender")
         run = self._runs.get(run_id)
         if run is None or run.status != "running":
             return False

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from .errors import InvalidArgument
 from .locking import locked
 from .store.records import MessageRecord
-from .validation import check_actor_type
+from .keys import check_key
+from .validation import MAX_COUNT, check_actor_type, check_count, check_json, check_text
 
 if TYPE_CHECKING:
     from .store import MetaRecord, MetadataTable, Store, TranscriptTable
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 Target = tuple[str, str]
 ROLES = ("user", "assistant", "tool", "system")
 MAX_MESSAGE_CHARS = 1_000_000
+# provenance, tool calls and tool results: each at most this much JSON (and MAX_JSON_DEPTH deep)
+MAX_MESSAGE_DATA_BYTES = 1_000_000
 DEFAULT_ACTOR = {"user": "human", "assistant": "agent", "tool": "agent", "system": "system"}
 
 
@@ -60,18 +63,20 @@ class TranscriptMixin:
     ) -> int:
         """Append one transcript message; returns its id. Usage adds to the session's counters."""
         target = self._resolve(session_key, agent_id)
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise InvalidArgument(f"role must be one of {list(ROLES)}")
-        if not isinstance(text, str) or len(text) > MAX_MESSAGE_CHARS:
-            raise InvalidArgument(f"text must be a string of at most {MAX_MESSAGE_CHARS} characters")
+        check_text(text, "text", MAX_MESSAGE_CHARS)
         actor_type = check_actor_type(actor_type or DEFAULT_ACTOR[role])
+        if actor_id is not None:
+            check_key(actor_id, "actor id")
         if provenance is not None and not isinstance(provenance, dict):
             raise InvalidArgument("provenance must be an object")
         if tool_calls is not None and not isinstance(tool_calls, list):
             raise InvalidArgument("tool_calls must be a list")
+        for name, data in (("provenance", provenance), ("tool_calls", tool_calls), ("tool_result", tool_result)):
+            check_json(data, name, max_bytes=MAX_MESSAGE_DATA_BYTES)
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgument(f"{name} must be a non-negative integer")
+            check_count(value, name, MAX_COUNT // 2)  # the session's counters add them up
         now = self.clock()
         with self.store.transaction():
             self._ensure_meta(target)
@@ -98,6 +103,7 @@ class TranscriptMixin:
         """A human's turn typed straight into the session: transcript row, stored reply route,
         and a ``human_direct_message`` event (watchers get one notice). Returns its sequence."""
         target = self._resolve(session_key, agent_id)
+        check_text(text, "text", MAX_MESSAGE_CHARS)
         with self.store.transaction():  # route and message together; the event after the commit (R9)
             if channel is not None:
                 self.set_route(target[0], channel, sender, agent_id=target[1])
@@ -117,14 +123,12 @@ class TranscriptMixin:
         """The newest ``limit`` user-role messages the gateway put into the session, oldest
         first, exactly as delivered (inter-session headers included): the upstream monitor's
         self-echo check compares external prompts with these."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidArgument("limit must be a non-negative integer")
+        check_count(limit, "limit")
         target = self._resolve(session_key, agent_id)
         return self._transcripts.recent_texts(*target, "user", limit)
 
     @locked
     def transcript(self, session_key: str, *, limit: int = 1000, agent_id: str | None = None) -> list[MessageRecord]:
         """The newest ``limit`` messages, oldest first."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidArgument("limit must be a non-negative integer")
+        check_count(limit, "limit")
         return self._transcripts.recent(*self._resolve(session_key, agent_id), limit)

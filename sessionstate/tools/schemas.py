@@ -37,7 +37,9 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from sessionstate.errors import InvalidArgument
 from sessionstate.tools.errors import ToolArgumentError
+from sessionstate.validation import check_json
 
 __all__ = [
     "KEY_MAX_CHARS",
@@ -52,6 +54,9 @@ __all__ = [
 DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 KEY_MAX_CHARS: Final = 512
 MESSAGE_MAX_CHARS: Final = 20_000
+# All arguments of one call together, estimated as compact JSON: far above what the schemas
+# allow, so it only stops the walk over an absurd value early.
+MAX_ARGUMENT_BYTES: Final = 1_000_000
 SESSION_KINDS: Final = ("main", "group", "cron", "hook", "node", "subagent")
 
 # C0 controls, DEL and C1 controls. Checked with ``not``+``pattern`` rather than an
@@ -344,6 +349,12 @@ def validate_tool_args(name: str, args: Mapping[str, Any] | None) -> dict[str, A
             field="arguments",
         )
     args = dict(args)
+    try:
+        # Before the validator, deepcopy and _non_finite walk it recursively: refuses lone
+        # surrogates in any string, non-JSON values and nesting deeper than MAX_JSON_DEPTH.
+        check_json(args, "", max_bytes=MAX_ARGUMENT_BYTES)
+    except InvalidArgument as exc:
+        raise ToolArgumentError("invalid_argument", f"{name}: {exc.message}") from None
     problems = _problems(validator, args)
     if not problems:
         problems = _non_finite(args)

@@ -16,6 +16,8 @@ Rules (from the transcript format):
 * Compaction continuations are injected by the tool, not typed: a text that
   starts "This session is being continued from a previous conversation", or
   ``isCompactSummary: true``.
+* Sidechain lines (``isSidechain: true``) belong to a sub-agent the main agent
+  started: their ``user`` lines are prompts the agent wrote, never a person.
 * Anything else - other line types, unknown shapes, malformed JSON - is simply
   "not a human turn"; it never fails a scan.
 
@@ -54,6 +56,7 @@ class LineFacts:
     timestamp: str | None = None
     user_type: str | None = None
     compact_summary: bool = False
+    sidechain: bool = False
     message_is_object: bool = False
     # "string" | "blocks" | "other"; None when message.content is absent.
     content_kind: str | None = None
@@ -70,7 +73,7 @@ def is_human_turn(facts: LineFacts) -> bool:
         return False
     if facts.user_type is not None and facts.user_type != "external":
         return False
-    if facts.compact_summary or not facts.message_is_object:
+    if facts.compact_summary or facts.sidechain or not facts.message_is_object:
         return False
     if facts.content_kind == "string":
         pass
@@ -144,6 +147,7 @@ def facts_from_line(line: bytes) -> LineFacts:
     if "userType" in obj:
         facts.user_type = small_field(obj["userType"])
     facts.compact_summary = obj.get("isCompactSummary") is True
+    facts.sidechain = obj.get("isSidechain") is True
     message = obj.get("message")
     if not isinstance(message, dict):
         return facts

@@ -77,6 +77,7 @@ _PATH_TARGETS: dict[tuple[Any, ...], str] = {
     ("timestamp",): "timestamp",
     ("userType",): "user_type",
     ("isCompactSummary",): "compact",
+    ("isSidechain",): "sidechain",
     ("message",): "message",
     ("message", "content"): "content",
     ("message", "content", _ARRAY_LEVEL): "block",
@@ -373,6 +374,8 @@ class LineScanner:
             setattr(facts, target, "")  # present; a string value overwrites it
         elif target == "compact":
             facts.compact_summary = False
+        elif target == "sidechain":
+            facts.sidechain = False
         elif target == "message":
             facts.message_is_object = kind == "o"
             self._reset_content(None)
@@ -525,4 +528,6 @@ class LineScanner:
             return
         if self._target == "compact":
             self._facts.compact_summary = self._lit == b"true"
+        elif self._target == "sidechain":
+            self._facts.sidechain = self._lit == b"true"
         self._after_value()

@@ -83,6 +83,17 @@ class TranscriptBuilder:
         blocks = [{"type": "text", "text": text} for text in texts]
         return self._base("user", message={"role": "user", "content": blocks})
 
+    def sidechain_prompt(self, text: str) -> dict[str, Any]:
+        """A sub-agent's prompt, written by the main agent: a user line, not a human turn.
+
+        Sidechain lines chain among themselves (the first has no parent), so the
+        main chain's parent is left where it was.
+        """
+        main_parent, self._parent = self._parent, None
+        line = self._base("user", message={"role": "user", "content": text}, isSidechain=True)
+        self._parent = main_parent
+        return line
+
     def tool_result(self, tool_use_id: str, output: str, is_error: bool = False) -> dict[str, Any]:
         """A tool's output, carried on a user line: not a human turn."""
         block = {

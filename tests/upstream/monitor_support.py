@@ -3,6 +3,7 @@ a fake paired node, and providers that can be scripted, broken or made to race."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,16 @@ class World:
     def dedupe_keys(self, key: str, kind: str = "human_direct_message") -> list[str]:
         rows = self.gw.store.events_after(key, "main", 0, 10_000)
         return [r.dedupe_key or "" for r in rows if r.kind == kind]
+
+
+    def human_activities(self, key: str) -> dict[str, tuple[int, bool]]:
+        """Recorded human activity: dedupe key -> (payload turns, payload burstOverflow)."""
+        activities: dict[str, tuple[int, bool]] = {}
+        for row in self.gw.store.events_after(key, "main", 0, 10_000):
+            if row.kind == "human_direct_message":
+                payload = json.loads(row.payload) if isinstance(row.payload, str) else row.payload
+                activities[row.dedupe_key or ""] = (payload["turns"], payload["burstOverflow"])
+        return activities
 
 
 def make_world(tmp: Path) -> World:

@@ -115,6 +115,43 @@ def test_malformed_and_unknown_lines_are_skipped(root: Path, builder: Transcript
     assert offset_of(result) == path.stat().st_size
 
 
+SIDECHAIN_LINE = (
+    b'{"type":"user","isSidechain":true,"userType":"external","parentUuid":null,'
+    b'"message":{"role":"user","content":"Find every caller of redirect() in src/"}}\n'
+)
+
+
+def test_sidechain_prompt_is_not_reported(root: Path, builder: TranscriptBuilder) -> None:
+    path = builder.path_under(root)
+    path.write_bytes(encode(builder.user_prompt("history")))
+    provider = ClaudeJsonlProvider(root)
+    primed = provider.check(builder.session_id, None)
+    after = builder.user_prompt("a real person again")
+    append_bytes(path, SIDECHAIN_LINE + encode(builder.sidechain_prompt("Run the tests")) + encode(after))
+    result = provider.check(builder.session_id, primed.marker)
+    assert ids(result) == [after["uuid"]]
+    assert offset_of(result) == path.stat().st_size
+
+
+def test_oversized_sidechain_prompt_streamed_through_is_not_reported(
+    root: Path, builder: TranscriptBuilder
+) -> None:
+    path = builder.path_under(root)
+    cap = 512
+    long_prompt = builder.sidechain_prompt("Audit every module under src/ and list callers. " * 100)
+    human = builder.user_prompt("typed after the sub-agent ran")
+    raw = encode(long_prompt)
+    assert len(raw) > 4 * cap
+    path.write_bytes(raw + encode(human))
+    found, marker = drain(ClaudeJsonlProvider(root, scan_cap_bytes=cap), builder.session_id, None)
+    assert found == [human["uuid"]]
+    assert marker is not None and json.loads(marker)["off"] == path.stat().st_size
+    # The flag after the long text (key order is not fixed) is honoured too.
+    path.write_bytes(raw.replace(b'"isSidechain":true,', b"")[:-2] + b',"isSidechain":true}\n')
+    found, _ = drain(ClaudeJsonlProvider(root, scan_cap_bytes=cap), builder.session_id, None)
+    assert found == []
+
+
 def test_missing_uuid_falls_back_to_byte_offset(root: Path, builder: TranscriptBuilder) -> None:
     path = builder.path_under(root)
     first = encode(builder.assistant_text("x"))

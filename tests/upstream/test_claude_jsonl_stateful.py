@@ -27,7 +27,7 @@ _alphabet = st.sampled_from(list("ab c\t\n\"\\/é€ß😀字") + ["\u0301", "\x
 _texts = st.text(_alphabet, max_size=30) | st.builds(
     lambda piece, n: piece * n, st.text(_alphabet, min_size=1, max_size=4), st.integers(100, 700)
 )
-_KINDS = ["human", "blocks", "tool_result", "assistant", "compaction", "system", "garbage", "blank"]
+_KINDS = ["human", "blocks", "tool_result", "assistant", "compaction", "sidechain", "system", "garbage", "blank"]
 
 
 class JsonlAppendMachine(RuleBasedStateMachine):
@@ -69,6 +69,8 @@ class JsonlAppendMachine(RuleBasedStateMachine):
             line = b.assistant_text(text)
         elif kind == "compaction":
             line = b.compaction()
+        elif kind == "sidechain":  # a sub-agent's prompt: never reported, long or short
+            line = b.sidechain_prompt(text)
         else:
             line = b.system(content=text)
         raw = encode(line)

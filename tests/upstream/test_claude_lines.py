@@ -45,11 +45,12 @@ def test_string_prompt_and_text_blocks_are_human(builder: TranscriptBuilder) -> 
         lambda b: b.file_history_snapshot(),
         lambda b: b.permission_mode(),
         lambda b: b.unknown_type(),
+        lambda b: b.sidechain_prompt("Find every caller of redirect() in src/"),
     ],
     ids=[
         "tool_result", "compaction", "compaction-text-only", "assistant-text",
         "assistant-tool_use", "summary", "system", "progress",
-        "file-history-snapshot", "permission-mode", "unknown-type",
+        "file-history-snapshot", "permission-mode", "unknown-type", "sidechain-prompt",
     ],
 )
 def test_non_human_lines(builder: TranscriptBuilder, make) -> None:
@@ -105,3 +106,24 @@ def test_duplicate_keys_last_wins() -> None:
     raw = b'{"type":"assistant","type":"user","message":{"content":[{"type":"tool_result"}],"content":"hi"}}'
     assert json.loads(raw)["type"] == "user"
     assert classify(raw)
+
+
+def test_sidechain_prompts_are_never_human(builder: TranscriptBuilder) -> None:
+    # The sub-agent prompt as it appears in a real transcript: external, string content.
+    raw = (
+        b'{"type":"user","isSidechain":true,"userType":"external","parentUuid":null,'
+        b'"message":{"role":"user","content":"Find every caller of redirect() in src/"}}'
+    )
+    assert facts_from_line(raw).sidechain
+    assert not classify(raw)
+    blocks = builder.user_text_blocks("Summarise the diff")
+    blocks["isSidechain"] = True
+    assert not classify(blocks)
+    # Only a literal true marks a sidechain; false, absent or odd values do not.
+    for value in (False, None, "true", 1):
+        line = builder.user_prompt("typed by a person")
+        line["isSidechain"] = value
+        assert classify(line), value
+    line = builder.user_prompt("typed by a person")
+    del line["isSidechain"]
+    assert classify(line)

@@ -20,6 +20,7 @@ from sessionstate.upstream.claude_lines import (
     TEXT_PREFIX_CHARS,
     LineFacts,
     facts_from_line,
+    is_human_turn,
     truncate_text,
 )
 from sessionstate.upstream.json_stream import LineScanner
@@ -72,6 +73,7 @@ _line = (
             "timestamp": st.just("2025-06-01T09:30:00.000Z") | _json,
             "userType": st.sampled_from(["external", "internal"]) | _json,
             "isCompactSummary": st.booleans() | _json,
+            "isSidechain": st.booleans() | _json,
             "message": _message,
             "parentUuid": _json,
             "cwd": st.text(max_size=10),
@@ -94,6 +96,7 @@ _user_like = st.fixed_dictionaries(
         "uuid": st.uuids().map(str),
         "userType": st.just("external"),
         "isCompactSummary": st.booleans(),
+        "isSidechain": st.booleans(),
         "timestamp": st.just("2025-06-01T09:30:00.000Z"),
     },
 ).flatmap(_shuffled)
@@ -147,6 +150,23 @@ def test_byte_at_a_time() -> None:
     facts = stream(raw, list(range(len(raw))))
     assert facts == facts_from_line(raw)
     assert facts.text == "h\u00e9\U0001f600 \\\"q\""
+
+
+def test_sidechain_flag_is_seen_wherever_it_sits_in_a_streamed_line() -> None:
+    text = "Find every caller of redirect() in src/ " * 200
+    for before in (True, False):  # the flag ahead of the long text, or after it
+        line: dict[str, Any] = {"type": "user", "userType": "external"}
+        if before:
+            line["isSidechain"] = True
+        line["message"] = {"role": "user", "content": text}
+        if not before:
+            line["isSidechain"] = True
+        raw = json.dumps(line).encode()
+        facts = stream(raw, list(range(0, len(raw), 61)))
+        assert facts.sidechain and facts.text_truncated
+        assert not is_human_turn(facts)
+    duplicate = b'{"isSidechain":true,"type":"user","message":{"content":"hi"},"isSidechain":false}'
+    assert is_human_turn(stream(duplicate, list(range(len(duplicate)))))  # last key wins, as in json
 
 
 def test_long_text_is_cut_to_prefix_without_splitting_escapes() -> None:

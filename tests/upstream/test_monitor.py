@@ -259,6 +259,35 @@ def test_burst_over_the_window_is_flagged_through_the_paired_node(world: World) 
     assert len(world.gw.pending_system_events(MANAGER)) == 1
 
 
+def test_burst_on_a_paired_thread_adopted_empty_is_flagged(world: World) -> None:
+    adoption = world.adopter().adopt(CatalogEntry("paired-node", "n-empty", "node-a"), watcher=MANAGER)
+    assert adoption.primed
+    monitor = world.monitor()
+    assert monitor.links.get(adoption.session_key, "main").marker is not None  # "seen empty"
+    for i in range(60):
+        world.node.add_item("n-empty", role="user" if i % 2 else "assistant", text=f"item {i}")
+    report = monitor.tick()
+    assert report.activities_recorded == 1
+    (event,) = world.events(adoption.session_key, "human_direct_message")
+    assert event["payload"]["burstOverflow"] is True
+    assert event["payload"]["turns"] == 25  # 5 of the 30 human items scrolled out of the window
+    assert event["summary"] == "25 human messages via paired-node (burst overflowed the window)"
+    assert len(world.gw.pending_system_events(MANAGER)) == 1
+
+
+def test_a_sidechain_prompt_records_nothing_and_notifies_nobody(world: World) -> None:
+    b = world.builder(THREAD)
+    world.transcript(THREAD, b.user_prompt("before adoption"))
+    key = world.adopt_jsonl(THREAD)
+    monitor = world.monitor()
+    world.write(THREAD, b.sidechain_prompt("Find every caller of redirect() in src/"),
+                b.assistant_text("Found 3 callers."))
+    report = monitor.tick()
+    assert (report.checked, report.activities_recorded, report.errors) == (1, 0, 0)
+    assert world.events(key, "human_direct_message") == []
+    assert world.gw.pending_system_events(MANAGER) == []
+
+
 def test_concurrent_appends_while_the_monitor_ticks(world: World) -> None:
     world.transcript(THREAD)
     key = world.adopt_jsonl(THREAD)

@@ -1,10 +1,15 @@
-"""Hypothesis: the monitor on a real Gateway and a real JSONL file against ``UpstreamModel``.
+"""Hypothesis: the monitor on a real Gateway against ``UpstreamModel`` and ``NodeThreadModel``.
 
-Steps append human, echo and other lines (some in two writes, with ticks in between), delete
-and re-create the transcript, send gateway-side messages, tick with a working, erroring or
-raising provider, Continue the session (also racing a tick). Invariants: the recorded human
-activities are exactly the model's (each once), the link exists iff the model says so, and
-there is at most one ``upstream_missing`` per link generation.
+``MonitorMachine`` adopts a real JSONL transcript (with history, or empty). Steps append human,
+echo, sidechain and other lines (some in two writes, with ticks in between), delete and
+re-create the transcript, send gateway-side messages, tick with a working, erroring or raising
+provider, Continue the session (also racing a tick). Invariants: the recorded human activities
+are exactly the model's (each once), the link exists iff the model says so, and there is at
+most one ``upstream_missing`` per link generation.
+
+``NodeMonitorMachine`` adopts a paired-node thread (empty or not, the node reachable or not)
+and appends single items and bursts of up to 70 items between ticks, some while the node is
+offline. Invariant: the recorded activities, with their turns and burst flags, are the model's.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from sessionstate.upstream.monitor import UpstreamMonitor
 
 from tests.upstream.jsonl_fixtures import append_bytes, encode
 from tests.upstream.monitor_support import MANAGER, World, make_world
-from tests.upstream.upstream_model import Line, UpstreamModel
+from tests.upstream.upstream_model import Line, NodeThreadModel, UpstreamModel
 
 THREAD = "3c9e1f20-aaaa-4bbb-8ccc-0123456789ab"
 ENTRY = CatalogEntry("claude-jsonl", THREAD)
@@ -31,14 +36,16 @@ _RENDERINGS = [lambda t: t, str.upper, lambda t: f"  {t}\n", lambda t: t.replace
 
 
 class MonitorMachine(RuleBasedStateMachine):
-    @initialize()
-    def setup(self) -> None:
+    @initialize(history=st.booleans())
+    def setup(self, history: bool) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="monitor-machine-"))
         self.world: World = make_world(self.tmp)
         self.path = self.world.transcript(THREAD)
         b = self.world.builder(THREAD)
-        self.world.write(THREAD, b.summary(), b.user_prompt("history before adoption"))
+        if history:
+            self.world.write(THREAD, b.summary(), b.user_prompt("history before adoption"))
         self.key = self.world.adopt_jsonl(THREAD)
+        note(f"adopt the transcript {'with history' if history else 'empty'}")
         self.monitor: UpstreamMonitor = self.world.monitor()
         self.model = UpstreamModel()
         self.partial: tuple[bytes, Line] | None = None
@@ -52,7 +59,7 @@ class MonitorMachine(RuleBasedStateMachine):
     # -- upstream ------------------------------------------------------------------------------
 
     @precondition(lambda self: self.model.file is not None and self.partial is None)
-    @rule(kind=st.sampled_from(["human", "other", "tool", "compaction"]))
+    @rule(kind=st.sampled_from(["human", "other", "tool", "compaction", "sidechain"]))
     def append(self, kind: str) -> None:
         self.texts += 1
         b = self.world.builder(THREAD)
@@ -65,6 +72,8 @@ class MonitorMachine(RuleBasedStateMachine):
             raw = b.tool_result(tool_id, "README.md")
         elif kind == "compaction":
             raw = b.compaction()
+        elif kind == "sidechain":
+            raw = b.sidechain_prompt(f"sub-agent task {self.texts}")
         else:
             raw = b.assistant_text(f"assistant {self.texts}")
         append_bytes(self.path, encode(raw))
@@ -202,3 +211,87 @@ class MonitorMachine(RuleBasedStateMachine):
 
 
 TestMonitorMachine = MonitorMachine.TestCase
+
+
+NODE_THREAD = "node-thread-7"
+NODE_ENTRY = CatalogEntry("paired-node", NODE_THREAD, "node-a")
+
+
+class NodeMonitorMachine(RuleBasedStateMachine):
+    @initialize(history=st.integers(0, 3), reachable=st.booleans())
+    def setup(self, history: int, reachable: bool) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="node-machine-"))
+        self.world: World = make_world(self.tmp)
+        self.items = 0
+        lines = [self._add("human" if n % 2 else "other") for n in range(history)]
+        self.world.node.available = reachable
+        adoption = self.world.adopter().adopt(NODE_ENTRY, watcher=MANAGER)
+        self.world.node.available = True
+        self.key = adoption.session_key
+        self.monitor: UpstreamMonitor = self.world.monitor()
+        self.model = NodeThreadModel()
+        self.model.adopt(lines, reachable)
+        note(f"adopt a thread of {history} item(s), node {'reachable' if reachable else 'offline'}")
+
+    def teardown(self) -> None:
+        if hasattr(self, "world"):
+            self.world.gw.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _add(self, kind: str) -> Line:
+        self.items += 1
+        if kind == "human":
+            uid = self.world.node.add_item(NODE_THREAD, role="user", text=f"node human {self.items}")
+        elif kind == "tool":
+            uid = self.world.node.add_item(NODE_THREAD, role="user", type="tool_result", text="exit 0")
+        else:
+            uid = self.world.node.add_item(NODE_THREAD, role="assistant", text=f"step {self.items}")
+        return Line(uid, "human" if kind == "human" else "other")
+
+    @rule(kind=st.sampled_from(["human", "other", "tool"]))
+    def append(self, kind: str) -> None:
+        self.model.append(self._add(kind))
+        note(f"append {kind}")
+
+    @rule(kinds=st.lists(st.sampled_from(["human", "other"]), min_size=40, max_size=70))
+    def burst(self, kinds: list[str]) -> None:
+        for kind in kinds:
+            self.model.append(self._add(kind))
+        note(f"burst of {len(kinds)} items, {kinds.count('human')} human")
+
+    @rule()
+    def tick(self) -> None:
+        report = self.monitor.tick()
+        self.model.tick(node_available=True)
+        note(f"tick: {report}")
+
+    @rule()
+    def tick_node_offline(self) -> None:
+        self.world.node.available = False
+        try:
+            report = self.monitor.tick()
+        finally:
+            self.world.node.available = True
+        self.model.tick(node_available=False)
+        note(f"tick, node offline: {report}")
+        assert report.errors == 1 and report.misses == 0
+
+    @invariant()
+    def human_activity_is_recorded_exactly_once_with_its_burst_flag(self) -> None:
+        if not hasattr(self, "world"):
+            return
+        keys = self.world.dedupe_keys(self.key)
+        assert len(keys) == len(set(keys))
+        prefix = f"upstream:paired-node:{NODE_THREAD}:"
+        recorded = {k[len(prefix):]: v for k, v in self.world.human_activities(self.key).items()}
+        assert recorded == self.model.expected
+
+    @invariant()
+    def link_primed_iff_the_model_says_so(self) -> None:
+        if not hasattr(self, "world"):
+            return
+        link = self.monitor.links.get(self.key, "main")
+        assert link is not None and link.primed == self.model.primed
+
+
+TestNodeMonitorMachine = NodeMonitorMachine.TestCase

@@ -15,7 +15,7 @@ from sessionstate.upstream.providers import (
     provider_class,
 )
 from sessionstate.upstream.providers.fake_node import InMemoryNodeClient
-from sessionstate.upstream.providers.paired_node import WINDOW
+from sessionstate.upstream.providers.paired_node import EMPTY_THREAD, WINDOW
 
 THREAD = "node-thread-1"
 
@@ -105,6 +105,37 @@ def test_overflow_without_visible_human_reports_nothing_but_says_so(
     result = provider.check(THREAD, marker)
     assert result.status is CheckStatus.FOUND and result.activities == []
     assert "no human item visible" in (result.detail or "")
+
+
+def test_burst_on_a_thread_seen_empty_is_flagged(
+    node: InMemoryNodeClient, provider: PairedNodeProvider
+) -> None:
+    adopted = provider.check(THREAD, None)  # adoption primes on an empty thread
+    assert adopted.status is CheckStatus.FOUND and adopted.activities == []
+    assert adopted.marker == EMPTY_THREAD and adopted.marker is not None
+    assert provider.check(THREAD, adopted.marker).marker == EMPTY_THREAD  # still empty: stays put
+    for n in range(60):
+        node.add_item(THREAD, role="user" if n % 2 else "assistant", text=f"item {n}")
+
+    result = provider.check(THREAD, adopted.marker)
+    assert result.status is CheckStatus.FOUND
+    (burst,) = result.activities
+    assert burst.burst_overflow
+    assert burst.turns == 25  # the 5 human items that scrolled out cannot be seen
+    assert burst.burst_texts == tuple(f"item {n}" for n in range(11, 60, 2))
+    assert "overflowed" in (result.detail or "")
+    assert result.marker == node.threads[THREAD][-1]["id"]
+
+
+def test_a_thread_seen_empty_that_grows_within_the_window_reports_each_turn(
+    node: InMemoryNodeClient, provider: PairedNodeProvider
+) -> None:
+    marker = provider.check(THREAD, None).marker
+    humans = [node.add_item(THREAD, role="user", text=f"turn {n}") for n in range(3)]
+    node.add_item(THREAD, role="assistant", text="ok")
+    result = provider.check(THREAD, marker)
+    assert [a.activity_id for a in result.activities] == humans
+    assert not any(a.burst_overflow for a in result.activities)
 
 
 def test_node_unavailable_is_an_error_never_missing(

@@ -10,6 +10,13 @@ Imports nothing from ``sessionstate``: it states the expected behaviour directly
   every line after ``seen`` is classified: a human line, or an echo whose gateway message is no
   longer among the 10 latest, is expected to be recorded (once).
 * A Continue starts a new generation primed at the current end (when the file exists).
+* Sidechain lines (a sub-agent's prompts) are "other": never human.
+
+``NodeThreadModel`` states the paired-node side: the node shows only the newest ``WINDOW``
+items. A check that finds ``WINDOW`` or more new items since the last look (whether the thread
+had items then or was empty, as at an empty adoption) cannot see where it left off: the human
+items still visible become one activity flagged as a burst, the rest are lost; fewer new items
+are each recorded on their own.
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ from dataclasses import dataclass, field
 
 ECHO_WINDOW = 10
 MISSES_BEFORE_DROP = 3
+NODE_WINDOW = 50
 
 
 @dataclass(frozen=True)
 class Line:
     uid: str
-    kind: str  # "human" | "echo" | "other"
+    kind: str  # "human" | "echo" | "other" (assistant, tool output, compaction, sidechain)
     echo_of: int | None = None  # index into the gateway messages, for echoes
 
 
@@ -85,3 +93,44 @@ class UpstreamModel:
         self.misses = 0
         self.primed = self.file is not None
         self.seen = len(self.file) if self.file is not None else 0
+
+
+@dataclass
+class NodeThreadModel:
+    """One paired-node thread and the activities the monitor must record for it.
+
+    ``expected`` maps an activity id to ``(turns, burst flag)``: a single human item is
+    ``(1, False)`` under its own id; a burst is ``(visible humans, True)`` under
+    ``burst:<first visible human>..<last>``.
+    """
+
+    items: list[Line] = field(default_factory=list)
+    seen: int = 0
+    primed: bool = True
+    expected: dict[str, tuple[int, bool]] = field(default_factory=dict)
+
+    def adopt(self, history: list[Line], node_available: bool) -> None:
+        self.items = list(history)
+        self.primed = node_available
+        self.seen = len(self.items) if node_available else 0
+
+    def append(self, line: Line) -> None:
+        self.items.append(line)
+
+    def tick(self, node_available: bool) -> None:
+        if not node_available:
+            return  # an error: nothing recorded, nothing moves
+        if not self.primed:
+            self.primed = True
+            self.seen = len(self.items)
+            return
+        new = self.items[self.seen:]
+        if len(new) >= NODE_WINDOW:
+            humans = [line.uid for line in self.items[-NODE_WINDOW:] if line.kind == "human"]
+            if humans:
+                self.expected[f"burst:{humans[0]}..{humans[-1]}"] = (len(humans), True)
+        else:
+            for line in new:
+                if line.kind == "human":
+                    self.expected[line.uid] = (1, False)
+        self.seen = len(self.items)

@@ -9,16 +9,24 @@ thread. Items are returned **oldest first** (transcript order), each a dict:
   ``"tool_result"`` / ``"compaction"`` for items the tool injected;
 * ``text`` (str), ``timestamp`` (epoch seconds or ISO 8601, optional).
 
-The marker is the id of the newest item seen. Items after it are new. When a
-marker exists but is not among the returned items, more than ``WINDOW`` items
-arrived since the last check (a burst): the human items still visible are
-reported as *one* activity flagged ``burst_overflow`` (``turns`` = human items
-seen, ``burst_texts`` = their texts) instead of pretending the window was the
-whole story. (A marker missing from a *short* answer means the transcript
-was rewritten, not overflowed: everything visible is reported, unflagged.)
-Human items that scrolled out of the window entirely cannot be
-seen; when none is visible the check says so in ``detail`` only, because an
-agent's long tool run also overflows the window and must not look human.
+The marker is the id of the newest item seen. Items after it are new. A
+thread seen empty gets the marker ``EMPTY_THREAD`` (``""``, which no item id
+can be), so "empty when last seen" stays distinct from "never seen" (``None``)
+and a burst that fills the whole window on an adopted empty thread is flagged
+like any other (a full window on a thread seen empty may hold exactly
+``WINDOW`` new items and nothing lost; it is flagged all the same, because the
+node's answer cannot tell that apart from more).
+
+When a marker exists but is not among the returned items, more than
+``WINDOW`` items arrived since the last check (a burst): the human items still
+visible are reported as *one* activity flagged ``burst_overflow`` (``turns`` =
+human items seen, ``burst_texts`` = their texts) instead of pretending the
+window was the whole story. (A marker missing from a *short* answer means the
+thread was empty when last seen or was rewritten, not overflowed: everything
+visible is reported, unflagged.) Human items that scrolled out of the window
+entirely cannot be seen; when none is visible the check says so in ``detail``
+only, because an agent's long tool run also overflows the window and must not
+look human.
 
 A node never gives a definite "this thread is gone" answer (a v1 limit), so
 this provider never reports ``missing``: an unreachable node or an empty
@@ -39,6 +47,8 @@ from sessionstate.upstream.providers.base import (
 
 #: Items the node returns per query.
 WINDOW = 50
+#: Marker of a thread seen empty: item ids are never empty, so it matches none.
+EMPTY_THREAD = ""
 
 _HUMAN_ITEM_TYPES = frozenset({"text", "message"})
 
@@ -99,7 +109,8 @@ class PairedNodeProvider(UpstreamProvider):
             if isinstance(item, Mapping) and isinstance(item.get("id"), str) and item["id"]
         ]
         if not items:
-            return CheckResult.found([], marker)
+            # Seen empty: say so, unless an earlier item already marks our place.
+            return CheckResult.found([], EMPTY_THREAD if marker is None else marker)
         ids = [item["id"] for item in items]
         newest = ids[-1]
         if marker is None:
@@ -109,8 +120,9 @@ class PairedNodeProvider(UpstreamProvider):
             fresh = items[len(ids) - ids[::-1].index(marker) :]
             overflowed = False
         elif len(raw_items) < self.window:
-            # The whole transcript fits and our item is gone: it was rewritten
-            # (not a burst). Report what is there; item ids dedupe re-reads.
+            # The whole transcript fits: it was empty when last seen, or our
+            # item is gone because it was rewritten (not a burst). Report what
+            # is there; item ids dedupe re-reads.
             fresh = items
             overflowed = False
         else:
