@@ -1,4 +1,4 @@
-"""The ``sessionstate`` command line: demo, status, diagram."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, check."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import default_url
+from .config import default_url, normalize_url
 from .errors import SessionStateError
 
 
@@ -28,6 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--agent", default=None, help="agent id, for keys that are not agent-qualified")
     status.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
     status.add_argument("--json", action="store_true", help="print the session_status JSON")
+
+    vacuum = commands.add_parser(
+        "vacuum", help="rewrite the database compactly and switch it to incremental auto-vacuum"
+    )
+    vacuum.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
 
     diagram = commands.add_parser("diagram", help="the protocol's state diagram, generated from the machine")
     diagram.add_argument("--write", type=Path, default=None, metavar="FILE", help="write Markdown to FILE")
@@ -51,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.db)
         if args.command == "status":
             return _status(args)
+        if args.command == "vacuum":
+            return _vacuum(args)
         if args.command == "schemas":
             return _schemas(args)
         if args.command == "check":
@@ -66,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _status(args: argparse.Namespace) -> int:
     from .gateway import Gateway
 
-    with Gateway.open(args.db) as gw:
+    with Gateway.open(args.db, create=False) as gw:  # reading creates no file, no directory
         result = gw.session_status(args.key, changes_since=args.changes_since, agent_id=args.agent)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -82,6 +89,28 @@ def _status(args: argparse.Namespace) -> int:
         if changes["truncated"]:
             print(f"  ... more after {changes['events'][-1]['sequence']}")
     return 0
+
+
+def _vacuum(args: argparse.Namespace) -> int:
+    from .store import SqliteStore
+    from .statemachine import NOTIFYING_KINDS
+
+    store = SqliteStore(normalize_url(args.db), notifying_kinds=NOTIFYING_KINDS, create=False)
+    try:
+        counts = store.vacuum()
+    finally:
+        store.close()
+    size = counts["page_size"]
+    print(
+        f"vacuumed {store.where}: {_mb(counts['pages_before'] * size)} -> {_mb(counts['pages_after'] * size)}"
+        f" ({counts['free_pages_before']} free pages returned); auto-vacuum is now incremental,"
+        " so prune() gives freed pages back from now on"
+    )
+    return 0
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1_000_000:.1f} MB"
 
 
 def _schemas(args: argparse.Namespace) -> int:

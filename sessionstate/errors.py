@@ -51,6 +51,7 @@ class ProtocolError(SessionStateError):
 # -- storage ---------------------------------------------------------------------------------
 # The store translates every failure of the database driver or the file system into one of
 # these at its boundary, so nothing above the store names sqlite3, SQLAlchemy or OSError.
+# Each message names the database (its path, or "in-memory database") and the cause.
 
 
 class StorageError(SessionStateError):
@@ -59,7 +60,54 @@ class StorageError(SessionStateError):
     code = "storage_error"
 
 
-class UnsupportedBackend(SessionStateError):
+class StorageUnavailable(StorageError):
+    """The database cannot be opened, read or written: a missing, unreadable, read-only or
+    corrupt file, a path that is a directory, a parent that is not a directory, a closed
+    store."""
+
+    code = "storage_unavailable"
+
+
+class StorageBusy(StorageUnavailable):
+    """Another connection held the write lock longer than the busy timeout (10 s)."""
+
+    code = "storage_busy"
+
+
+class StorageFull(StorageError):
+    """The disk (or the database's configured size limit) is full; nothing was written."""
+
+    code = "storage_full"
+
+
+class InvalidDatabaseUrl(StorageError):
+    """The database URL is empty or cannot be parsed."""
+
+    code = "invalid_database_url"
+
+
+class UnsupportedBackend(StorageError):
     """The database URL names a backend this version cannot open."""
 
     code = "unsupported_backend"
+
+
+class SchemaVersionError(StorageError):
+    """The file was written by a newer release (its schema version is above this one's).
+
+    ``file_version`` and ``supported_version`` say which; the file is left untouched.
+    """
+
+    code = "unsupported_schema_version"
+
+    def __init__(self, message: str, *, file_version: int, supported_version: int) -> None:
+        super().__init__(message)
+        self.file_version = file_version
+        self.supported_version = supported_version
+
+
+class SchemaMismatch(StorageError):
+    """The file holds tables with our names but other columns: it is not a sessionstate
+    database (or a damaged one); the file is left untouched."""
+
+    code = "schema_mismatch"

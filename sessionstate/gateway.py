@@ -130,9 +130,17 @@ class Gateway(AgentRuntimeMixin):
         retention_days: float = 30,
         max_rows: int = 50_000,
         synchronous: str = DEFAULT_SYNCHRONOUS,
+        create: bool = True,
     ) -> "Gateway":
-        """Open (creating if needed) the database at ``url`` and run the startup sweep."""
-        store = open_store(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous)
+        """Open the database at ``url`` and run the startup sweep.
+
+        With ``create`` (the default) a missing file and its directories are created; without
+        it a missing file raises ``StorageUnavailable`` and nothing is created. A file this
+        release cannot use raises a ``StorageError`` subclass and is left unchanged.
+        """
+        store = open_store(
+            normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
+        )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
             gateway.startup_sweep()
@@ -523,7 +531,10 @@ class Gateway(AgentRuntimeMixin):
             expired = self.store.expired_cursors(cutoff)
             self._fire_records(expired, EXPIRE)
             self.store.after_commit(lambda: self._withdraw(expired))
-        return {"events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"]}
+        return {
+            "events": counts["events"], "cursors": len(expired), "chunks": counts["chunks"],
+            "pages_reclaimed": self.store.reclaim_free_pages(),
+        }
 
     @_locked
     def startup_sweep(self) -> int:

@@ -322,6 +322,11 @@ class Store(Transactions, SessionTable, SignalLog, CursorTable, Protocol):
         """Every row of every core table in a stable order (tests compare dumps)."""
         ...
 
+    def reclaim_free_pages(self) -> int:
+        """Give storage freed by pruning back to the system, in steps short enough not to
+        hold the write lock long; returns how much (SQLite: pages), 0 when nothing to do."""
+        ...
+
     def integrity_check(self) -> str:
         """``"ok"`` when the backend finds its storage consistent."""
         ...

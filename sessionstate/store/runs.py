@@ -11,11 +11,14 @@ All SQL for runs lives in this module.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any, Optional
 
 from sqlalchemy import DDL, Index, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
+from .failures import translated
 from .records import COMPLETED, FAILED, RUNNING, RunRecord
 
 __all__ = ["COMPLETED", "FAILED", "RUNNING", "RunRecord", "RunRow", "SqliteRunTable"]
@@ -95,11 +98,13 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
     return RunRecord(*values)
 
 
+@translated
 class SqliteRunTable:
     """Run rows on the store's connection; callers hold the store's lock."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
 
     def insert(self, record: RunRecord) -> None:
         values = list(record)

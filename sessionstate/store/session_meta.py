@@ -12,11 +12,14 @@ All SQL for this table lives in this module.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any, Optional
 
 from sqlalchemy import DDL, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
+from .failures import translated
 from .records import MetaRecord
 
 
@@ -81,11 +84,13 @@ def _record(row: tuple[Any, ...]) -> MetaRecord:
     return MetaRecord(*values)
 
 
+@translated
 class SqliteMetadataTable:
     """Meta rows on the store's connection; callers hold the store's lock."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
 
     def get(self, key: str, agent_id: str) -> MetaRecord | None:
         row = self._db.execute(GET_SQL, (key, agent_id)).fetchone()

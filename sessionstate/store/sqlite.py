@@ -10,19 +10,19 @@ material)`` tuples: the store knows nothing of the protocol's states.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
-from sqlmodel import SQLModel
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.engine import URL, make_url
 
-from ..errors import StorageError, UnknownSession, UnsupportedBackend
-from . import schema, tables  # noqa: F401  (tables registers every table module)
+from ..errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
+from . import bootstrap, schema, tables  # noqa: F401  (tables registers every table module)
+from .failures import DRIVER_ERRORS, storage_error, translated
 from .records import CursorRecord, EventRecord, Head, PositionsTuple, SessionRecord
 from .runs import SqliteRunTable
 from .session_meta import SqliteMetadataTable
@@ -38,6 +38,11 @@ SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 DEFAULT_SYNCHRONOUS = "NORMAL"
 BUSY_TIMEOUT_MS = 10_000
 PRUNE_CHUNK_ROWS = 2_000
+# Free pages handed back to the file system per transaction after pruning. Moving a page
+# rewrites it and its parent's pointer: 256 pages is a few ms, less than one prune chunk
+# (docs/operations.md has the measurement), so reclaiming never holds the write lock longer.
+RECLAIM_STEP_PAGES = 256
+AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
 _BY_RECORDED_AT = "INDEXED BY ix_events_recorded_at"
 
 # The hot path's cursor read. INDEXED BY pins the partial index (the planner may otherwise
@@ -53,20 +58,70 @@ CAUGHT_UP_WATCHERS_SQL = (
 
 
 
+def parse_sqlite_url(url: str) -> URL:
+    """The parsed ``sqlite://`` URL, or ``InvalidDatabaseUrl``/``UnsupportedBackend``."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidDatabaseUrl("the database URL is empty; give a sqlite:/// URL or a file path")
+    try:
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
+    except DRIVER_ERRORS + (ValueError,) as exc:
+        raise InvalidDatabaseUrl(f"{url!r} is not a database URL ({exc}); give a sqlite:/// URL or a file path") from None
+    if backend != "sqlite":
+        raise UnsupportedBackend(f"{url!r}: backend {backend!r} is not supported yet; use a sqlite:/// URL")
+    if parsed.username or parsed.password or parsed.host or parsed.port:
+        raise InvalidDatabaseUrl(f"{url!r}: a sqlite URL names no host; use sqlite:///relative or sqlite:////absolute")
+    return parsed
+
+
+def _uri_mode(parsed: URL) -> tuple[bool, str | None]:
+    uri = str(parsed.query.get("uri", "")).lower() in ("true", "1")
+    mode = parsed.query.get("mode") if uri else None
+    return uri, mode if isinstance(mode, str) else None
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file behind a ``sqlite:///`` URL (``None`` for an in-memory database)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        raise UnsupportedBackend(
-            f"backend {parsed.get_backend_name()!r} is not supported yet; use a sqlite:/// URL"
-        )
-    if not parsed.database or parsed.database == ":memory:":
+    parsed = parse_sqlite_url(url)
+    database = parsed.database or ""
+    uri, mode = _uri_mode(parsed)
+    if uri:
+        database = database[len("file:"):] if database.startswith("file:") else database
+        if mode == "memory":
+            return None
+    if not database or database == ":memory:":
         return None
-    return Path(parsed.database)
+    return Path(os.path.abspath(database))
 
 
+def _check_location(path: Path, create: bool) -> None:
+    """Refuse, with the cause in words, a path SQLite could only fail on obscurely; make the
+    parent directories of a new file only when ``create``."""
+    if path.is_dir():
+        raise StorageUnavailable(f"{path}: is a directory, not a database file")
+    if path.exists():
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise StorageUnavailable(f"{path}: {ancestor} is a file, not a directory")
+    if not create:
+        raise StorageUnavailable(f"{path}: no database file there (nothing was created)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+@translated
 class SqliteStore:
-    """Durable signal log, heads, cursors and session registry on one SQLite file."""
+    """Durable signal log, heads, cursors and session registry on one SQLite file.
+
+    One connection for the store's life, also for an in-memory database (``sqlite://``): the
+    schema is created on it, so in-memory and file stores keep the same contract. Every
+    public method raises a ``StorageError`` subclass, never a driver error; the ``HOT_PATH``
+    methods run only inside ``transaction()``, which translates for them.
+    """
+
+    HOT_PATH = ("append_event", "caught_up_watchers", "put_cursors", "transaction", "after_commit")
 
     def __init__(
         self,
@@ -74,38 +129,60 @@ class SqliteStore:
         *,
         notifying_kinds: Iterable[str],
         synchronous: str = DEFAULT_SYNCHRONOUS,
+        create: bool = True,
     ) -> None:
-        if synchronous.upper() not in SYNCHRONOUS_LEVELS:
+        """Open the database at ``url``, creating it (and its directory) only when ``create``.
+
+        Raises ``InvalidDatabaseUrl``, ``UnsupportedBackend``, ``StorageUnavailable``,
+        ``SchemaVersionError`` or ``SchemaMismatch``; a refused file is left as it was.
+        """
+        if not isinstance(synchronous, str) or synchronous.upper() not in SYNCHRONOUS_LEVELS:
             raise UnsupportedBackend(f"synchronous must be one of {SYNCHRONOUS_LEVELS}")
+        parsed = parse_sqlite_url(url)
         path = sqlite_path(url)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
         self.url = url
         self.path = path
-        self._engine = create_engine(
-            url, poolclass=NullPool, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}
-        )
-        self._proxy = self._engine.raw_connection()
-        db = self._proxy.driver_connection
-        assert isinstance(db, sqlite3.Connection)
-        db.isolation_level = None  # transactions are explicit: see transaction()
-        self._db: sqlite3.Connection = db
+        self.where = str(path) if path is not None else "in-memory database"
+        self.closed = False
         self._depth = 0
+        _, mode = _uri_mode(parsed)
+        db: sqlite3.Connection | None = None
+        try:
+            if path is not None:
+                _check_location(path, create and mode not in ("ro", "rw"))
+            args, params = SQLiteDialect_pysqlite().create_connect_args(parsed)
+            params.setdefault("timeout", BUSY_TIMEOUT_MS / 1000)
+            # The gateway's lock serialises every use; runner threads share the connection.
+            params["check_same_thread"] = False
+            db = sqlite3.connect(*args, **params)  # type: ignore[call-overload]  # keys from the URL
+            db.isolation_level = None  # transactions are explicit: see transaction()
+            bootstrap.prepare(db, self.where)
+            if path is not None and _scalar(db.execute("PRAGMA journal_mode")) != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        except BaseException as exc:
+            if db is not None:
+                db.close()
+            if isinstance(exc, DRIVER_ERRORS):
+                raise storage_error(exc, self.where) from exc
+            raise
+        self._db: sqlite3.Connection = db
         # after_commit callbacks of the open transaction, in registration order; each
         # savepoint remembers where its own start (a rollback drops only those).
         self._after_commit: list[Callable[[], object]] = []
         # The gateway's runner threads share this one connection: the lock serialises them.
         self.lock = threading.RLock()
-        self.meta = SqliteMetadataTable(db)
-        self.runs = SqliteRunTable(db)
-        self.transcripts = SqliteTranscriptTable(db)
-        self.links = SqliteUpstreamLinkTable(db, self.transaction)
-        if path is not None:
-            db.execute("PRAGMA journal_mode = WAL")
-        db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-        SQLModel.metadata.create_all(self._engine)
-        db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+        self.meta = SqliteMetadataTable(db, self.storage_error)
+        self.runs = SqliteRunTable(db, self.storage_error)
+        self.transcripts = SqliteTranscriptTable(db, self.storage_error)
+        self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
         self._build_statements(sorted(notifying_kinds))
+
+    def storage_error(self, exc: BaseException) -> StorageError:
+        """The ``StorageError`` for a driver failure on this database."""
+        if self.closed:
+            return StorageUnavailable(f"{self.where}: the store is closed")
+        return storage_error(exc, self.where)
 
     def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
         kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
@@ -129,7 +206,9 @@ class SqliteStore:
     # -- lifecycle and transactions ---------------------------------------------------------
 
     def close(self) -> None:
-        self._proxy.close()  # NullPool: closing the proxy closes the connection itself
+        if not self.closed:
+            self.closed = True
+            self._db.close()
 
     def transaction(self) -> "_Transaction":
         """The unit of work: holds ``lock``; ``BEGIN IMMEDIATE``/``COMMIT`` at depth 0, a
@@ -462,6 +541,61 @@ class SqliteStore:
                 db.execute(f"DELETE FROM session_state_events {index_hint} WHERE {where}", args).rowcount
             )
 
+    def reclaim_free_pages(self, step_pages: int = RECLAIM_STEP_PAGES) -> int:
+        """Return the free pages (left by pruning or deleting) to the file system; how many.
+
+        Only a file with incremental auto-vacuum can (new files get it; an older file gets it
+        from ``vacuum``): elsewhere this returns 0. Each step of at most ``step_pages`` pages
+        is its own short write transaction, so a writer waits no longer than behind a prune
+        chunk. In WAL mode the file shrinks when the WAL is checkpointed: a passive checkpoint
+        (it never waits for the write lock) follows the steps.
+        """
+        db = self._db
+        if self._depth or _scalar(db.execute("PRAGMA auto_vacuum")) != AUTO_VACUUM_INCREMENTAL:
+            return 0
+        reclaimed = 0
+        free = int(_scalar(db.execute("PRAGMA freelist_count")))
+        while free:
+            # executescript: the pragma frees one page per row it steps, and only a script
+            # steps a statement to its end (execute stops after the first row).
+            try:
+                db.executescript(f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({min(free, step_pages)}); COMMIT;")
+            except DRIVER_ERRORS:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            after = int(_scalar(db.execute("PRAGMA freelist_count")))
+            if after >= free:
+                break
+            reclaimed, free = reclaimed + free - after, after
+        if reclaimed and self.path is not None:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        return reclaimed
+
+    def vacuum(self) -> dict[str, int]:
+        """Rewrite the whole file compactly and switch it to incremental auto-vacuum.
+
+        The one-time step for a file created before incremental auto-vacuum (``sessionstate
+        vacuum``): it holds an exclusive lock for the whole rewrite and needs free disk space
+        about the size of the file. Returns page counts before and after and the page size.
+        """
+        db = self._db
+        if self._depth:
+            raise StorageUnavailable(f"{self.where}: vacuum cannot run inside a transaction")
+        before = int(_scalar(db.execute("PRAGMA page_count")))
+        free_before = int(_scalar(db.execute("PRAGMA freelist_count")))
+        db.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")
+        db.execute("VACUUM")
+        if self.path is not None:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return {
+            "pages_before": before,
+            "free_pages_before": free_before,
+            "pages_after": int(_scalar(db.execute("PRAGMA page_count"))),
+            "page_size": int(_scalar(db.execute("PRAGMA page_size"))),
+            "auto_vacuum": int(_scalar(db.execute("PRAGMA auto_vacuum"))),
+        }
+
     # -- inspection -------------------------------------------------------------------------
 
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
@@ -495,6 +629,9 @@ class _Transaction:
         self._name = ""
         self._mark = 0
 
+    # Driver errors become StorageError here, for every statement run inside the transaction:
+    # a try block costs nothing until something is raised, so the hot path pays nothing.
+
     def __enter__(self) -> None:
         store = self._store
         store.lock.acquire()
@@ -505,10 +642,10 @@ class _Transaction:
                 self._name = f"sp{store._depth}"
                 self._mark = len(store._after_commit)
                 store._db.execute(f"SAVEPOINT {self._name}")
-        except BaseException as exc:
+        except BaseException as error:
             store.lock.release()
-            if isinstance(exc, sqlite3.Error):
-                raise _translated(exc) from exc
+            if isinstance(error, DRIVER_ERRORS):
+                raise store.storage_error(error) from error
             raise
         store._depth += 1
 
@@ -518,42 +655,45 @@ class _Transaction:
         db = store._db
         callbacks = store._after_commit
         try:
-            if self._name:
-                if exc_type is None:
-                    db.execute("RELEASE " + self._name)
-                else:
-                    del callbacks[self._mark:]
-                    db.execute(f"ROLLBACK TO {self._name}")
-                    db.execute(f"RELEASE {self._name}")
-            elif exc_type is None:
+            if exc_type is None:
                 try:
-                    db.execute("COMMIT")
-                except BaseException:
-                    callbacks.clear()
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    raise
-                if callbacks:
+                    db.execute("RELEASE " + self._name if self._name else "COMMIT")
+                except DRIVER_ERRORS as error:
+                    # A failed COMMIT (disk full, busy) may leave the transaction open: end it.
+                    self._roll_back(db, callbacks)
+                    raise store.storage_error(error) from error
+                if not self._name and callbacks:
                     store._after_commit = []
                     for callback in callbacks:
                         try:
                             callback()
                         except Exception:  # the data is committed: one bad callback must not hide it
                             log.exception("an after-commit callback failed")
-            else:
-                callbacks.clear()
-                db.execute("ROLLBACK")
-        except sqlite3.Error as error:
-            raise _translated(error) from error
+                return
+            self._roll_back(db, callbacks)
         finally:
             store.lock.release()
-        if exc is not None and isinstance(exc, sqlite3.Error):
-            raise _translated(exc) from exc
+        if isinstance(exc, DRIVER_ERRORS):
+            raise store.storage_error(exc) from exc
 
-
-def _translated(exc: sqlite3.Error) -> StorageError:
-    """The backend boundary: a driver error leaves the store as a ``StorageError``."""
-    return StorageError(f"sqlite: {type(exc).__name__}: {exc}")
+    def _roll_back(self, db: sqlite3.Connection, callbacks: list[Callable[[], object]]) -> None:
+        # What was registered inside this level is dropped with it (R9).
+        if self._name:
+            del callbacks[self._mark:]
+        else:
+            callbacks.clear()
+        # SQLite rolls the whole transaction back by itself after some errors (disk full,
+        # I/O): then there is nothing left to undo here, and the outer level sees that too.
+        if not db.in_transaction:
+            return
+        try:
+            if self._name:
+                db.execute(f"ROLLBACK TO {self._name}")
+                db.execute(f"RELEASE {self._name}")
+            else:
+                db.execute("ROLLBACK")
+        except DRIVER_ERRORS:
+            pass  # the error being raised says more; a still-open transaction fails the next BEGIN
 
 
 def _scalar(cursor: sqlite3.Cursor) -> Any:

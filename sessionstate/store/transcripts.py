@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any, Optional
 
 from sqlalchemy import DDL, Column, Index, Integer, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
+from .failures import translated
 from .records import MessageRecord
 
 
@@ -97,11 +100,13 @@ def _record(row: tuple[Any, ...]) -> MessageRecord:
     )
 
 
+@translated
 class SqliteTranscriptTable:
     """Message rows on the store's connection; callers hold the store's lock."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
 
     def append(
         self,

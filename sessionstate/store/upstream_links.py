@@ -23,6 +23,8 @@ from typing import Any, Optional
 from sqlalchemy import DDL, Column, Integer, UniqueConstraint, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
+from .failures import translated
 from .records import UpstreamLink
 
 
@@ -114,6 +116,7 @@ def _link(row: tuple[Any, ...]) -> UpstreamLink:
     )
 
 
+@translated
 class SqliteUpstreamLinkTable:
     """Link rows on the store's own connection and transactions.
 
@@ -121,8 +124,9 @@ class SqliteUpstreamLinkTable:
     callers in ``sessionstate.upstream`` take it. CAS methods return ``True`` when they wrote.
     """
 
-    def __init__(self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]) -> None:
+    def __init__(self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]], storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
         self._transaction = transaction
 
     def get(self, session_key: str, agent_id: str) -> UpstreamLink | None:

@@ -1,0 +1,52 @@
+"""Numbered schema migrations: how a file written by an older release reaches this schema.
+
+``PRAGMA user_version`` holds a file's schema version (``schema.SCHEMA_VERSION`` for this
+release). ``MIGRATIONS`` holds one step per later version, in order: step ``n`` turns a version
+``n - 1`` file into a version ``n`` file. Opening runs the missing steps inside the same write
+transaction that checks the tables and stamps the new version, and logs each one; a failing
+step rolls everything back and the file is unchanged.
+
+Version 1 is the first schema, so there is no step yet. A new file is created at the current
+version directly from the SQLModel declarations; a step therefore only ever meets files
+written by an older release. A step must tolerate a missing feature table (one whose module
+was added later: it is created after the steps, from the current declarations).
+
+Not a migration: incremental auto-vacuum. It is a property of the file, not of its tables,
+and switching an existing file to it needs a full ``VACUUM`` (the whole file rewritten under
+an exclusive lock, up to twice its size on disk). That is an operator's decision, offered as
+``sessionstate vacuum``, not something an open should start on its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int  # the file's schema version after this step
+    summary: str  # what the step changes, for the log line
+    apply: Callable[[sqlite3.Connection], None]  # runs inside the open's write transaction
+
+
+MIGRATIONS: tuple[Migration, ...] = ()
+
+
+def steps_between(
+    file_version: int, target_version: int, migrations: Sequence[Migration]
+) -> list[Migration]:
+    """The steps that take a ``file_version`` file to ``target_version``, in order.
+
+    Raises ``ValueError`` when the list has a gap or is out of order (a defect of this module,
+    caught by its tests, never a property of a user's file).
+    """
+    versions = [m.version for m in migrations]
+    if versions != list(range(2, 2 + len(versions))):
+        raise ValueError(f"migration versions must be 2, 3, ... in order; got {versions}")
+    if target_version != 1 + len(versions):
+        raise ValueError(
+            f"schema version {target_version} needs migrations up to it; the last is {1 + len(versions)}"
+        )
+    return [m for m in migrations if file_version < m.version <= target_version]
