@@ -7,10 +7,11 @@ one entry here; nothing above the store changes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..errors import UnsupportedBackend
+from ..errors import InvalidDatabaseUrl, UnsupportedBackend
 from .contract import Store
 from .sqlite import SqliteStore
 
@@ -33,7 +34,11 @@ def url_scheme(url: str) -> str:
 
 def open_store(url: str, *, notifying_kinds: Iterable[str], **options: Any) -> Store:
     """The store for ``url``; ``options`` go to the backend (SQLite: ``synchronous``)."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidDatabaseUrl("the database URL is empty; give a sqlite:/// URL or a file path")
     scheme = url_scheme(url)
+    if not re.fullmatch(r"[a-z][a-z0-9.-]*", scheme):
+        raise InvalidDatabaseUrl(f"{url!r} is not a database URL (no scheme); give a sqlite:/// URL or a file path")
     opener = BACKENDS.get(scheme)
     if opener is None:
         raise UnsupportedBackend(
