@@ -190,7 +190,14 @@ TOOL_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
                 "maximum": 600,
                 "default": 30,
             },
-            "watch": _flag("Become a watcher of the receiving session (stale notices)."),
+            # No schema default: the result reports ``watched`` only when ``watch`` was given.
+            "watch": {
+                "type": "boolean",
+                "description": (
+                    "true: become a watcher of the receiving session (stale notices). When given"
+                    " (true or false) the result reports 'watched'; omitted means false."
+                ),
+            },
         },
         required=["sessionKey", "message"],
     ),

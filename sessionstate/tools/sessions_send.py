@@ -60,8 +60,10 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             raise InvalidArgument("sessions_send: a session cannot send to itself")
         prompt = deliver(gw, ctx.key, target, args["message"], exchange_id)
         result: dict[str, Any] = {"runId": exchange_id, "sessionKey": target[0], "agentId": target[1]}
-        if args["watch"]:
+        if args.get("watch"):
             result["watched"] = _watch(gw, ctx.key, target)
+        elif "watch" in args:  # given as false: still say whether the sender watches it
+            result["watched"] = _watches(gw, ctx.key, target)
         meta = gw._meta_of(target)
     done = threading.Event()
     outcome: dict[str, Any] = {}
@@ -83,6 +85,11 @@ def _watch(gw: "Gateway", sender: str, target: Target) -> bool:
         return False  # R3: such sessions get changesSince, not notices
     gw.watch(sender, target[0], target_agent_id=target[1])
     return True
+
+
+def _watches(gw: "Gateway", sender: str, target: Target) -> bool:
+    """True when the sender already holds a cursor on the receiver (a spawn edge, an earlier watch)."""
+    return is_agent_qualified(sender) and gw.cursor_positions(sender, target[0], target_agent_id=target[1]) is not None
 
 
 def _turn(gw: "Gateway", session: Target, purpose: str, prompt: str, sender: str, model: str | None, rctx: RunContext) -> TurnResult:

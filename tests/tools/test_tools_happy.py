@@ -203,6 +203,24 @@ def test_send_watch_false_for_a_non_agent_qualified_sender(gw):
     assert result["watched"] is False
 
 
+def test_send_reports_watched_false_whenever_watch_false_was_given(gw):
+    # The reference: the result reports watched: true|false whenever the parameter was given.
+    result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": False}))
+    assert result["watched"] is False
+    assert gw.cursor_positions(MANAGER, PEER) is None  # and watch: false registered nothing
+    gw.register_session("global", agent_id="main")
+    result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": False}, caller="global"))
+    assert result["watched"] is False
+
+
+def test_send_watch_false_reports_an_existing_cursor_and_keeps_it(gw):
+    ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "a", "timeoutSeconds": 0, "watch": True}))
+    positions = gw.cursor_positions(MANAGER, PEER)
+    result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "b", "timeoutSeconds": 0, "watch": False}))
+    assert result["watched"] is True  # the sender still watches the receiver after the call
+    assert gw.cursor_positions(MANAGER, PEER) == positions
+
+
 def test_reply_back_loop_alternates_and_stops_on_reply_skip(gw):
     gw.runner.add(Rule(MANAGER, "reply_back", ["m1", "m2", "REPLY_SKIP"]))
     gw.runner.add(Rule(PEER, "reply_back", ["p1", "p2"]))
