@@ -94,6 +94,18 @@ def sqlite_path(url: str) -> Path | None:
     return Path(os.path.abspath(database))
 
 
+def _access_hint(path: Path | None) -> str | None:
+    """Why SQLite may have been unable to open ``path``, in words (its own message is
+    "unable to open database file" for all of these)."""
+    if path is None:
+        return None
+    if path.exists() and not os.access(path, os.R_OK):
+        return "the file is not readable"
+    if not os.access(path.parent, os.W_OK):
+        return "its directory is not writable: SQLite needs to create the -wal and -shm files beside it"
+    return None
+
+
 def _check_location(path: Path, create: bool) -> None:
     """Refuse, with the cause in words, a path SQLite could only fail on obscurely; make the
     parent directories of a new file only when ``create``."""
@@ -164,7 +176,11 @@ class SqliteStore:
             if db is not None:
                 db.close()
             if isinstance(exc, DRIVER_ERRORS):
-                raise storage_error(exc, self.where) from exc
+                error = storage_error(exc, self.where)
+                hint = _access_hint(path)
+                if hint:
+                    error = type(error)(f"{error.message} ({hint})")
+                raise error from exc
             raise
         self._db: sqlite3.Connection = db
         # after_commit callbacks of the open transaction, in registration order; each

@@ -1,0 +1,102 @@
+"""Space: pruning gives pages back (new files), in bounded steps; `sessionstate vacuum` converts
+older files once."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from sessionstate import Gateway
+from sessionstate.store.sqlite import AUTO_VACUUM_INCREMENTAL
+
+MAIN = "agent:main:main"
+EVENTS = 12_000
+KEEP = 1_000
+
+
+def fill(gw: Gateway, count: int = EVENTS) -> None:
+    gw.create_session(MAIN)
+    burst = [dict(session_key=MAIN, kind="compacted", actor_type="system", summary="s" * 120)] * 500
+    for _ in range(count // len(burst)):
+        assert None not in gw.record_events(burst)
+
+
+def file_bytes(path: Path) -> int:
+    return path.stat().st_size
+
+
+def older_file(path: Path) -> None:
+    """A file as an earlier release left it: auto-vacuum off (fixed once the first page exists)."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (body TEXT)")
+    db.close()
+
+
+def test_new_files_use_incremental_auto_vacuum(tmp_path):
+    with Gateway.open(str(tmp_path / "state.db")) as gw:
+        assert gw.store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL
+
+
+def test_prune_reclaims_pages_and_the_file_shrinks(tmp_path):
+    path = tmp_path / "state.db"
+    with Gateway.open(str(path), max_rows=KEEP) as gw:
+        fill(gw)
+        gw.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        full = file_bytes(path)
+        counts = gw.prune()
+        assert counts["events"] == EVENTS - KEEP
+        assert counts["pages_reclaimed"] > 0
+        assert gw.store.db.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        assert gw.store.integrity_check() == "ok"
+        assert gw.state_version(MAIN) == EVENTS  # heads survive
+    # Closing checkpoints the WAL: the file is the kept rows' size, not the full one's.
+    assert file_bytes(path) < full / 4, (full, file_bytes(path))
+
+
+def test_reclaiming_runs_in_bounded_steps_each_its_own_transaction(tmp_path):
+    with Gateway.open(str(tmp_path / "state.db"), max_rows=KEEP) as gw:
+        fill(gw)
+        gw.store.prune_events(cutoff=0, max_rows=KEEP)
+        free = gw.store.db.execute("PRAGMA freelist_count").fetchone()[0]
+        statements: list[str] = []
+        gw.store.db.set_trace_callback(lambda sql: statements.append(sql.strip().rstrip(";")))
+        assert gw.store.reclaim_free_pages(step_pages=16) == free
+        gw.store.db.set_trace_callback(None)
+    steps = [s for s in statements if s.startswith("PRAGMA incremental_vacuum")]
+    assert len(steps) == -(-free // 16)
+    assert all(int(s.split("(")[1].rstrip(")")) <= 16 for s in steps)
+    # Each step sits alone between its BEGIN IMMEDIATE and COMMIT.
+    script = [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT") or s in steps]
+    assert len(script) == 3 * len(steps)
+    assert set(script[0::3]) == {"BEGIN IMMEDIATE"} and script[1::3] == steps and set(script[2::3]) == {"COMMIT"}
+
+
+def test_an_older_file_reclaims_nothing_until_vacuumed_once(tmp_path):
+    path = tmp_path / "old.db"
+    older_file(path)
+    with Gateway.open(str(path), max_rows=KEEP) as gw:
+        assert gw.store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+        fill(gw)
+        assert gw.prune()["pages_reclaimed"] == 0
+    pruned = file_bytes(path)
+    run = subprocess.run(
+        [sys.executable, "-m", "sessionstate.cli", "vacuum", "--db", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"vacuumed {path}: ") and "auto-vacuum is now incremental" in run.stdout
+    assert file_bytes(path) < pruned / 4, (pruned, file_bytes(path))
+    with Gateway.open(str(path), max_rows=KEEP // 2) as gw:
+        assert gw.store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL
+        assert gw.session_status(MAIN)["stateVersion"] == EVENTS
+        assert gw.prune()["pages_reclaimed"] > 0
+
+
+def test_vacuum_on_a_missing_file_creates_nothing(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "sessionstate.cli", "vacuum", "--db", str(tmp_path / "no" / "state.db")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 2 and run.stderr.startswith("sessionstate: storage_unavailable: ")
+    assert list(tmp_path.iterdir()) == []

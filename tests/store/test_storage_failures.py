@@ -1,0 +1,224 @@
+"""Storage that fails while in use: a full disk, a read-only file or directory.
+
+Simulations, each the failure SQLite itself reports:
+- a full disk: a real one (a 2 MB tmpfs filled with a ballast file: SQLITE_FULL from ENOSPC,
+  for the WAL as for the file), which needs mount rights (root here; skipped elsewhere), and
+  ``PRAGMA max_page_count`` (the file may not grow: SQLITE_FULL), which runs anywhere;
+- read-only: root ignores permission bits, so a ``mode=ro`` URL, ``PRAGMA query_only`` and
+  ``chattr +i`` (immutable, which binds root too; skipped where chattr is refused) stand in
+  for a read-only file or directory. All three give the SQLite errors a non-root user gets
+  from ``chmod``: SQLITE_READONLY on writing, SQLITE_CANTOPEN when the -wal/-shm files cannot
+  be created.
+
+Contract: every failing call raises a ``StorageError`` subclass naming the path and the cause
+(``record_event`` alone returns ``None`` and counts it, R15), ``call_tool`` returns the error's
+code, and the database is unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from sessionstate import Gateway, StorageBusy, StorageError, StorageFull, StorageUnavailable
+from sessionstate.tools.policy import ToolPolicy
+from tests.tools.support import full_dump, open_gateway
+
+MAIN = "agent:main:main"
+PEER = "agent:main:peer"
+THIRD = "agent:main:third"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+    ).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def fill(directory: Path) -> Path:
+    """Write a ballast file until the file system says ENOSPC."""
+    ballast = directory / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == 28  # ENOSPC
+    finally:
+        os.close(fd)
+    return ballast
+
+
+@pytest.fixture
+def immutable() -> Iterator[Callable[[Path], None]]:
+    marked: list[Path] = []
+
+    def mark(path: Path) -> None:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is refused here (file system or capability)")
+        marked.append(path)
+
+    yield mark
+    for path in marked:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def populated(url: str) -> tuple[Gateway, Any]:
+    gw, runner = open_gateway(url, policy=ToolPolicy(visibility="agent"))
+    for key in (MAIN, PEER, THIRD):
+        gw.create_session(key)
+    gw.watch(MAIN, PEER)
+    gw.record_event(PEER, "goal_changed", actor_type="human", summary="before")
+    return gw, runner
+
+
+def assert_refused(call: Callable[[], Any], error: type[StorageError], path: Path, words: str) -> None:
+    with pytest.raises(error) as raised:
+        call()
+    assert str(path) in raised.value.message and words in raised.value.message, raised.value.message
+
+
+WRITES: dict[str, Callable[[Gateway], Any]] = {
+    "create_session": lambda gw: gw.create_session("agent:main:new"),
+    "watch": lambda gw: gw.watch(MAIN, THIRD),
+    "unwatch": lambda gw: gw.unwatch(MAIN, PEER),
+    "reset_session": lambda gw: gw.reset_session(MAIN),
+    "delete_session": lambda gw: gw.delete_session(THIRD),
+    "drain_system_events": lambda gw: gw.drain_system_events(MAIN),
+    "append_message": lambda gw: gw.append_message(PEER, "user", "hello"),
+}
+
+
+def test_a_full_disk_says_storage_full_and_changes_nothing(small_disk):
+    path = small_disk / "state.db"
+    gw, _ = populated(str(path))
+    try:
+        ballast = fill(small_disk)
+        before = full_dump(gw)
+        failures = gw.stats["append_failures"]
+        # R15: recording stays best effort.
+        assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="lost") is None
+        assert gw.stats["append_failures"] == failures + 1
+        for name, write in WRITES.items():
+            assert_refused(lambda: write(gw), StorageFull, path, "storage full")
+        result = gw.call_tool(MAIN, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0})
+        assert result["status"] == "error" and result["error"]["code"] == "storage_full", result
+        assert str(path) in result["error"]["message"]
+        assert full_dump(gw) == before
+        assert gw.session_status(PEER)["stateVersion"] == 1  # reading still works
+        ballast.unlink()  # space again: the same gateway writes again
+        assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="after") == 2
+        gw.create_session("agent:main:new")
+    finally:
+        gw.close()
+
+
+def test_a_database_that_may_not_grow_says_storage_full(tmp_path):
+    path = tmp_path / "state.db"
+    gw, _ = populated(str(path))
+    try:
+        pages = gw.store.db.execute("PRAGMA page_count").fetchone()[0]
+        gw.store.db.execute(f"PRAGMA max_page_count = {pages}")
+        # Rows fill the last free bytes of their pages first: write until a page is needed.
+        for attempt in range(10_000):
+            before = full_dump(gw)
+            try:
+                gw.create_session(f"agent:main:filler{attempt:05d}", label="x" * 200)
+            except StorageFull as exc:
+                assert str(path) in exc.message and "storage full" in exc.message
+                break
+        else:
+            pytest.fail("the database never filled up")
+        assert full_dump(gw) == before
+        failures = gw.stats["append_failures"]
+        recorded = [gw.record_event(PEER, "goal_changed", actor_type="human", summary="y" * 200) for _ in range(200)]
+        assert recorded[-1] is None and gw.stats["append_failures"] == failures + recorded.count(None)
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("how", ["mode=ro", "query_only"])
+def test_a_read_only_database_reads_and_refuses_writes(tmp_path, how):
+    path = tmp_path / "state.db"
+    gw, _ = populated(str(path))
+    if how == "mode=ro":
+        gw.close()
+        gw, _ = open_gateway(f"sqlite:///file:{path}?mode=ro&uri=true", policy=ToolPolicy(visibility="agent"))
+    else:
+        gw.store.db.execute("PRAGMA query_only = 1")
+    try:
+        before = full_dump(gw)
+        assert gw.session_status(PEER)["stateVersion"] == 1
+        assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="lost") is None
+        for name, write in WRITES.items():
+            assert_refused(lambda: write(gw), StorageUnavailable, path, "readonly")
+        result = gw.call_tool(MAIN, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0})
+        assert result["status"] == "error" and result["error"]["code"] == "storage_unavailable", result
+        assert full_dump(gw) == before
+    finally:
+        gw.close()
+
+
+def test_an_immutable_file_opens_read_only(tmp_path, immutable):
+    path = tmp_path / "state.db"
+    gw, _ = populated(str(path))
+    gw.close()
+    immutable(path)
+    gw = Gateway.open(str(path))
+    try:
+        assert gw.session_status(PEER)["stateVersion"] == 1
+        assert_refused(lambda: gw.create_session("agent:main:new"), StorageUnavailable, path, "readonly")
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_an_unwritable_directory_is_named_as_the_cause(tmp_path, immutable, existing):
+    directory = tmp_path / "locked"
+    directory.mkdir()
+    path = directory / "state.db"
+    if existing:
+        Gateway.open(str(path)).close()
+    immutable(directory)
+    assert_refused(lambda: Gateway.open(str(path)), StorageUnavailable, path, "directory is not writable")
+
+
+def test_a_closed_gateway_says_so(tmp_path):
+    gw = Gateway.open(str(tmp_path / "state.db"))
+    gw.create_session(MAIN)
+    gw.close()
+    assert_refused(lambda: gw.session_status(MAIN), StorageUnavailable, tmp_path / "state.db", "closed")
+
+
+def test_a_write_lock_held_past_the_busy_timeout_says_storage_busy(tmp_path):
+    path = tmp_path / "state.db"
+    Gateway.open(str(path)).close()
+    gw = Gateway.open(f"sqlite:///{path}?timeout=0.05")  # the URL may shorten the 10 s default
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        gw.create_session(MAIN)
+        before = gw.store.dump()
+        other.execute("BEGIN IMMEDIATE")
+        assert_refused(lambda: gw.create_session(PEER), StorageBusy, path, "database is locked")
+        assert gw.record_event(MAIN, "goal_changed", actor_type="human", summary="x") is None
+        other.execute("ROLLBACK")
+        assert gw.store.dump() == before
+        gw.create_session(PEER)
+    finally:
+        other.close()
+        gw.close()
