@@ -244,10 +244,13 @@ class SqliteStore:
     def in_transaction(self) -> bool:
         return self._depth > 0
 
-    def pragma(self, name: str) -> Any:
-        """The value of a SQLite ``PRAGMA`` on this store's connection (inspection only)."""
+    def pragma(self, name: str, value: int | None = None) -> Any:
+        """A SQLite ``PRAGMA`` on this store's connection: its value, or with ``value`` set
+        it first (SQLite-specific tuning and tests; not part of the store contract)."""
         if not name.isidentifier():
             raise ValueError(f"not a pragma name: {name!r}")
+        if value is not None:
+            return _scalar(self._db.execute(f"PRAGMA {name} = {int(value)}"))
         return _scalar(self._db.execute(f"PRAGMA {name}"))
 
     # -- sessions ---------------------------------------------------------------------------
