@@ -249,9 +249,9 @@ class SqliteStore:
         it first (SQLite-specific tuning and tests; not part of the store contract)."""
         if not name.isidentifier():
             raise ValueError(f"not a pragma name: {name!r}")
-        if value is not None:
-            return _scalar(self._db.execute(f"PRAGMA {name} = {int(value)}"))
-        return _scalar(self._db.execute(f"PRAGMA {name}"))
+        statement = f"PRAGMA {name}" if value is None else f"PRAGMA {name} = {int(value)}"
+        row = self._db.execute(statement).fetchone()
+        return row if row is None or len(row) != 1 else row[0]  # one column: its value
 
     # -- sessions ---------------------------------------------------------------------------
 
