@@ -34,8 +34,12 @@ def normalize_url(url: str | os.PathLike[str] | None) -> str:
         text = os.fspath(url)
     except TypeError:
         raise InvalidDatabaseUrl(f"a database URL or path must be a string, not {type(url).__name__}") from None
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise InvalidDatabaseUrl(f"a database URL or path must be a string, not {type(text).__name__}")
+    if not text.strip():
         raise InvalidDatabaseUrl("the database URL is empty; give a sqlite:/// URL or a file path")
+    if "\x00" in text or any("\ud800" <= c <= "\udfff" for c in text):
+        raise InvalidDatabaseUrl(f"{text!r} holds a NUL or a lone surrogate: no file can have that name")
     if "://" in text:
         return text
     try:

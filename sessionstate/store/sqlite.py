@@ -175,6 +175,8 @@ class SqliteStore:
         except BaseException as exc:
             if db is not None:
                 db.close()
+            if isinstance(exc, ValueError):  # a NUL or a lone surrogate in the path
+                raise InvalidDatabaseUrl(f"{url!r} names no usable file ({exc})") from None
             if isinstance(exc, DRIVER_ERRORS):
                 error = storage_error(exc, self.where)
                 hint = _access_hint(path)

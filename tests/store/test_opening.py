@@ -11,10 +11,13 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessionstate import (
     Gateway,
@@ -85,6 +88,9 @@ def test_an_in_memory_gateway_keeps_the_whole_contract(url):
         ("   ", InvalidDatabaseUrl),
         ("://x", InvalidDatabaseUrl),
         ("sqlite://host/x.db", InvalidDatabaseUrl),
+        ("sqlite:///tmp/a\x00b.db", InvalidDatabaseUrl),
+        ("state-\ud800.db", InvalidDatabaseUrl),
+        (b"state.db", InvalidDatabaseUrl),
         ("postgresql://localhost/x", UnsupportedBackend),
     ],
 )
@@ -167,6 +173,27 @@ def test_cli_status_in_a_missing_directory_creates_nothing(tmp_path):
     run = cli("status", MAIN, "--db", str(path))
     assert run.returncode == 2 and run.stderr.startswith("sessionstate: storage_unavailable: ")
     assert list(tmp_path.iterdir()) == []
+
+
+@settings(max_examples=200)
+@given(url=st.one_of(
+    st.text(),
+    st.text().map(lambda t: "sqlite:///" + t),
+    st.text().map(lambda t: "sqlite://" + t),
+    st.text(alphabet="sqlite:/?&=.\x00\ud800modeuriro", max_size=30),
+))
+def test_any_url_opens_or_raises_a_typed_error_and_creates_nothing(url):
+    with tempfile.TemporaryDirectory() as scratch:
+        here = os.getcwd()
+        os.chdir(scratch)
+        try:
+            try:
+                Gateway.open(url, create=False).close()
+            except SessionStateError:
+                pass
+            assert os.listdir(scratch) == []
+        finally:
+            os.chdir(here)
 
 
 # -- item 1: schema versions ------------------------------------------------------------------
