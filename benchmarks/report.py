@@ -39,6 +39,8 @@ RATIOS: list[tuple[str, str, str, float | None]] = [
     ("prune 60,000 -> 50,000 rows", "prune.project", "prune.raw", 1.5),
     ("restart sweep, 10,000 cursors, 1,000 behind (sweep alone)", "sweep.project", "sweep.raw", None),
     ("restart: whole Gateway.open incl. sweep, vs raw sweep", "sweep.open.project", "sweep.raw", None),
+    ("MCP notice poll tick (R18), 10 targets, nothing new, vs a raw SELECT of the cursors",
+     "mcp.poll.project", "mcp.poll.raw", None),
 ]
 LOCK_TARGET_MS = 15.0
 CURVES = [

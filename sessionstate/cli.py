@@ -1,4 +1,4 @@
-"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, check."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, check."""
 
 from __future__ import annotations
 
@@ -40,6 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     schemas = commands.add_parser("schemas", help="the session tools' JSON Schemas (what agents are handed)")
     schemas.add_argument("--write", type=Path, default=None, metavar="DIR", help="write <tool>.json files into DIR")
 
+    mcp = commands.add_parser("mcp", help="serve one session's tools and notices to an MCP client over stdio")
+    mcp.add_argument("--session", required=True, metavar="KEY", help="the calling session, e.g. agent:main:main")
+    mcp.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
+    mcp.add_argument("--profile", default="coding", choices=["coding", "messaging"], help="tool profile (default: coding)")
+    mcp.add_argument("--visibility", default="tree", choices=["self", "tree", "agent", "all"],
+                     help="which sessions the tools may name (default: tree)")
+    mcp.add_argument("--agent-to-agent", action="store_true", help="with --visibility all: other agents' sessions too")
+    mcp.add_argument("--max-spawn-depth", type=int, default=1, metavar="N", help="sub-agent depth limit (default: 1)")
+    mcp.add_argument("--poll-interval", type=float, default=0.2, metavar="SECONDS",
+                     help="how often notices from other processes are looked for (default: 0.2)")
+
     check = commands.add_parser("check", help="model check, fuzz, crash and concurrency trials (exit 1 on failure)")
     from .verify.runner import add_arguments as add_check_arguments
 
@@ -60,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _vacuum(args)
         if args.command == "schemas":
             return _schemas(args)
+        if args.command == "mcp":
+            return _mcp(args)
         if args.command == "check":
             from .verify.runner import run_check
 
@@ -121,6 +134,29 @@ def _schemas(args: argparse.Namespace) -> int:
     else:
         for path in export_schemas(args.write):
             print(f"wrote {path}")
+    return 0
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from .mcp import serve_stdio
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in {"mcp", "mcp_types"}:
+            raise
+        print("sessionstate: missing_dependency: the MCP server needs the mcp extra:"
+              " pip install 'sessionstate[mcp]'", file=sys.stderr)
+        return 2
+    from .gateway import Gateway
+    from .tools.policy import ToolPolicy
+
+    policy = ToolPolicy(visibility=args.visibility, agent_to_agent=args.agent_to_agent,
+                        profile=args.profile, max_spawn_depth=args.max_spawn_depth)
+    with Gateway.open(args.db, create=False) as gw:  # the session must exist, so must the file
+        gw.configure_tools(policy)
+        try:
+            serve_stdio(gw, args.session, poll_interval=args.poll_interval)
+        finally:
+            gw.stop_runs()  # runs live in this process: end them before the database closes
     return 0
 
 

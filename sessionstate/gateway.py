@@ -450,6 +450,26 @@ class Gateway(AgentRuntimeMixin):
         return [e.text for e in self.queue.peek(session_key)]
 
     @_locked
+    def queue_owed_notices(self, session_key: str) -> int:
+        """R18: queue the notice of each pending pair of the session not queued here yet.
+
+        For a process that serves a session whose targets other processes record: it reads
+        the session's cursors, fires no trigger and writes nothing (a sweep would fold later
+        events into the pending notice), so a drain after it acknowledges exactly what a turn
+        in the recording process would. Returns how many notices it queued.
+        """
+        check_key(session_key)
+        queued = {e.target for e in self.queue.peek(session_key)}
+        owed: list[tuple[str, Target, int]] = []
+        for record in self.store.cursors_held_by(session_key):
+            target = (record.target_key, record.target_agent_id)
+            positions = Positions(*record.positions)
+            if target not in queued and derive_state(positions) in PENDING_STATES:
+                owed.append((session_key, target, positions.last_seen))
+        self._queue_notices(owed)
+        return len(owed)
+
+    @_locked
     def enqueue_system_event(self, session_key: str, text: str) -> bool:
         """Queue a plain system line (announcements) for the session's next turn."""
         check_key(session_key)

@@ -1,0 +1,78 @@
+"""End to end over stdio: `sessionstate mcp` as a subprocess, the SDK's stdio client and session.
+
+A second gateway in this test process plays the process that records: the server learns of
+its notice through the durable cursor (spec R18), announces it, and delivers it byte for byte.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types import ResourceUpdatedNotification
+
+from sessionstate import Gateway
+from sessionstate.mcp import notices_uri
+
+MANAGER = "agent:main:main"
+CHILD = "agent:main:subagent:worker"
+WAIT_SECONDS = 60  # a bound for a hung server, never a timing assertion
+
+
+def test_stdio_subscribe_update_read_and_reconcile(tmp_path):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    recorder = Gateway.open(url)
+    recorder.register_session(MANAGER)
+    recorder.create_session(CHILD, kind="subagent", parent=MANAGER)  # MANAGER watches CHILD
+    since = recorder.cursor_positions(MANAGER, CHILD).last_seen
+    uri = notices_uri(MANAGER)
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "sessionstate.cli", "mcp", "--db", url, "--session", MANAGER, "--poll-interval", "0.05"],
+    )
+    updates: list[str] = []
+    updated = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, ResourceUpdatedNotification):
+            updates.append(message.params.uri)
+            updated.set()
+
+    async def main() -> tuple[str, dict, dict]:
+        with anyio.fail_after(WAIT_SECONDS):
+            async with stdio_client(server) as (read, write):
+                async with ClientSession(read, write, message_handler=on_message) as session:
+                    await session.initialize()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", MCPDeprecationWarning)  # handshake-era subscribe
+                        await session.subscribe_resource(uri)
+                    recorder.human_message(CHILD, "stop: use the staging database", channel="telegram", sender="u1")
+                    await updated.wait()
+                    read_result = await session.read_resource(uri)
+                    status = await session.call_tool("session_status", {"sessionKey": CHILD, "changesSince": since})
+                    assert not status.is_error, status
+                    tools = await session.list_tools()
+                    return read_result.contents[0].text, status.structured_content, {t.name: t for t in tools.tools}  # type: ignore[union-attr,return-value]
+
+    text, status, tools = anyio.run(main)
+    assert updates == [uri]
+    # Byte for byte the line the recording process queued for the manager's next turn.
+    (expected,) = recorder.pending_system_events(MANAGER)
+    assert text.encode("utf-8") == expected.encode("utf-8")
+    assert f'changesSince {since}.' in text
+    # The read acknowledged it durably, as a turn does: the recorder's copy is now stale (R17).
+    positions = recorder.cursor_positions(MANAGER, CHILD)
+    assert positions.last_seen == positions.notified == positions.material
+    assert recorder.drain_system_events(MANAGER) == []
+    changes = status["stateChanges"]
+    assert [e["kind"] for e in changes["events"]] == ["human_direct_message"]
+    assert changes["events"][0]["summary"].startswith("human message via telegram")
+    assert status["stateVersion"] == changes["events"][-1]["sequence"] and not changes["historyGap"]
+    assert status["stateChanges"] == recorder.session_status(CHILD, changes_since=since)["stateChanges"]
+    assert set(tools) == {"sessions_list", "sessions_history", "sessions_send", "sessions_spawn",
+                          "sessions_yield", "subagents", "session_status"}
+    recorder.close()
