@@ -21,8 +21,10 @@ from .errors import (
     UnsupportedBackend,
 )
 from .gateway import Gateway
+from .keys import SessionRef
 from .notices import notice_text
 from .statemachine import Positions
+from . import tools  # noqa: F401  (the tool layer installs Gateway.call_tool; imported last)
 
 __all__ = [
     "Gateway",
@@ -33,6 +35,7 @@ __all__ = [
     "SchemaMismatch",
     "SchemaVersionError",
     "SessionExists",
+    "SessionRef",
     "SessionStateError",
     "StorageBusy",
     "StorageError",

@@ -18,6 +18,9 @@ from .contract import (
 )
 from .factory import BACKENDS, open_store
 from .records import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
     CursorRecord,
     EventRecord,
     Head,
@@ -31,6 +34,9 @@ from .sqlite import DEFAULT_SYNCHRONOUS, SqliteStore, sqlite_path
 
 __all__ = [
     "BACKENDS",
+    "COMPLETED",
+    "FAILED",
+    "RUNNING",
     "DEFAULT_SYNCHRONOUS",
     "CursorRecord",
     "CursorTable",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.runs import RunRecord
-from ..store.transcripts import MessageRecord
+from ..store import MessageRecord, RunRecord
 from ..timefmt import iso_millis
 from .sanitize import normalize_assistant_text, redact_secrets
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..store.runs import RUNNING, RunRecord
-from ..store.session_meta import MetaRecord
+from ..store import RUNNING, MetaRecord, RunRecord
 from .context import ToolContext
 from .errors import ToolNotAllowed
 
@@ -32,7 +31,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     run_id = f"run-{token}"
     child = (f"agent:{ctx.caller[1]}:{'acp' if runtime == 'acp' else 'subagent'}:{token}", ctx.caller[1])
     session_id = uuid.uuid4().hex
-    with gw._lock:
+    with gw.locked():
         now = gw.clock()
         route = (ctx.meta.last_channel, ctx.meta.last_to)
         record = RunRecord(
@@ -43,14 +42,14 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         with gw.transaction():
             gw.create_session(child[0], kind="acp" if runtime == "acp" else "subagent",
                               parent=ctx.caller[0], label=args.get("label"), run_id=run_id)
-            gw._meta.insert(MetaRecord(
+            gw.registry.insert_meta(MetaRecord(
                 child[0], child[1], session_id, channel=ctx.meta.channel, model=args.get("model"),
                 thinking=args.get("thinking"), runtime=runtime, sandboxed=sandboxed, spawn_depth=depth,
                 last_activity_at=now,
             ))
-            gw._runs.insert(record)
+            gw.runs.insert(record)
             if context == "fork":
-                for message in gw._transcripts.recent(*ctx.caller, FORK_MESSAGES):
+                for message in gw.transcripts.recent(ctx.caller, FORK_MESSAGES):
                     gw.append_message(
                         child[0], message.role, message.text, agent_id=child[1], actor_type=message.actor_type,
                         actor_id=message.actor_id, tool_calls=message.tool_calls, tool_result=message.tool_result,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sessionstate.store import UpstreamLinkTable
-from sessionstate.upstream.providers.base import CheckStatus, UpstreamProvider
+from ..store import UpstreamLinkTable
+from .providers.base import CheckStatus, UpstreamProvider
 
 if TYPE_CHECKING:
-    from sessionstate.gateway import Gateway
+    from ..gateway import Gateway
 
 PRIME_MAX_ROUNDS = 64
 
