@@ -20,6 +20,7 @@ from .errors import (
     UnknownTool,
     UnsupportedBackend,
 )
+from .fencing import fence_untrusted, fenced_text, quote_untrusted
 from .gateway import Gateway
 from .keys import SessionRef
 from .notices import notice_text
@@ -44,5 +45,8 @@ __all__ = [
     "UnknownSession",
     "UnknownTool",
     "UnsupportedBackend",
+    "fence_untrusted",
+    "fenced_text",
     "notice_text",
+    "quote_untrusted",
 ]

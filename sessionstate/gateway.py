@@ -30,10 +30,12 @@ from .notice_protocol import Clock, NoticeProtocol, WakeHook
 from .notices import SystemEventQueue
 from .policy import ToolPolicy
 from .producers import Producers
+from .pump import ChangePump, start_pump
 from .registry import Registry
 from .runner.base import AgentRunner
 from .runner.executor import RunExecutor
 from .runs import Runs
+from .serving import SERVE_ALL, Serving
 from .statemachine import NOTIFYING_KINDS, Positions
 from .store import DEFAULT_SYNCHRONOUS, MessageRecord, MetaRecord, RunRecord, Store, open_store
 from .transcript_api import Transcripts
@@ -59,11 +61,13 @@ class Gateway:
         on_wake: WakeHook | None = None,
         retention_days: float = 30,
         max_rows: int = 50_000,
+        serve: Sequence[str] = SERVE_ALL,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or time.time
         self.protocol = NoticeProtocol(
-            store, clock=self.clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows
+            store, clock=self.clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows,
+            serve=serve,
         )
         self.registry = Registry(store, self.clock, self.protocol)
         self.transcripts = Transcripts(store, self.clock, self.protocol, self.registry)
@@ -71,6 +75,7 @@ class Gateway:
         self.producers = Producers(self.protocol)
         self._tool_policy = DEFAULT_POLICY
         self._id_factory: Callable[[], str] | None = None
+        self._pump: ChangePump | None = None
         self.closed = False
 
     @classmethod
@@ -84,6 +89,8 @@ class Gateway:
         max_rows: int = 50_000,
         synchronous: str = DEFAULT_SYNCHRONOUS,
         create: bool = True,
+        serve: Sequence[str] = SERVE_ALL,
+        pump: bool = False,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -91,12 +98,18 @@ class Gateway:
         it a missing file raises ``StorageUnavailable`` and nothing is created. A file this
         release cannot use raises a ``StorageError`` subclass and is left unchanged. The URL's
         scheme picks the backend (``store.open_store``).
+        ``serve``: the session key patterns this process serves when unclaimed (R19);
+        ``pump``: run the change pump, for a database shared with other gateway processes
+        (R22; needed for ``attach``).
         """
         store = open_store(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
         try:
-            gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows)
+            gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
+                          max_rows=max_rows, serve=serve)
+            if pump:
+                gateway._pump = start_pump(gateway)
             gateway.startup_sweep()
         except BaseException:
             store.close()
@@ -104,9 +117,12 @@ class Gateway:
         return gateway
 
     def close(self) -> None:
+        if self._pump is not None:  # joined outside the lock: its sweep takes the lock
+            self._pump.stop()
         with self.store.lock:
             if not self.closed:
                 self.closed = True
+                self.serving.unregister()
                 self.store.close()
 
     def __enter__(self) -> "Gateway":
@@ -151,6 +167,10 @@ class Gateway:
     @max_rows.setter
     def max_rows(self, rows: int) -> None:
         self.protocol.max_rows = rows
+
+    @property
+    def serving(self) -> Serving:
+        return self.protocol.serving
 
     @property
     def queue(self) -> SystemEventQueue:
@@ -204,6 +224,25 @@ class Gateway:
         """Run an agent-facing tool; failures come back as error results, never raised."""
         (call,) = _tool_layer  # installed by sessionstate.tools, which the package imports
         return call(self, caller_key, name, args)
+
+    # -- several processes (spec section 6a) ------------------------------------------------
+
+    def attach(self, session_key: str) -> int:
+        """R20: serve ``session_key`` from this process (the last attach wins); returns the
+        claim's generation. Needs the change pump."""
+        return self.protocol.attach(session_key)
+
+    def detach(self, session_key: str) -> bool:
+        """R20: drop this process's claim on ``session_key``; ``True`` when it held one."""
+        return self.protocol.detach(session_key)
+
+    def serves(self, session_key: str) -> bool:
+        """R19: whether notices for ``session_key`` are queued (and wakes sent) here."""
+        return self.protocol.serves(session_key)
+
+    def sweep_changes(self) -> int:
+        """R22: one incremental sweep now (what the pump runs on a change); notices queued."""
+        return self.protocol.sweep_changes()
 
     # -- the notice protocol ----------------------------------------------------------------
 

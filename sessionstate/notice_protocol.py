@@ -23,7 +23,7 @@ from .keys import (
     resolve_agent_id,
 )
 from .locking import locked
-from .notices import SystemEventQueue, notice_text
+from .notices import SystemEventQueue, notice_text, plan_drain
 from .reconcile import events_json
 from .statemachine import NOTIFYING_KINDS, Positions, derive_state, fire, fire_many
 from .statemachine.machine import states_written_by
@@ -57,6 +57,7 @@ from .validation import (
     check_timestamp,
     encode_payload,
 )
+from .serving import SERVE_ALL, Serving
 from .wake import WakeCoalescer
 
 log = logging.getLogger("sessionstate")
@@ -104,6 +105,7 @@ class NoticeProtocol:
         on_wake: WakeHook | None = None,
         retention_days: float = 30,
         max_rows: int = 50_000,
+        serve: Sequence[str] = SERVE_ALL,
     ) -> None:
         if isinstance(retention_days, bool) or not isinstance(retention_days, (int, float)) or retention_days <= 0:
             raise InvalidArgument("retention_days must be a positive number")
@@ -116,6 +118,31 @@ class NoticeProtocol:
         self.queue = SystemEventQueue()
         self.wakes = WakeCoalescer(on_wake, clock)
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
+        self.serving = Serving(self, serve)  # section 6a: which watchers this process serves
+
+    # -- several processes (spec section 6a) ------------------------------------------------
+
+    @locked
+    def attach(self, session_key: str) -> int:
+        """R20: serve ``session_key`` from this process (the last attach wins); returns the
+        claim's generation. Needs the change pump."""
+        return self.serving.attach(session_key)
+
+    @locked
+    def detach(self, session_key: str) -> bool:
+        """R20: drop this process's claim on ``session_key``; ``True`` when it held one."""
+        return self.serving.detach(session_key)
+
+    @locked
+    def serves(self, session_key: str) -> bool:
+        """R19: whether notices for ``session_key`` are queued (and wakes sent) here."""
+        check_key(session_key)
+        return self.serving.serves(session_key)
+
+    @locked
+    def sweep_changes(self) -> int:
+        """R22: one incremental sweep now (what the pump runs on a change); notices queued."""
+        return self.serving.sweep()
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -279,7 +306,7 @@ class NoticeProtocol:
             log.exception("recording %d event(s) (%s) failed; the turn goes on", len(events), kinds)
             return [None] * len(events)
         self.stats["events_recorded"] += inserted_count
-        self._queue_notices(notices)
+        self.queue_notices(notices)
         return sequences
 
     def _decide_notices(self, target: SessionRef, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, SessionRef, int]]:
@@ -349,38 +376,38 @@ class NoticeProtocol:
 
     @locked
     def drain_system_events(self, session_key: str) -> list[str]:
-        """The system lines for the session's next turn; acknowledges the notices among them."""
+        """The system lines for the session's next turn; acknowledges the notices among them.
+
+        R21: the durable cursors decide, whichever process queued what: one line per pending
+        pair, for the cursor's L; stale queued notices are dropped.
+        """
         check_key(session_key)
         entries = self.queue.peek(session_key)
         if not entries:
             self.resolve_any_agent(session_key)
-            return []
-        # A non-empty queue proves the session exists: deleting a session clears its queue.
-        delivered: list[str] = []
+        serving = self.store.serving
+        # A read first: a watcher that owes nothing takes no write lock.
+        if not is_agent_qualified(session_key) or not serving.pending_held_by(session_key):
+            texts = [e.text for e in entries]
+            self.store.after_commit(lambda: self.queue.remove(session_key, texts))
+            return [e.text for e in entries if e.target is None]
+        now = self.clock()
         follow_ups: list[tuple[str, SessionRef, int]] = []
-        if any(e.target is not None for e in entries):
-            now = self.clock()
-            with self.store.transaction():
-                for entry in entries:
-                    if entry.target is None:
-                        delivered.append(entry.text)
-                        continue
-                    record = self.store.cursor(session_key, *entry.target)
-                    positions = Positions(*record.positions) if record else None
-                    if derive_state(positions) not in PENDING_STATES:
-                        continue  # R17: another process acknowledged or removed it: stale
-                    # R17: the durable cursor decides the text (equal to the queued one unless
-                    # another process moved last_seen).
-                    delivered.append(notice_text(entry.target[0], positions.last_seen))  # type: ignore[union-attr]
-                    (step,) = self._fire_pairs([(session_key, entry.target, positions)], DRAIN, None, now)
-                    if step.notice_since is not None:
-                        follow_ups.append((session_key, entry.target, step.notice_since))
-        else:
-            delivered = [e.text for e in entries]
-        texts = [e.text for e in entries]
-        self.store.after_commit(lambda: self.queue.remove(session_key, texts))
-        self._queue_notices(follow_ups)
-        return delivered
+        with self.store.transaction():
+            owed = {(p.target_key, p.target_agent_id): p.last_seen for p in serving.pending_held_by(session_key)}
+            lines = plan_drain(entries, owed)
+            for _, target in lines:
+                if target is None:
+                    continue
+                record = self.store.cursor(session_key, *target)
+                assert record is not None  # read as pending in this transaction
+                (step,) = self._fire_pairs([(session_key, target, Positions(*record.positions))], DRAIN, None, now)
+                if step.notice_since is not None:
+                    follow_ups.append((session_key, target, step.notice_since))
+            texts = [e.text for e in entries]
+            self.store.after_commit(lambda: self.queue.remove(session_key, texts))
+            self.queue_notices(follow_ups)
+        return [text for text, _ in lines]
 
     @locked
     def pending_system_events(self, session_key: str) -> list[str]:
@@ -405,7 +432,7 @@ class NoticeProtocol:
             positions = Positions(*record.positions)
             if target not in queued and derive_state(positions) in PENDING_STATES:
                 owed.append((session_key, target, positions.last_seen))
-        self._queue_notices(owed)
+        self.queue_notices(owed)
         return len(owed)
 
     @locked
@@ -494,7 +521,7 @@ class NoticeProtocol:
         """R11: re-materialise every owed notice from the durable cursors; returns how many."""
         with self.store.transaction():
             notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
-        self._queue_notices(notices)
+        self.queue_notices(notices)
         return len(notices)
 
     # -- inspection -------------------------------------------------------------------------
@@ -548,6 +575,7 @@ class NoticeProtocol:
         Must run inside ``store.transaction()``; with ``load`` the positions are read first.
         """
         steps = []
+        changed: list[str] = []
         for watcher, target, positions in pairs:
             if load:
                 record = self.store.cursor(watcher, *target)
@@ -555,7 +583,9 @@ class NoticeProtocol:
             step = fire((watcher, target[0]), positions, trigger, sequence)
             if step.positions != positions:
                 self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
+                changed.append(watcher)
             steps.append(step)
+        self.store.serving.note_cursor_changes(changed, now)  # R22: for other processes' pumps
         return steps
 
     def _fire_records(self, records: list[CursorRecord], trigger: str) -> list[tuple[str, SessionRef, int]]:
@@ -573,12 +603,15 @@ class NoticeProtocol:
         if clear is not None:
             self.queue.clear(clear)
 
-    def _queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
+    def queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
         if notices:  # R9: after the outermost commit; dropped if it rolls back
             self.store.after_commit(lambda: self._release_notices(notices))
 
     def _release_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
+        serves = self.serving.serves
         for watcher, target, since in notices:
+            if not serves(watcher):  # R19: another process queues it
+                continue
             if self.queue.enqueue(watcher, notice_text(target[0], since), target):
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):

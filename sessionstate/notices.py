@@ -70,3 +70,24 @@ class SystemEventQueue:
 
     def sessions(self) -> list[str]:
         return list(self._queues)
+
+
+def plan_drain(
+    entries: list[QueuedEvent], owed: dict[tuple[str, str], int]
+) -> list[tuple[str, tuple[str, str] | None]]:
+    """R21: the lines a drain delivers, each with the target it acknowledges (``None`` for a
+    plain line): queued order, one line per pending pair at its queued notice's place, its text
+    for the cursor's L (``owed``: target -> L); queued notices of pairs not owed are dropped;
+    owed pairs with no queued notice follow, in target order."""
+    lines: list[tuple[str, tuple[str, str] | None]] = []
+    done: set[tuple[str, str]] = set()
+    for entry in entries:
+        if entry.target is None:
+            lines.append((entry.text, None))
+        elif entry.target in owed and entry.target not in done:
+            done.add(entry.target)
+            lines.append((notice_text(entry.target[0], owed[entry.target]), entry.target))
+    for target in sorted(owed):
+        if target not in done:
+            lines.append((notice_text(target[0], owed[target]), target))
+    return lines

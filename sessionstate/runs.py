@@ -15,6 +15,7 @@ import logging
 from typing import Any, Callable
 
 from .errors import InvalidArgument, SessionStateError, UnknownSession
+from .fencing import fence_untrusted, quote_untrusted
 from .keys import SessionRef, check_key
 from .locking import locked
 from .runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
@@ -49,18 +50,25 @@ def _check_target(value: object, field: str) -> SessionRef:
 
 
 def announce_text(run: RunRecord, outcome: str, text: str | None, route: tuple[str | None, str | None]) -> str:
-    """The requester's system line for a finished run (one line; the result bounded)."""
-    name = run.label or run.child_key
+    """The requester's system line for a finished run: one line, the result bounded.
+
+    Everything in it that another actor wrote (the child's reply or error, the label, the
+    stored route) is a ``quote_untrusted`` literal, so no part of it reads as a line of its own.
+    """
+    name = quote_untrusted(run.label or run.child_key)
     if outcome == "completed":
         body = " ".join((text or "(no reply)").split())
         if len(body) > ANNOUNCE_TEXT_CHARS:
             body = body[:ANNOUNCE_TEXT_CHARS] + "…"
-        head = f"completed: {body}"
+        head = f"completed; reply (untrusted data): {quote_untrusted(body)}"
     elif outcome == "timeout":
         head = f"timed out after {run.timeout_seconds:g}s"
     else:
-        head = f"failed ({outcome})" + (f": {' '.join(text.split())[:300]}" if text else "")
-    via = f" [route {route[0]}" + (f" -> {route[1]}" if route[1] else "") + "]" if route[0] else ""
+        detail = f"; detail (untrusted data): {quote_untrusted(' '.join(text.split())[:300])}" if text else ""
+        head = f"failed ({outcome}){detail}"
+    via = ""
+    if route[0]:
+        via = f" [route {quote_untrusted(route[0])}" + (f" -> {quote_untrusted(route[1])}" if route[1] else "") + "]"
     return f"[Sub-agent result] {name} (run {run.run_id}) {head}{via}"
 
 
@@ -248,15 +256,16 @@ class Runs:
         run = self.store.runs.get(run_id)
         if run is None or run.status != "running":
             return False
+        prompt = fence_untrusted(guidance, f"Steering from {sender} via subagents; isUser=false")
         with self.store.transaction():
             self.transcripts.append_message(
-                run.child_key, "user", guidance, agent_id=run.child_agent_id, actor_type="agent",
+                run.child_key, "user", prompt, agent_id=run.child_agent_id, actor_type="agent",
                 actor_id=sender, provenance={"kind": "steer", "sourceSessionKey": sender, "runId": run_id, "isUser": False},
             )
             self.store.runs.note_steered(run_id)
         ctx = self.executor.context(run_id)
         if ctx is not None:
-            ctx.steer(guidance)
+            ctx.steer(prompt)
         return True
 
     def wait_for_runs(self, timeout: float = 10.0) -> bool:

@@ -14,6 +14,7 @@ import fnmatch
 import threading
 from dataclasses import dataclass, field
 
+from ..fencing import fenced_text
 from .base import REPLY_SKIP, RunCancelled, RunContext, TurnRequest, TurnResult
 
 
@@ -34,7 +35,9 @@ class Rule:
 
 
 def _first_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("[Inter-session")]
+    # A fenced prompt (inter-session message, task, steering) is read for its content.
+    unfenced = fenced_text(text)
+    lines = [line for line in (text if unfenced is None else unfenced).splitlines() if line.strip()]
     return (lines[0] if lines else "").strip()[:120]
 
 
@@ -64,7 +67,7 @@ class ScriptedRunner:
                 threading.Event().wait(rule.delay)
             elif ctx.wait(rule.delay):
                 raise RunCancelled(ctx.reason or "cancelled")
-        steered += ctx.take_steering()
+        steered += [fenced_text(note) or note for note in ctx.take_steering()]
         if rule.fail is not None:
             raise RuntimeError(rule.fail)
         text = rule.replies[min(index, len(rule.replies) - 1)] if rule.replies else self._default(request)

@@ -40,7 +40,7 @@ new backend implements them on purpose instead of rediscovering them:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -50,9 +50,11 @@ from .records import (
     Head,
     MessageRecord,
     MetaRecord,
+    PendingCursor,
     PositionsTuple,
     RunRecord,
     SessionRecord,
+    SweepSnapshot,
     UpstreamLink,
 )
 
@@ -299,6 +301,48 @@ class UpstreamLinkTable(Protocol):
     def drop(self, link: UpstreamLink) -> bool: ...
 
 
+class ServingTable(Protocol):
+    """Several gateway processes on one database (spec section 6a): servers with heartbeats,
+    claims (R20, last attach wins), the change log a pump reads (R22), shared wake slots
+    (R23). Every claim change and every cursor change outside the event hot path notes its
+    watcher in the change log, in the same transaction."""
+
+    def note_cursor_changes(self, watchers: Iterable[str], now: float) -> None: ...
+
+    def pending_held_by(self, watcher: str) -> list[PendingCursor]:
+        """The watcher's pending cursors (effective positions are not needed: only L)."""
+        ...
+
+    def read_sweep(self, after_sequence: int, after_stamp: int) -> SweepSnapshot:
+        """One read snapshot: cursors frozen since ``after_sequence`` and watchers changed
+        since ``after_stamp``; outside any transaction."""
+        ...
+
+    def watermarks(self) -> tuple[int, int]: ...
+
+    def all_pending(self) -> list[PendingCursor]: ...
+
+    def register_server(self, server_id: str, pid: int, host: str, now: float) -> None: ...
+
+    def heartbeat(self, server_id: str, now: float) -> bool: ...
+
+    def dead_servers(self, older_than: float) -> list[str]: ...
+
+    def remove_server(self, server_id: str, now: float) -> list[str]: ...
+
+    def claim(self, key: str, server_id: str, now: float) -> int: ...
+
+    def unclaim(self, key: str, server_id: str, now: float) -> bool: ...
+
+    def claimant(self, key: str) -> tuple[str, int] | None: ...
+
+    def all_claims(self) -> dict[str, str]: ...
+
+    def take_wake_slot(self, watcher: str, now: float, window: float) -> bool:
+        """Move the watcher's last wake to ``now`` if it is ``window`` old, atomically."""
+        ...
+
+
 class Store(Transactions, SessionTable, SignalLog, CursorTable, Protocol):
     """One backend: the core tables, the feature tables and the unit of work."""
 
@@ -315,6 +359,9 @@ class Store(Transactions, SessionTable, SignalLog, CursorTable, Protocol):
 
     @property
     def links(self) -> UpstreamLinkTable: ...
+
+    @property
+    def serving(self) -> ServingTable: ...
 
     def close(self) -> None: ...
 

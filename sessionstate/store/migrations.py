@@ -6,7 +6,7 @@ release). ``MIGRATIONS`` holds one step per later version, in order: step ``n`` 
 transaction that checks the tables and stamps the new version, and logs each one; a failing
 step rolls everything back and the file is unchanged.
 
-Version 1 is the first schema, so there is no step yet. A new file is created at the current
+Version 2 adds the change pump's index on pending cursors. A new file is created at the current
 version directly from the SQLModel declarations; a step therefore only ever meets files
 written by an older release. A step must tolerate a missing feature table (one whose module
 was added later: it is created after the steps, from the current declarations).
@@ -31,7 +31,20 @@ class Migration:
     apply: Callable[[sqlite3.Connection], None]  # runs inside the open's write transaction
 
 
-MIGRATIONS: tuple[Migration, ...] = ()
+def _pending_notified_index(db: sqlite3.Connection) -> None:
+    if not db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_watch_cursors'"
+    ).fetchone():
+        return  # created afterwards from the declarations, index included
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS ix_cursors_pending_notified ON session_watch_cursors"
+        " (notified_sequence) WHERE notified_sequence > last_seen_sequence"
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(2, "index pending cursors by notified_sequence (the change pump, spec R22)", _pending_notified_index),
+)
 
 
 def steps_between(

@@ -135,3 +135,18 @@ class UpstreamLink(NamedTuple):
     last_checked_at: float | None
     last_status: str | None
     created_at: float
+
+
+class PendingCursor(NamedTuple):
+    watcher: str
+    target_key: str
+    target_agent_id: str
+    last_seen: int
+
+
+class SweepSnapshot(NamedTuple):
+    log_sequence: int
+    change_stamp: int
+    frozen: list[PendingCursor]
+    changed_watchers: list[str]
+    gap: bool  # the change log was trimmed past the previous stamp

@@ -25,6 +25,7 @@ from . import bootstrap, schema, tables  # noqa: F401  (tables registers every t
 from .failures import DRIVER_ERRORS, storage_error, translated
 from .records import CursorRecord, EventRecord, Head, PositionsTuple, SessionRecord
 from .runs import SqliteRunTable
+from .serving import SqliteServingTable
 from .session_meta import SqliteMetadataTable
 from .transcripts import SqliteTranscriptTable
 from .upstream_links import SqliteUpstreamLinkTable
@@ -194,6 +195,7 @@ class SqliteStore:
         self.runs = SqliteRunTable(db, self.storage_error)
         self.transcripts = SqliteTranscriptTable(db, self.storage_error)
         self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
+        self.serving = SqliteServingTable(db, self.storage_error)
         self._build_statements(sorted(notifying_kinds))
 
     def storage_error(self, exc: BaseException) -> StorageError:

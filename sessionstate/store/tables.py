@@ -9,3 +9,4 @@ from . import upstream_links  # noqa: F401  adopted sessions: upstream links
 from . import session_meta  # noqa: F401  session tools: per-session runtime metadata
 from . import transcripts  # noqa: F401  session tools: transcripts
 from . import runs  # noqa: F401  session tools: child runs
+from . import serving  # noqa: F401  several processes: servers, claims, change log, wake slots

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..fencing import fenced_text
 from ..store import MessageRecord, RunRecord
 from ..timefmt import iso_millis
 from .sanitize import normalize_assistant_text, redact_secrets
@@ -24,7 +25,10 @@ def history_row(record: MessageRecord) -> dict[str, Any]:
 
 
 def _one_line(text: str, limit: int) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("[Inter-session message")]
+    # A fenced message (inter-session, task, steering) is summarised by its content: the
+    # result is one JSON string field, which its encoding keeps from standing as a line.
+    unfenced = fenced_text(text)
+    lines = [ln.strip() for ln in (text if unfenced is None else unfenced).splitlines() if ln.strip()]
     line = " ".join(lines)
     line, _ = redact_secrets(line)
     return line if len(line) <= limit else line[: limit - 1] + "…"

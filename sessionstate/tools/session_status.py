@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..fencing import quote_untrusted
 from ..timefmt import iso_millis
 from .context import ToolContext
 from .rows import run_json
@@ -76,12 +77,13 @@ def _card_text(target: tuple[str, str], f: dict[str, Any]) -> str:
     usage, time = f["usage"], f["time"]
     lines = [
         f"Session {target[0]} ({f['kind']}, agent {target[1]})",
-        f"Model: {f['model']}" + (" (override)" if f["modelOverride"] else "") + f" · runtime {f['runtime']}",
+        f"Model: {quote_untrusted(f['model']) if f['model'] else None}" + (" (override)" if f["modelOverride"] else "") + f" · runtime {f['runtime']}",
         f"Usage: {usage['inputTokens']} in / {usage['outputTokens']} out · {usage['messages']} messages",
         f"Time: created {time['createdAt']} · updated {time['updatedAt']}",
     ]
     if f["task"]:
-        lines.append(f"Task: run {f['task']['runId']} {f['task']['status']}: {f['task']['task']}")
+        # The task is the requester's text: quoted, so the card's lines stay the gateway's own.
+        lines.append(f"Task: run {f['task']['runId']} {f['task']['status']}: {quote_untrusted(f['task']['task'])}")
     if f["activeRuns"]:
         lines.append(f"Sub-agents running: {f['activeRuns']}")
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """``sessions_send``: a message into another session, optionally waiting for the reply.
 
 Delivery (under the gateway lock, one transaction): the receiver's transcript gets a
-``user`` row whose text is the prompt the receiving agent sees, headed
-``[Inter-session message ... isUser=false]``, with provenance ``inter_session`` and actor
+``user`` row whose text is the prompt the receiving agent sees, the message fenced as
+untrusted data under ``[Inter-session message ... isUser=false]`` (``fencing.py``), with
+provenance ``inter_session`` and actor
 ``agent`` + the sender's key. Then, with ``watch: true``, the sender watches the session
 that actually received it, from its current version.
 
@@ -24,6 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, SessionStateError
+from ..fencing import fence_untrusted
 from ..keys import is_agent_qualified
 from ..runner.base import REPLY_SKIP, RunContext, TurnRequest, TurnResult
 from .context import ToolContext
@@ -37,8 +39,8 @@ SessionRef = tuple[str, str]
 
 
 def frame(sender: str, text: str) -> str:
-    """The receiving agent's prompt: tool-routed data, not the end user's words."""
-    return f"[Inter-session message from {sender} via sessions_send; isUser=false]\n{text}"
+    """The receiving agent's prompt: tool-routed data, not the end user's words (fenced)."""
+    return fence_untrusted(text, f"Inter-session message from {sender} via sessions_send; isUser=false")
 
 
 def deliver(gw: "Gateway", sender: str, receiver: SessionRef, text: str, exchange_id: str) -> str:

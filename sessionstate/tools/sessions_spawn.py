@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from ..fencing import fence_untrusted
 from ..store import RUNNING, MetaRecord, RunRecord
 from .context import ToolContext
 from .errors import ToolNotAllowed
@@ -31,6 +32,8 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     run_id = f"run-{token}"
     child = (f"agent:{ctx.caller[1]}:{'acp' if runtime == 'acp' else 'subagent'}:{token}", ctx.caller[1])
     session_id = uuid.uuid4().hex
+    # The child's first message and prompt: its requester's words, fenced like all foreign text.
+    prompt = fence_untrusted(args["task"], f"Task from {ctx.key} via sessions_spawn; isUser=false")
     with gw.locked():
         now = gw.clock()
         route = (ctx.meta.last_channel, ctx.meta.last_to)
@@ -56,10 +59,10 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                         provenance={"kind": "fork", "sourceSessionKey": ctx.key, "sourceMessageId": message.id},
                     )
             gw.append_message(
-                child[0], "user", args["task"], agent_id=child[1], actor_type="agent", actor_id=ctx.key,
+                child[0], "user", prompt, agent_id=child[1], actor_type="agent", actor_id=ctx.key,
                 provenance={"kind": "spawn_task", "sourceSessionKey": ctx.key, "runId": run_id, "isUser": False},
             )
-        gw.start_run(record, args["task"])
+        gw.start_run(record, prompt)
     result: dict[str, Any] = {
         "status": "accepted",
         "runId": run_id,

@@ -244,7 +244,10 @@ def test_migration_to_1_completes_an_unstamped_file_holding_the_first_schema(tmp
 
 def test_migrations_run_in_order_in_one_transaction_and_are_logged(tmp_path, monkeypatch, caplog):
     path = tmp_path / "old.db"
-    make_current_file(path)  # version 1
+    make_current_file(path)
+    with raw(path) as db:
+        db.execute("PRAGMA user_version = 1")
+    db.close()
     applied: list[int] = []
 
     def step(version: int):
@@ -340,3 +343,18 @@ def test_unrelated_tables_are_left_in_place(tmp_path):
         assert db.execute("SELECT count(*) FROM notes").fetchone()[0] == 0
         assert db.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     db.close()
+
+
+def test_migration_2_adds_the_change_pump_index_to_a_version_1_file(tmp_path):
+    path = tmp_path / "v1.db"
+    make_current_file(path)
+    with raw(path) as db:
+        db.execute("DROP INDEX ix_cursors_pending_notified")
+        db.execute("PRAGMA user_version = 1")
+    db.close()
+    with Gateway.open(str(path)) as gw:
+        with raw(path) as db:  # a second connection: the store's own is private
+            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        db.close()
+        assert "ix_cursors_pending_notified" in names
+        assert gw.store.pragma("user_version") == 2

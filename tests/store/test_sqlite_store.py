@@ -9,6 +9,7 @@ import pytest
 from sessionstate import Gateway, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, SqliteStore
+from sessionstate.store import schema
 from sessionstate.store.sqlite import CAUGHT_UP_WATCHERS_SQL
 
 
@@ -34,7 +35,7 @@ def test_wal_and_synchronous_normal(store):
 
 def test_schema_version_is_stamped_and_dedupe_keys_are_unique(store):
     # The on-disk format version later migrations will read; it is 1 for this schema.
-    assert store.pragma("user_version") == 1
+    assert store.pragma("user_version") == schema.SCHEMA_VERSION
     append(store, dedupe="same")
     raw = sqlite3.connect(store.path)  # a second connection: the file's own constraint refuses it
     with raw, pytest.raises(sqlite3.IntegrityError):

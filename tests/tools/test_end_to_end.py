@@ -6,6 +6,7 @@ exactly as the protocol says."""
 from __future__ import annotations
 
 from sessionstate import notice_text
+from sessionstate.fencing import fenced_text
 from sessionstate.runner import Rule
 from sessionstate.tools.policy import ToolPolicy
 
@@ -59,7 +60,7 @@ def test_manager_children_human_peers_kill_announce(db_url):
                                                    "timeoutSeconds": 5, "watch": True}))
     assert (sent["status"], sent["reply"], sent["watched"], sent["sessionKey"]) == ("ok", "on it", True, MANAGER)
     gw.wait_for_runs(timeout=0.5)  # the children still run; the exchange ends quickly
-    manager_view = [(m.role, m.text.split("\n")[-1]) for m in gw.transcript(MANAGER)]
+    manager_view = [(m.role, fenced_text(m.text) or m.text) for m in gw.transcript(MANAGER)]
     assert manager_view == [("user", "status of research?"), ("assistant", "on it"), ("user", "need it by noon")]
     assert all(m.provenance["isUser"] is False for m in gw.transcript(MANAGER) if m.role == "user")
     # Inter-session messages record no signal-log event: the peer's watch sees nothing yet.
@@ -84,7 +85,8 @@ def test_manager_children_human_peers_kill_announce(db_url):
     assert gw.finish_run(one["runId"], "completed", text="report ready (steered)") is True
     assert kinds(gw, c1) == ["child_spawned"] + ["human_direct_message"] * 3 + ["run_completed"]
     assert gw.pending_system_events(MANAGER) == [
-        f"[Sub-agent result] researcher (run {one['runId']}) completed: report ready (steered) [route telegram -> alice]"  # the latest human turn set the route
+        '[Sub-agent result] "researcher" (run %s) completed; reply (untrusted data): "report ready (steered)"'
+        ' [route "telegram" -> "alice"]' % one["runId"]  # the latest human turn set the route
     ]
     listed = ok(gw.call_tool(MANAGER, "subagents", {"action": "list"}))
     assert listed["active"] == [] and {r["status"] for r in listed["recent"]} == {"completed", "failed"}

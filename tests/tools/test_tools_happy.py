@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from sessionstate.fencing import fenced_text
 from sessionstate.runner import Rule
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
@@ -227,7 +228,7 @@ def test_reply_back_loop_alternates_and_stops_on_reply_skip(gw):
     ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "start", "timeoutSeconds": 5}))
     gw.wait_for_runs()
     peer_out = [m.text for m in gw.transcript(PEER) if m.role == "assistant"]
-    manager_in = [m.text.split("\n", 1)[1] for m in gw.transcript(MANAGER) if m.provenance and m.provenance.get("kind") == "inter_session"]
+    manager_in = [fenced_text(m.text) for m in gw.transcript(MANAGER) if m.provenance and m.provenance.get("kind") == "inter_session"]
     assert peer_out == ["received: start", "p1", "p2"]
     assert manager_in == ["received: start", "p1", "p2"]
 
@@ -258,7 +259,7 @@ def test_spawn_returns_at_once_and_announces(gw):
     assert [e["kind"] for e in events] == ["child_spawned", "run_completed"]
     assert events[1]["runId"] == result["runId"]
     assert gw.pending_system_events(MANAGER) == [
-        f"[Sub-agent result] calc (run {result['runId']}) completed: 42 [route telegram -> u1]"
+        '[Sub-agent result] "calc" (run %s) completed; reply (untrusted data): "42" [route "telegram" -> "u1"]' % result["runId"]
     ]
     assert gw.session_meta(child).model == "m-x"
     assert call(gw, "subagents", {})["recent"][0]["status"] == "completed"
@@ -288,7 +289,7 @@ def test_run_timeout_and_error_outcomes(gw):
         time.sleep(0.01)
     events = gw.session_status(broken["childSessionKey"], changes_since=0)["stateChanges"]["events"]
     assert events[-1]["payload"] == {"outcome": "error"}
-    assert any("failed (error): RuntimeError: boom" in line for line in gw.pending_system_events(MANAGER))
+    assert any('failed (error); detail (untrusted data): "RuntimeError: boom"' in line for line in gw.pending_system_events(MANAGER))
 
 
 def test_steer_and_kill(gw):
@@ -398,7 +399,8 @@ def test_recent_user_messages(gw):
     assert gw.recent_user_messages(PEER, limit=2) == ["u10", "u11"]
     ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "ping", "timeoutSeconds": 0}))
     gw.wait_for_runs()
-    assert gw.recent_user_messages(PEER, limit=1)[0].endswith("\nping")
+    delivered = gw.recent_user_messages(PEER, limit=1)[0]
+    assert delivered.startswith("[Inter-session message from agent:main:main") and fenced_text(delivered) == "ping"
 
 
 def test_delete_drops_tool_rows(gw):

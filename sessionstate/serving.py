@@ -1,0 +1,217 @@
+"""Which sessions this gateway process serves, and keeping its queue in step with other
+processes' commits (spec section 6a, R18-R22).
+
+A ``Serving`` belongs to one notice protocol service (``NoticeProtocol.serving``). It answers ``serves(W)`` from memory (the hot path
+asks it for every notice), holds this server's claims, and runs the incremental sweep that
+the change pump (``pump.py``) triggers. Every method is called with the gateway lock held.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Callable, Iterable, Protocol, Sequence
+
+from .errors import InvalidArgument
+from .keys import SessionRef, check_key
+from .notices import SystemEventQueue, notice_text
+from .store import Store
+from .store.records import PendingCursor
+
+log = logging.getLogger("sessionstate")
+
+HEARTBEAT_SECONDS = 5.0
+LEASE_SECONDS = 15.0
+SERVE_ALL = ("*",)
+
+
+
+class NoticeSink(Protocol):
+    """What serving needs of the notice protocol service (which satisfies it)."""
+
+    store: Store
+    clock: Callable[[], float]
+    queue: SystemEventQueue
+    stats: dict[str, int]
+
+    def queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None: ...
+
+    def resolve_any_agent(self, key: str) -> None: ...
+
+
+def check_patterns(patterns: object) -> tuple[str, ...]:
+    if isinstance(patterns, str) or not isinstance(patterns, (list, tuple)):
+        raise InvalidArgument("serve must be a list of session key patterns")
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern or not pattern.isprintable():
+            raise InvalidArgument(f"serve pattern {pattern!r} must be a non-empty printable string")
+    return tuple(patterns)
+
+
+class Serving:
+    """R19-R20 for one gateway; the sweep of R22."""
+
+    def __init__(self, sink: NoticeSink, patterns: Sequence[str] = SERVE_ALL) -> None:
+        self._sink = sink
+        self.patterns = check_patterns(patterns)
+        self.server_id: str | None = None  # set when the pump registers this server
+        self._mine: set[str] = set()
+        self._elsewhere: dict[str, str] = {}  # key -> the live server holding its claim
+        self._matches: dict[str, bool] = {}
+        self._after_sequence = 0
+        self._after_stamp = 0
+        self.sweeps = 0
+
+    # -- R19: who serves W --------------------------------------------------------------------
+
+    def serves(self, key: str) -> bool:
+        if key in self._mine:
+            return True
+        if key in self._elsewhere:
+            return False
+        matched = self._matches.get(key)
+        if matched is None:
+            matched = self._matches[key] = any(fnmatch.fnmatchcase(key, p) for p in self.patterns)
+        return matched
+
+    # -- registration (the pump's) ----------------------------------------------------------
+
+    def register(self) -> None:
+        """Become a server: a heartbeat row, the claims as they stand, the sweep watermarks."""
+        store = self._sink.store
+        self.server_id = uuid.uuid4().hex
+        with store.transaction():
+            store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), time.time())
+            self._elsewhere = store.serving.all_claims()
+            self._after_sequence, self._after_stamp = store.serving.watermarks()
+        self._mine.clear()
+
+    def unregister(self) -> None:
+        if self.server_id is None:
+            return
+        store = self._sink.store
+        with store.transaction():
+            store.serving.remove_server(self.server_id, self._sink.clock())
+        self.server_id = None
+        self._mine.clear()
+
+    def heartbeat(self) -> None:
+        """Refresh this server's heartbeat and remove servers whose lease ran out (R20)."""
+        if self.server_id is None:
+            return
+        store = self._sink.store
+        now = time.time()
+        with store.transaction():
+            alive = store.serving.heartbeat(self.server_id, now)
+            if not alive:  # another process found us dead (a long stall): start afresh
+                store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), now)
+                for key in self._mine:
+                    store.serving.claim(key, self.server_id, self._sink.clock())
+            for dead in store.serving.dead_servers(now - LEASE_SECONDS):
+                if dead != self.server_id:
+                    log.warning("gateway server %s missed its lease; its sessions are released", dead)
+                    store.serving.remove_server(dead, self._sink.clock())
+
+    # -- R20: claims --------------------------------------------------------------------------
+
+    def attach(self, key: str) -> int:
+        """Claim ``key`` for this server (the last attach wins); returns the claim generation."""
+        check_key(key)
+        sink = self._sink
+        sink.resolve_any_agent(key)
+        if self.server_id is None:
+            raise InvalidArgument("attach needs the change pump: open the gateway with pump=True")
+        with sink.store.transaction():
+            generation = sink.store.serving.claim(key, self.server_id, sink.clock())
+        self._mine.add(key)
+        self._elsewhere.pop(key, None)
+        self.reconcile([key])
+        return generation
+
+    def detach(self, key: str) -> bool:
+        check_key(key)
+        sink = self._sink
+        if self.server_id is None or key not in self._mine:
+            return False
+        with sink.store.transaction():
+            sink.store.serving.unclaim(key, self.server_id, sink.clock())
+        self._mine.discard(key)
+        self.reconcile([key])
+        return True
+
+    def attached(self) -> list[str]:
+        return sorted(self._mine)
+
+    # -- R22: the sweep -----------------------------------------------------------------------
+
+    def sweep(self) -> int:
+        """Bring this process's queue in step with commits since the previous sweep.
+
+        Returns how many notices it queued. Reads one snapshot through the partial index and
+        the change log (never the whole cursor table, except after a change-log gap).
+        """
+        sink = self._sink
+        serving = sink.store.serving
+        snap = serving.read_sweep(self._after_sequence, self._after_stamp)
+        for key in snap.changed_watchers:
+            self._refresh_claim(key)
+        if snap.gap:
+            log.warning("change log trimmed past this server's stamp: resynchronising every watcher")
+            watchers = {p.watcher for p in serving.all_pending()} | set(sink.queue.sessions())
+            queued = self.reconcile(watchers)
+        else:
+            queued = self._queue_pending(p for p in snap.frozen if self.serves(p.watcher))
+            queued += self.reconcile(snap.changed_watchers)
+        # Advanced only once the sweep succeeded: a failed one is redone by the next.
+        self._after_sequence, self._after_stamp = snap.log_sequence, snap.change_stamp
+        self.sweeps += 1
+        return queued
+
+    def reconcile(self, watchers: Iterable[str]) -> int:
+        """Make each watcher's queued notices here equal the ones its durable cursors owe
+        (none when this process does not serve it); plain lines stay."""
+        sink = self._sink
+        queued = 0
+        for watcher in watchers:
+            owed = sink.store.serving.pending_held_by(watcher) if self.serves(watcher) else []
+            wanted = {(p.target_key, p.target_agent_id): notice_text(p.target_key, p.last_seen) for p in owed}
+            for entry in sink.queue.peek(watcher):
+                if entry.target is not None and wanted.get(entry.target) != entry.text:
+                    sink.queue.remove(watcher, [entry.text])
+            queued += self._queue_pending(owed)
+        return queued
+
+    def _queue_pending(self, pending: Iterable[PendingCursor]) -> int:
+        """R18 for the given pending cursors: queue the notice for L, replacing a stale text."""
+        sink = self._sink
+        notices = []
+        for p in pending:
+            target = (p.target_key, p.target_agent_id)
+            text = notice_text(p.target_key, p.last_seen)
+            stale = [e.text for e in sink.queue.peek(p.watcher) if e.target == target and e.text != text]
+            if stale:
+                sink.queue.remove(p.watcher, stale)
+            notices.append((p.watcher, target, p.last_seen))
+        before = sink.stats["notices_enqueued"]
+        sink.queue_notices(notices)
+        return sink.stats["notices_enqueued"] - before
+
+    def _refresh_claim(self, key: str) -> None:
+        holder = self._sink.store.serving.claimant(key)
+        if holder is None:
+            self._elsewhere.pop(key, None)
+            self._mine.discard(key)
+        elif holder[0] == self.server_id:
+            self._mine.add(key)
+            self._elsewhere.pop(key, None)
+        else:
+            if key in self._mine:
+                log.info("session %s was attached by server %s (generation %d)", key, holder[0], holder[1])
+            self._mine.discard(key)
+            self._elsewhere[key] = holder[0]
+
+

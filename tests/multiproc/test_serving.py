@@ -1,0 +1,146 @@
+"""R19, R20, R22 inside one test process: two gateways on one file, sweeps run by hand
+(``sweep_changes``) so every step is deterministic; the pump thread has its own test."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from sessionstate import Gateway, InvalidArgument, UnknownSession
+from sessionstate.notices import notice_text
+from sessionstate.store import serving as serving_sql
+
+W, T, W2 = "agent:a:main", "agent:b:main", "agent:c:main"
+
+
+@pytest.fixture
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    with Gateway.open(url) as gw:
+        for key in (W, T, W2):
+            gw.create_session(key)
+        gw.watch(W, T)
+        gw.watch(W2, T)
+    return url
+
+
+def human(gw: Gateway) -> int:
+    sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="hi")
+    assert sequence is not None
+    return sequence
+
+
+def test_a_process_queues_only_for_the_sessions_it_serves(url):
+    with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, serve=["agent:a:*"], pump=False) as server:
+        assert not recorder.serves(W) and server.serves(W) and not server.serves(W2)
+        human(recorder)
+        assert recorder.pending_system_events(W) == [] and recorder.pending_system_events(W2) == []
+        server.sweep_changes()
+        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.pending_system_events(W2) == []  # not served here
+
+
+def test_the_sweep_withdraws_a_notice_acknowledged_elsewhere(url):
+    with Gateway.open(url, serve=[]) as other, Gateway.open(url) as server:
+        human(other)
+        server.sweep_changes()
+        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert other.drain_system_events(W) == [notice_text(T, 0)]  # R21: any process drains
+        server.sweep_changes()
+        assert server.pending_system_events(W) == []  # INV4 in the serving process
+        assert server.drain_system_events(W) == []
+
+
+def test_the_sweep_queues_a_follow_up_made_by_another_process(url):
+    with Gateway.open(url, serve=[]) as other, Gateway.open(url) as server:
+        first = human(other)
+        server.sweep_changes()
+        human(other)  # pending: raises M only
+        assert other.drain_system_events(W) == [notice_text(T, 0)]  # acks to `first`, follow-up
+        server.sweep_changes()
+        assert server.pending_system_events(W) == [notice_text(T, first)]
+
+
+def test_last_attach_wins_and_the_loser_stops_serving(url):
+    with Gateway.open(url, pump=True) as a, Gateway.open(url, pump=True) as b:
+        assert a.attach(W) == 1
+        human(a)
+        assert a.pending_system_events(W) == [notice_text(T, 0)]
+        b.sweep_changes()
+        assert not b.serves(W) and b.pending_system_events(W) == []
+        assert b.attach(W) == 2  # the last attach wins; b queues the owed notice (R18)
+        assert b.pending_system_events(W) == [notice_text(T, 0)]
+        a.sweep_changes()
+        assert not a.serves(W) and a.pending_system_events(W) == []
+        assert b.drain_system_events(W) == [notice_text(T, 0)]
+        assert b.detach(W) and not b.detach(W)
+        a.sweep_changes()
+        assert a.serves(W)  # back to its pattern
+
+
+def test_a_crashed_servers_sessions_are_taken_over(url, tmp_path):
+    with Gateway.open(url, pump=True) as a, Gateway.open(url, pump=True) as b:
+        b.attach(W)
+        a.sweep_changes()
+        human(a)
+        assert a.pending_system_events(W) == []
+        # b stops heartbeating (as a crashed process does): its heartbeat ages past the lease.
+        with sqlite3.connect(tmp_path / "state.db") as raw:
+            raw.execute("UPDATE session_servers SET heartbeat_at = 0 WHERE server_id = ?", (b.serving.server_id,))
+        with a.locked():
+            a.serving.heartbeat()  # finds b dead and releases its claims
+        a.sweep_changes()
+        assert a.serves(W)
+        assert a.pending_system_events(W) == [notice_text(T, 0)]
+
+
+def test_a_sweep_behind_a_trimmed_change_log_resynchronises(url, monkeypatch):
+    monkeypatch.setattr(serving_sql, "CHANGE_LOG_KEEP", 2)
+    monkeypatch.setattr(serving_sql, "CHANGE_LOG_TRIM_EVERY", 1)
+    with Gateway.open(url, serve=[]) as other, Gateway.open(url, pump=True) as server:
+        first = human(other)
+        human(other)
+        server.sweep_changes()
+        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        other.drain_system_events(W)   # follow-up since `first`
+        other.watch(W, W2)             # more change rows: the ack's row is trimmed
+        other.unwatch(W, W2)
+        other.watch(W, W2)
+        server.sweep_changes()
+        assert server.pending_system_events(W) == [notice_text(T, first)]
+
+
+def test_attach_checks_its_input(url):
+    with Gateway.open(url) as no_pump, Gateway.open(url, pump=True) as gw:
+        with pytest.raises(InvalidArgument):
+            no_pump.attach(W)
+        with pytest.raises(UnknownSession):
+            gw.attach("agent:z:main")
+        with pytest.raises(InvalidArgument):
+            gw.attach("")
+    for bad in ("*", [""], [3], None):
+        with pytest.raises(InvalidArgument):
+            Gateway.open(url, serve=bad)
+    with pytest.raises(InvalidArgument):
+        Gateway.open("sqlite://", pump=True)
+
+
+def test_closing_drops_the_server_and_its_claims(url, tmp_path):
+    with Gateway.open(url, pump=True) as gw:
+        gw.attach(W)
+    with sqlite3.connect(tmp_path / "state.db") as raw:
+        assert raw.execute("SELECT count(*) FROM session_servers").fetchone()[0] == 0
+        assert raw.execute("SELECT count(*) FROM session_claims").fetchone()[0] == 0
+
+
+def test_the_pump_thread_brings_another_process_notice(url):
+    with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, pump=True) as server:
+        server.attach(W)
+        human(recorder)
+        deadline = time.monotonic() + 30  # a bound for a stuck pump, not a timing assertion
+        while not server.pending_system_events(W) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server._pump.changes >= 1
