@@ -6,6 +6,8 @@ its notice through the durable cursor (spec R18), announces it, and delivers it 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import warnings
 
@@ -76,3 +78,49 @@ def test_stdio_subscribe_update_read_and_reconcile(tmp_path):
     assert set(tools) == {"sessions_list", "sessions_history", "sessions_send", "sessions_spawn",
                           "sessions_yield", "subagents", "session_status"}
     recorder.close()
+
+
+def test_garbage_on_stdin_never_stops_the_server(tmp_path):
+    """Below any client: lines that are no JSON-RPC message are dropped; what follows is served."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    with Gateway.open(url) as gw:
+        gw.register_session(MANAGER)
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        "{not json", "[]", "\u0000",
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": "x"},
+        {"jsonrpc": "2.0", "id": 3, "method": "no/such/method"},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "session_status", "arguments": {"sessionKey": 7}}},
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "session_status", "arguments": [1]}},
+        {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "session_status"}},
+    ]
+    payload = "".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in messages).encode()
+    command = [sys.executable, "-m", "sessionstate.cli", "mcp", "--db", url, "--session", MANAGER]
+
+    async def main() -> tuple[dict[int, dict], int | None]:
+        replies: dict[int, dict] = {}
+        with anyio.fail_after(WAIT_SECONDS):
+            async with await anyio.open_process(command, stderr=subprocess.DEVNULL) as process:
+                assert process.stdin is not None and process.stdout is not None
+                await process.stdin.send(payload)
+                buffer = b""
+                while not {3, 4, 5, 6} <= replies.keys():
+                    buffer += await process.stdout.receive()
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        reply = json.loads(line)
+                        replies[reply["id"]] = reply
+                await process.stdin.aclose()  # the client goes away: the server ends cleanly
+                return replies, await process.wait()
+
+    replies, returncode = anyio.run(main)
+    assert returncode == 0
+    assert replies[1]["result"]["serverInfo"]["name"] == "sessionstate"
+    assert replies[3]["error"]["code"] == -32601  # method not found, answered
+    assert replies[4]["result"]["isError"] is True
+    assert replies[4]["result"]["structuredContent"]["error"]["code"] == "invalid_argument"
+    assert replies[5]["error"]["code"] == -32602  # arguments that are no object: invalid params
+    assert replies[6]["result"]["structuredContent"]["sessionKey"] == MANAGER
+    assert 2 not in replies  # a message that is no JSON-RPC request is dropped, unanswered
