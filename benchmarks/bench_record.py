@@ -57,6 +57,21 @@ def test_record_project(benchmark, tmp_path, watchers):
 
 
 @pytest.mark.parametrize("watchers", [1, 3])
+def test_record_traced_project(benchmark, tmp_path, watchers):
+    """The same with the protocol trace on: an event line, a step and a notice line per watcher."""
+    gw = open_gateway(_file(tmp_path, watchers), trace=tmp_path / "trace.jsonl")
+
+    def setup() -> None:
+        reset_caught_up(side_connection(gw))
+        clear_queue(gw)
+
+    measure(benchmark, gw.record_event, key=f"record.w{watchers}.traced", setup=setup,
+            rounds_full=2000, args=(TARGET, KIND), kwargs=EVENT)
+    assert (tmp_path / "trace.jsonl").stat().st_size > 0
+    gw.close()
+
+
+@pytest.mark.parametrize("watchers", [1, 3])
 def test_record_raw(benchmark, tmp_path, watchers):
     raw = RawLog(_file(tmp_path, watchers))
     measure(benchmark, raw.record, key=f"record.w{watchers}.raw", setup=lambda: reset_caught_up(raw.db),

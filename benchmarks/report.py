@@ -29,6 +29,8 @@ END = "<!-- report.py:end -->"
 RATIOS: list[tuple[str, str, str, float | None]] = [
     ("record one material event, 3 watchers, commit per event", "record.w3.project", "record.w3.raw", 1.25),
     ("record one material event, 1 watcher (reference)", "record.w1.project", "record.w1.raw", None),
+    ("same, 3 watchers, protocol trace on, vs trace off", "record.w3.traced", "record.w3.project", 1.3),
+    ("same, 1 watcher, protocol trace on, vs trace off", "record.w1.traced", "record.w1.project", 1.3),
     ("same + 1,000 pending watchers, vs the project's own 1-watcher cost",
      "record.pending.project", "record.w1.project", 1.5),
     ("same + 1,000 pending watchers, vs raw with the same cursors", "record.pending.project", "record.pending.raw", None),

@@ -1,4 +1,4 @@
-"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, check."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, check, replay."""
 
 from __future__ import annotations
 
@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .verify.runner import add_arguments as add_check_arguments
 
     add_check_arguments(check)
+
+    replay = commands.add_parser("replay", help="check protocol traces against the spec (exit 1 on a violation)")
+    from .verify.trace_cli import add_arguments as add_replay_arguments
+
+    add_replay_arguments(replay)
     return parser
 
 
@@ -77,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .verify.runner import run_check
 
             return run_check(args)
+        if args.command == "replay":
+            from .verify.trace_cli import run_replay
+
+            return run_replay(args)
         return _diagram(args)
     except SessionStateError as exc:
         print(f"sessionstate: {exc.code}: {exc.message}", file=sys.stderr)

@@ -17,6 +17,7 @@ never imports them.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,6 +39,7 @@ from .runs import Runs
 from .serving import SERVE_ALL, Serving
 from .statemachine import NOTIFYING_KINDS, Positions
 from .store import DEFAULT_SYNCHRONOUS, MessageRecord, MetaRecord, RunRecord, Store, open_store
+from .trace import Tracer, trace_path
 from .transcript_api import Transcripts
 
 ToolLayer = Callable[["Gateway", str, str, "dict[str, Any] | None"], "dict[str, Any]"]
@@ -91,6 +93,7 @@ class Gateway:
         create: bool = True,
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
+        trace: str | os.PathLike[str] | None = None,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -100,7 +103,8 @@ class Gateway:
         scheme picks the backend (``store.open_store``).
         ``serve``: the session key patterns this process serves when unclaimed (R19);
         ``pump``: run the change pump, for a database shared with other gateway processes
-        (R22; needed for ``attach``).
+        (R22; needed for ``attach``). ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the
+        protocol trace to that file (spec section 15).
         """
         store = open_store(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
@@ -108,6 +112,9 @@ class Gateway:
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
                           max_rows=max_rows, serve=serve)
+            path = trace_path(trace)
+            if path is not None:
+                gateway.protocol.tracer = Tracer(path, store, gateway.queue)
             if pump:
                 gateway._pump = start_pump(gateway)
             gateway.startup_sweep()
@@ -123,6 +130,8 @@ class Gateway:
             if not self.closed:
                 self.closed = True
                 self.serving.unregister()
+                if self.protocol.tracer is not None:
+                    self.protocol.tracer.close()
                 self.store.close()
 
     def __enter__(self) -> "Gateway":

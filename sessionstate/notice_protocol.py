@@ -58,6 +58,7 @@ from .validation import (
     encode_payload,
 )
 from .serving import SERVE_ALL, Serving
+from .trace import Tracer
 from .wake import WakeCoalescer
 
 log = logging.getLogger("sessionstate")
@@ -119,6 +120,7 @@ class NoticeProtocol:
         self.wakes = WakeCoalescer(on_wake, clock)
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serving = Serving(self, serve)  # section 6a: which watchers this process serves
+        self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
 
     # -- several processes (spec section 6a) ------------------------------------------------
 
@@ -180,11 +182,13 @@ class NoticeProtocol:
         with self.store.transaction():
             self.store.insert_session(record)
             if parent_target is not None:
-                sequence, _ = self.store.append_event(
+                sequence, inserted = self.store.append_event(
                     key, agent, "child_spawned", "agent", parent_target[0], run_id,
                     f"spawned by {parent_target[0]}"[:MAX_SUMMARY_LENGTH], None, now, now,
                     f"child-spawned:{run_id}" if run_id else None,
                 )
+                if inserted and self.tracer is not None:
+                    self.tracer.event(sequence, (key, agent), "child_spawned", "agent", parent_target[0])
                 # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
                 if is_agent_qualified(parent_target[0]):
                     self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now)
@@ -287,6 +291,7 @@ class NoticeProtocol:
         sequences: list[int | None] = []
         inserted_count = 0
         append = self.store.append_event
+        trace = self.tracer
         try:
             with self.store.transaction():
                 for e in events:
@@ -298,8 +303,10 @@ class NoticeProtocol:
                     sequences.append(sequence)
                     if inserted:
                         inserted_count += 1
+                        if trace is not None:
+                            trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id, notices_follow=True)
                         if e.kind in NOTIFYING_KINDS:
-                            notices += self._decide_notices(e.target, e.actor_id, sequence, now)
+                            notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
         except StorageError:
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
@@ -309,7 +316,9 @@ class NoticeProtocol:
         self.queue_notices(notices)
         return sequences
 
-    def _decide_notices(self, target: SessionRef, actor_id: str | None, sequence: int, now: float) -> list[tuple[str, SessionRef, int]]:
+    def _decide_notices(
+        self, target: SessionRef, actor_id: str | None, sequence: int, now: float, kind: str
+    ) -> list[tuple[str, SessionRef, int]]:
         """The hot path of a notifying event: only caught-up cursors change (R6, R7).
 
         A pending cursor's transition on `material_event` is `raise_material`, which the store
@@ -321,10 +330,12 @@ class NoticeProtocol:
         others = [row for row in rows if row[0] != actor_id] if own else rows
         changes: list[tuple[str, tuple[int, int, int] | None]] = []
         notices: list[tuple[str, SessionRef, int]] = []
+        trace = self.tracer
         for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
-            for (watcher, old), (_, new, notice_since) in zip(
-                group, fire_many(group, target[0], trigger, sequence)
-            ):
+            fired = fire_many(group, target[0], trigger, sequence)
+            if trace is not None:
+                trace.event_steps(target, trigger, sequence, kind, actor_id, group, fired)
+            for (watcher, old), (_, new, notice_since) in zip(group, fired):
                 if new != old:
                     changes.append((watcher, new))
                 if notice_since is not None:
@@ -396,12 +407,14 @@ class NoticeProtocol:
         with self.store.transaction():
             owed = {(p.target_key, p.target_agent_id): p.last_seen for p in serving.pending_held_by(session_key)}
             lines = plan_drain(entries, owed)
-            for _, target in lines:
+            for text, target in lines:
                 if target is None:
                     continue
                 record = self.store.cursor(session_key, *target)
                 assert record is not None  # read as pending in this transaction
-                (step,) = self._fire_pairs([(session_key, target, Positions(*record.positions))], DRAIN, None, now)
+                (step,) = self._fire_pairs(
+                    [(session_key, target, Positions(*record.positions))], DRAIN, None, now, delivered=text
+                )
                 if step.notice_since is not None:
                     follow_ups.append((session_key, target, step.notice_since))
             texts = [e.text for e in entries]
@@ -488,6 +501,8 @@ class NoticeProtocol:
         self.resolve(key, agent_id)
         with self.store.transaction():
             self._fire_records(self.store.cursors_held_by(key), RESET_WATCHER)
+            if self.tracer is not None:
+                self.tracer.reset(key)
             self.store.after_commit(lambda: self.queue.clear(key))
 
     @locked
@@ -499,6 +514,8 @@ class NoticeProtocol:
             naming = self.store.cursors_naming(*target)
             self._fire_records(naming, DELETE_SESSION)
             self.store.delete_session_data(*target)
+            if self.tracer is not None:
+                self.tracer.delete(target)
             self.store.after_commit(lambda: self._withdraw(naming, clear=key))
 
     @locked
@@ -506,7 +523,9 @@ class NoticeProtocol:
         """R13: retention window and row cap for events; expiry for idle cursors."""
         now = self.clock()
         cutoff = now - self.retention_days * DAY_SECONDS
-        counts = self.store.prune_events(cutoff, self.max_rows)
+        counts = self.store.prune_events(
+            cutoff, self.max_rows, on_chunk=self.tracer.prune if self.tracer is not None else None
+        )
         with self.store.transaction():
             expired = self.store.expired_cursors(cutoff)
             self._fire_records(expired, EXPIRE)
@@ -521,6 +540,8 @@ class NoticeProtocol:
         """R11: re-materialise every owed notice from the durable cursors; returns how many."""
         with self.store.transaction():
             notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
+            if self.tracer is not None:
+                self.tracer.sweep(len(notices))
         self.queue_notices(notices)
         return len(notices)
 
@@ -569,6 +590,7 @@ class NoticeProtocol:
         now: float,
         *,
         load: bool = False,
+        delivered: str | None = None,
     ) -> list[Any]:
         """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
 
@@ -581,6 +603,9 @@ class NoticeProtocol:
                 record = self.store.cursor(watcher, *target)
                 positions = Positions(*record.positions) if record else None
             step = fire((watcher, target[0]), positions, trigger, sequence)
+            if self.tracer is not None:
+                self.tracer.step(watcher, target, trigger, sequence, positions, step.positions,
+                                 step.notice_since, delivered=delivered)
             if step.positions != positions:
                 self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
                 changed.append(watcher)
@@ -604,15 +629,27 @@ class NoticeProtocol:
             self.queue.clear(clear)
 
     def queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
-        if notices:  # R9: after the outermost commit; dropped if it rolls back
+        # R9: after the outermost commit; dropped if it rolls back. The trace hears of every
+        # commit's notices, none included (its batch waits for them).
+        if notices or self.tracer is not None:
             self.store.after_commit(lambda: self._release_notices(notices))
 
     def _release_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
         serves = self.serving.serves
+        trace = self.tracer
+        handed: list[tuple[str, SessionRef, str, bool, bool]] | None = [] if trace is not None else None
         for watcher, target, since in notices:
+            text = notice_text(target[0], since)
             if not serves(watcher):  # R19: another process queues it
+                if handed is not None:
+                    handed.append((watcher, target, text, False, False))
                 continue
-            if self.queue.enqueue(watcher, notice_text(target[0], since), target):
+            queued = self.queue.enqueue(watcher, text, target)
+            if handed is not None:
+                handed.append((watcher, target, text, queued, True))
+            if queued:
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self.wakes.wake(watcher, f"session-state: {target[0]}")
+        if handed is not None and trace is not None:
+            trace.notices(handed)

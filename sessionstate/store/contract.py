@@ -52,6 +52,7 @@ from .records import (
     MetaRecord,
     PendingCursor,
     PositionsTuple,
+    PruneObserver,
     RunRecord,
     SessionRecord,
     SweepSnapshot,
@@ -134,11 +135,18 @@ class SignalLog(Protocol):
 
     def event_count(self) -> int: ...
 
-    def prune_events(self, cutoff: float, max_rows: int, chunk_rows: int = ...) -> dict[str, int]:
+    def sequence_high_water(self) -> int:
+        """The largest sequence ever allocated (pruned or deleted ones included); 0 before any."""
+        ...
+
+    def prune_events(
+        self, cutoff: float, max_rows: int, chunk_rows: int = ..., on_chunk: PruneObserver | None = None
+    ) -> dict[str, int]:
         """R13: drop all but the newest ``max_rows`` events and those recorded before
         ``cutoff``, in short transactions; each writes the effective material watermark of
         the affected targets' pending cursors and raises their ``pruned_max_sequence`` before
-        deleting. Returns ``{"events": deleted, "chunks": transactions}``."""
+        deleting (``on_chunk`` is told what each chunk wrote, inside it). Returns
+        ``{"events": deleted, "chunks": transactions}``."""
         ...
 
 

@@ -7,9 +7,14 @@ nothing of the protocol's states.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 PositionsTuple = tuple[int, int, int]
+# Told what a pruning chunk wrote (the protocol trace): (key, agent, pruned watermark) per
+# session and (watcher, target key, target agent, positions) per pending cursor of those
+# sessions, and how many events it deleted.
+PruneObserver = Callable[[list[tuple[str, str, int]], list[tuple[str, str, str, PositionsTuple]], int], None]
 
 # Run statuses: ``running`` until the one terminal compare-and-set.
 RUNNING = "running"

@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL, make_url
 from ..errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
 from . import bootstrap, schema, tables  # noqa: F401  (tables registers every table module)
 from .failures import DRIVER_ERRORS, storage_error, translated
-from .records import CursorRecord, EventRecord, Head, PositionsTuple, SessionRecord
+from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord
 from .runs import SqliteRunTable
 from .serving import SqliteServingTable
 from .session_meta import SqliteMetadataTable
@@ -394,6 +394,13 @@ class SqliteStore:
             (key, agent_id),
         ))
 
+    def sequence_high_water(self) -> int:
+        """The largest sequence ever assigned (pruned or deleted ones included); 0 before any."""
+        value = _scalar(self._db.execute(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'"
+        ))
+        return int(value or 0)
+
     def event_count(self) -> int:
         return int(_scalar(self._db.execute("SELECT count(*) FROM session_state_events")))
 
@@ -494,7 +501,13 @@ class SqliteStore:
 
     # -- retention --------------------------------------------------------------------------
 
-    def prune_events(self, cutoff: float, max_rows: int, chunk_rows: int = PRUNE_CHUNK_ROWS) -> dict[str, int]:
+    def prune_events(
+        self,
+        cutoff: float,
+        max_rows: int,
+        chunk_rows: int = PRUNE_CHUNK_ROWS,
+        on_chunk: PruneObserver | None = None,
+    ) -> dict[str, int]:
         """Delete events beyond the newest ``max_rows`` and those recorded before ``cutoff``.
 
         Two passes, each in chunks of about ``chunk_rows`` rows, each chunk one short
@@ -518,7 +531,7 @@ class SqliteStore:
                 " ORDER BY sequence LIMIT 1 OFFSET ?",
                 (beyond, chunk_rows - 1),
             ))
-            count = self._prune_chunk("NOT INDEXED", "sequence <= ?", (beyond if bound is None else bound,))
+            count = self._prune_chunk("NOT INDEXED", "sequence <= ?", (beyond if bound is None else bound,), on_chunk)
             if not count:
                 break
             deleted, chunks = deleted + count, chunks + 1
@@ -529,15 +542,17 @@ class SqliteStore:
                 (cutoff, chunk_rows - 1),
             ))
             if bound is None:
-                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at < ?", (cutoff,))
+                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at < ?", (cutoff,), on_chunk)
             else:
-                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at <= ?", (bound,))
+                count = self._prune_chunk(_BY_RECORDED_AT, "recorded_at <= ?", (bound,), on_chunk)
             if not count:
                 break
             deleted, chunks = deleted + count, chunks + 1
         return {"events": deleted, "chunks": chunks}
 
-    def _prune_chunk(self, index_hint: str, where: str, args: tuple[Any, ...]) -> int:
+    def _prune_chunk(
+        self, index_hint: str, where: str, args: tuple[Any, ...], on_chunk: PruneObserver | None = None
+    ) -> int:
         # The hint keeps each chunk on its range: left alone, the planner prefers walking the
         # whole (session, sequence) index to serve the GROUP BY, which reads every row.
         db = self._db
@@ -560,9 +575,30 @@ class SqliteStore:
                 " WHERE session_key = ? AND agent_id = ?",
                 [(m, k, a) for k, a, m in affected],
             )
-            return int(
+            deleted = int(
                 db.execute(f"DELETE FROM session_state_events {index_hint} WHERE {where}", args).rowcount
             )
+            if on_chunk is not None:
+                heads = [
+                    (k, a, int(_scalar(db.execute(
+                        "SELECT pruned_max_sequence FROM session_state_heads WHERE session_key = ? AND agent_id = ?",
+                        (k, a),
+                    )) or 0))
+                    for k, a, _ in affected
+                ]
+                cursors = [
+                    (r[0], r[1], r[2], (int(r[3]), int(r[4]), int(r[5])))
+                    for k, a, _ in affected
+                    for r in db.execute(
+                        "SELECT watcher_session_key, target_session_key, target_agent_id,"
+                        " last_seen_sequence, notified_sequence, material_sequence"
+                        " FROM session_watch_cursors WHERE target_session_key = ? AND target_agent_id = ?"
+                        " AND notified_sequence > last_seen_sequence ORDER BY watcher_session_key",
+                        (k, a),
+                    ).fetchall()
+                ]
+                on_chunk(heads, cursors, deleted)
+            return deleted
 
     def reclaim_free_pages(self, step_pages: int = RECLAIM_STEP_PAGES) -> int:
         """Return the free pages (left by pruning or deleting) to the file system; how many.

@@ -6,9 +6,11 @@ compares them. Restarts close and reopen the same file, losing the in-memory que
 
 from __future__ import annotations
 
+import tempfile
 from contextlib import ExitStack
+from pathlib import Path
 
-from hypothesis import note, strategies as st
+from hypothesis import note, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sessionstate import Gateway
@@ -266,3 +268,34 @@ class GatewayVersusModel(RuleBasedStateMachine):
 
 
 globals().update(stateful_test_cases(GatewayVersusModel, "GatewayVersusModel"))
+
+
+class TracedGatewayVersusModel(GatewayVersusModel):
+    """The same run with the protocol trace on; at the end the trace must replay clean."""
+
+    def _open(self) -> Gateway:
+        if not hasattr(self, "trace_file"):
+            self.trace_file = Path(self.resources.enter_context(tempfile.TemporaryDirectory())) / "trace.jsonl"
+        return Gateway.open(
+            self.url,
+            clock=lambda: self.model.now,
+            on_wake=lambda w, r: self.wakes.append((w, r)),
+            max_rows=MAX_ROWS,
+            trace=self.trace_file,
+        )
+
+    def teardown(self) -> None:
+        from sessionstate.verify.trace_check import TraceChecker
+        from sessionstate.verify.trace_read import read_trace
+
+        self.gw.close()
+        try:
+            summary = TraceChecker().run([read_trace(self.trace_file)])
+            assert summary.gateways, "the trace recorded no gateway"
+        finally:
+            self.resources.close()
+
+
+for _name, _case in stateful_test_cases(TracedGatewayVersusModel, "TracedGatewayVersusModel").items():
+    _case.settings = settings(_case.settings, max_examples=25)
+    globals()[_name] = _case

@@ -1,0 +1,357 @@
+"""The protocol trace: what a running gateway did, one JSON line per step (spec section 15).
+
+A ``Tracer`` is attached to one gateway and its store. The gateway reports each step while its
+transaction is open; the tracer buffers the lines and writes them with one ``write`` on an
+``O_APPEND`` descriptor after the outermost commit, so a rolled-back transaction (or savepoint)
+never reaches the file. Each committed batch gets the next transaction number of this gateway
+and its commit key: the log's sequence high-water mark read just before the commit, while the
+write lock is held. ``sessionstate replay`` (``verify/trace_check.py``) merges several
+processes' traces on these two numbers.
+
+Lines are built with f-strings rather than ``json.dumps`` of a dict: the event path writes
+three of them per event and the budget is a fraction of an append.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from .statemachine.machine import TRANSITION_TABLE
+from .statemachine.positions import derive_state
+
+TRACE_VERSION = 1
+ENV_TRACE = "SESSIONSTATE_TRACE"
+
+PositionsLike = tuple[int, int, int]
+
+
+class TracedStore(Protocol):
+    """What the tracer needs of a store: its transactions and the sequence high-water mark."""
+
+    url: str
+
+    def transaction(self) -> Any: ...
+
+    def after_commit(self, callback: Callable[[], object]) -> None: ...
+
+    def sequence_high_water(self) -> int: ...
+
+
+def trace_path(explicit: str | os.PathLike[str] | None) -> Path | None:
+    """The trace file: the one given, else ``$SESSIONSTATE_TRACE``, else none (tracing off)."""
+    if explicit is not None:
+        return Path(explicit)
+    configured = os.environ.get(ENV_TRACE)
+    return Path(configured) if configured else None
+
+
+# The process's batch counter, shared by all its gateways: orders batches within a process,
+# which the commit key alone does not when no event was committed in between.
+_process_batches = itertools.count(1)
+
+_quote = lru_cache(maxsize=65_536)(json.dumps)  # keys repeat on every event: escape each once
+
+
+def _pos(positions: PositionsLike | None) -> str:
+    return "null" if positions is None else f"[{positions[0]},{positions[1]},{positions[2]}]"
+
+
+@lru_cache(maxsize=65_536)
+def _target(target: tuple[str, str]) -> str:
+    return f"[{_quote(target[0])},{_quote(target[1])}]"
+
+
+def _opt(text: str | None) -> str:
+    return "null" if text is None else _quote(text)
+
+
+class Tracer:
+    """Buffers the steps of the open transaction; writes them after the outermost commit."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], store: TracedStore, queue: Any = None, *, backend: str = "sqlite"
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._store = store
+        self._buffer: list[str] = []  # line bodies (after the common prefix)
+        self._depth = 0
+        self._last_sequence = 0  # the last event sequence buffered in this transaction (0: none)
+        self._notices_follow = False
+        self._held: list[str] = []  # a committed batch waiting for its notices
+        self._tx = 0
+        self._commit_key = 0
+        self._pending_key = 0  # the commit key of the transaction being committed
+        # A gateway instance, not only a process: one process may open several gateways.
+        self._head = f'{{"v":{TRACE_VERSION},"pid":{os.getpid()},"gw":"{secrets.token_hex(4)}",'
+        inner_transaction = store.transaction
+        # The store's transactions are where "after the commit" is decided, also for the
+        # transactions that extensions open on the store directly: wrap them (on this store
+        # instance only; an untraced store keeps its plain method and pays nothing).
+        setattr(store, "transaction", lambda: _TracedTransaction(self, inner_transaction()))
+        if queue is not None:
+            self._observe_queue(queue)
+        self._write_now(
+            f'"op":"open","backend":{_quote(backend)},"db":{_quote(store.url)}}}', store.sequence_high_water()
+        )
+
+    # -- what the gateway reports -------------------------------------------------------------
+
+    def event(
+        self,
+        sequence: int,
+        target: tuple[str, str],
+        kind: str,
+        actor_type: str,
+        actor: str | None,
+        *,
+        notices_follow: bool = False,
+    ) -> None:
+        """An inserted event. ``notices_follow``: the caller hands this commit's notices to
+        ``notices`` right after it, so the batch waits for them and goes out in one write."""
+        self._last_sequence = sequence
+        self._notices_follow = self._notices_follow or notices_follow
+        self._buffer.append(
+            f'"op":"event","seq":{sequence},"session":{_target(target)},"kind":"{kind}",'
+            f'"actor_type":"{actor_type}","actor":{_opt(actor)}}}'
+        )
+
+    def step(
+        self,
+        watcher: str,
+        target: tuple[str, str],
+        trigger: str,
+        sequence: int | None,
+        before: PositionsLike | None,
+        after: PositionsLike | None,
+        notice_since: int | None,
+        *,
+        kind: str | None = None,
+        actor: str | None = None,
+        delivered: str | None = None,
+    ) -> None:
+        # The effect is named from the table for the reader's benefit; replay recomputes it.
+        effect = TRANSITION_TABLE[(derive_state(before), trigger)][1]
+        if notice_since is not None:
+            self._notices_follow = True  # the caller queues it right after the commit
+        extra = ""
+        if kind is not None:
+            extra = f',"kind":"{kind}","actor":{_opt(actor)}'
+        if delivered is not None:
+            extra += f',"delivered":{_quote(delivered)}'
+        self._buffer.append(
+            f'"op":"step","watcher":{_quote(watcher)},"target":{_target(target)},"trigger":"{trigger}",'
+            f'"seq":{"null" if sequence is None else sequence},"before":{_pos(before)},"after":{_pos(after)},'
+            f'"effect":"{effect}","notice":{"null" if notice_since is None else notice_since}{extra}}}'
+        )
+
+    def event_steps(
+        self,
+        target: tuple[str, str],
+        trigger: str,
+        sequence: int,
+        kind: str,
+        actor: str | None,
+        old: Sequence[tuple[str, PositionsLike]],
+        new: Sequence[tuple[str, PositionsLike | None, int | None]],
+    ) -> None:
+        """``step`` for every watcher one event fired ``trigger`` on: the event hot path, so
+        the parts the lines share are formatted once."""
+        common = f'"target":{_target(target)},"trigger":"{trigger}","seq":{sequence},'
+        tail = f',"kind":"{kind}","actor":{_opt(actor)}}}'
+        effects: dict[str, str] = {}
+        append = self._buffer.append
+        for (watcher, before), (_, after, since) in zip(old, new):
+            if since is not None:
+                self._notices_follow = True
+            state = derive_state(before)
+            effect = effects.get(state)
+            if effect is None:
+                effect = effects[state] = TRANSITION_TABLE[(state, trigger)][1]
+            append(
+                f'"op":"step","watcher":{_quote(watcher)},{common}"before":[{before[0]},{before[1]},{before[2]}],'
+                f'"after":{_pos(after)},"effect":"{effect}","notice":{"null" if since is None else since}{tail}'
+            )
+
+    def notices(self, handed: list[tuple[str, tuple[str, str], str, bool, bool]]) -> None:
+        """Notices handed to the queue, as ``(watcher, target, text, queued, served)``;
+        ``queued`` is false when the queue already held the text (R5) or when this process
+        does not serve the watcher (``served`` false, R19)."""
+        self._after_commit([
+            f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)},'
+            f'"queued":{"true" if queued else "false"},"served":{"true" if served else "false"}}}'
+            for watcher, target, text, queued, served in handed
+        ], release=True)
+
+    def _observe_queue(self, queue: Any) -> None:
+        """Trace every notice leaving the queue (drained, withdrawn, cleared, found stale),
+        whichever code removes it: the queue's removing methods are wrapped on this instance."""
+        def wrap(name: str) -> None:
+            inner = getattr(queue, name)
+
+            def removing(session_key: str, *args: Any) -> Any:
+                before = queue.peek(session_key)
+                result = inner(session_key, *args)
+                if before:
+                    kept = {entry.text for entry in queue.peek(session_key)}
+                    gone = [e for e in before if e.target is not None and e.text not in kept]
+                    if gone:
+                        self._after_commit([
+                            f'"op":"unqueue","watcher":{_quote(session_key)},"target":{_target(e.target)},'
+                            f'"text":{_quote(e.text)}}}'
+                            for e in gone
+                        ], release=False)
+                return result
+
+            setattr(queue, name, removing)
+
+        for name in ("remove", "withdraw_notice", "clear", "take"):
+            wrap(name)
+
+    def reset(self, watcher: str) -> None:
+        self._buffer.append(f'"op":"reset","session":{_quote(watcher)}}}')
+
+    def delete(self, session: tuple[str, str]) -> None:
+        self._buffer.append(f'"op":"delete","session":{_target(session)}}}')
+
+    def sweep(self, count: int) -> None:
+        self._buffer.append(f'"op":"sweep","count":{count}}}')
+
+    def prune(
+        self,
+        heads: Iterable[tuple[str, str, int]],
+        cursors: Iterable[tuple[str, str, str, PositionsLike]],
+        deleted: int,
+    ) -> None:
+        """One pruning chunk: the pruned watermarks and the pending cursors' rows it wrote (R7, R13)."""
+        head_rows = ",".join(f"[{_quote(k)},{_quote(a)},{m}]" for k, a, m in heads)
+        cursor_rows = ",".join(f"[{_quote(w)},{_quote(k)},{_quote(a)},{_pos(p)}]" for w, k, a, p in cursors)
+        self._buffer.append(f'"op":"prune","heads":[{head_rows}],"cursors":[{cursor_rows}],"deleted":{deleted}}}')
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        if self._depth:  # closed inside a transaction: what it buffered never commits
+            del self._buffer[:]
+        self._release_held()
+        self._tx += 1  # a batch of its own, after the notices of the last commit
+        self._write(['"op":"close"}'], self._tx, self._commit_key)
+        os.close(self._fd)
+        self._fd = None
+
+    # -- batching -----------------------------------------------------------------------------
+
+    def _after_commit(self, bodies: list[str], *, release: bool) -> None:
+        """Queue lines: part of the open transaction's batch; else of the batch committed just
+        before (held for them); else a batch of their own, keyed by the high-water mark now."""
+        if release:
+            self._notices_follow = False
+        if not bodies and not (release and self._held):
+            return
+        if self._depth:
+            self._buffer.extend(bodies)
+            return
+        if self._held:
+            self._held.extend(bodies)
+            if release:
+                self._release_held()
+            return
+        self._tx += 1
+        self._commit_key = self._store.sequence_high_water()
+        self._write(bodies, self._tx, self._commit_key)
+
+    def _flush_committed(self) -> None:
+        """The first after-commit callback of an outermost transaction: its batch goes out
+        before the notices the other callbacks hand over (``notices``)."""
+        if self._buffer:
+            self._flush(self._pending_key)
+
+    def _release_held(self) -> None:
+        if self._held:
+            lines, self._held = self._held, []
+            self._write(lines, self._tx, self._commit_key)
+
+    def _write_now(self, body: str, commit_key: int) -> None:
+        self._commit_key = commit_key
+        self._write([body], self._tx, commit_key)
+
+    def _flush(self, commit_key: int) -> None:
+        self._tx += 1
+        self._commit_key = commit_key
+        lines, self._buffer = self._buffer, []
+        if self._notices_follow:
+            self._held = lines  # written with the notices, one write (``notices``)
+        else:
+            self._write(lines, self._tx, commit_key)
+
+    def _write(self, bodies: list[str], tx: int, commit_key: int) -> None:
+        if self._fd is None:
+            return
+        prefix = f'{self._head}"n":{next(_process_batches)},"tx":{tx},"c":{commit_key},'
+        data = (prefix + ("\n" + prefix).join(bodies) + "\n").encode("utf-8")
+        # One write per batch: with O_APPEND, batches of processes sharing a file do not mix.
+        written = os.write(self._fd, data)
+        while written < len(data):  # only a full disk or a signal splits a write to a file
+            data = data[written:]
+            written = os.write(self._fd, data)
+
+
+class _TracedTransaction:
+    """The store's transaction, plus: keep the steps of a committed one, drop a rolled-back one."""
+
+    __slots__ = ("_tracer", "_inner", "_mark")
+
+    def __init__(self, tracer: Tracer, inner: Any) -> None:
+        self._tracer = tracer
+        self._inner = inner
+        self._mark = 0
+
+    def __enter__(self) -> None:
+        self._inner.__enter__()
+        tracer = self._tracer
+        self._mark = len(tracer._buffer)
+        if not tracer._depth:
+            tracer._last_sequence = 0
+            tracer._notices_follow = False
+            tracer._release_held()  # defensive: a held batch whose notices never came
+            tracer._store.after_commit(tracer._flush_committed)
+        tracer._depth += 1
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        tracer = self._tracer
+        tracer._depth -= 1
+        outermost = tracer._depth == 0
+        commit_key = 0
+        if exc_type is None and outermost and tracer._buffer:
+            try:
+                # Read under the write lock, before COMMIT: every batch committed earlier by
+                # any process has a key <= this one, every later one >= (spec 15.2). When the
+                # transaction assigned sequences, its last one is that mark: no read needed.
+                commit_key = tracer._last_sequence or tracer._store.sequence_high_water()
+                tracer._pending_key = commit_key
+            except BaseException as error:
+                del tracer._buffer[:]
+                self._inner.__exit__(type(error), error, error.__traceback__)
+                raise
+        try:
+            self._inner.__exit__(exc_type, exc, tb)
+        except BaseException:
+            del tracer._buffer[self._mark:]
+            tracer._last_sequence = 0
+            if outermost:
+                tracer._notices_follow = False
+            raise
+        if exc_type is not None:
+            del tracer._buffer[self._mark:]
+            tracer._last_sequence = 0  # a rolled-back savepoint's sequences are handed out again
+            if outermost:
+                tracer._notices_follow = False
+        elif outermost and tracer._buffer:
+            tracer._flush(commit_key)

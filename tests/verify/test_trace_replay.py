@@ -1,0 +1,364 @@
+"""Protocol traces: real runs replay clean; a trace corrupted in one line is rejected by rule."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from sessionstate import Gateway
+from sessionstate.cli import main
+from sessionstate.demo import run_demo
+from sessionstate.notices import notice_text
+from sessionstate.verify.trace_check import TraceChecker, Violation
+from sessionstate.verify.trace_read import read_trace
+from sessionstate.verify.workload import ensure_sessions
+from tests.verify.trace_support import (
+    MAIN,
+    PEER,
+    TARGET,
+    find,
+    op,
+    read_lines,
+    step,
+    traced_scenario,
+    write_lines,
+)
+
+Lines = list[dict[str, Any]]
+
+
+def replay(*paths: Path) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["replay", "--no-progress", *map(str, paths)])
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> Lines:
+    return read_lines(traced_scenario(tmp_path_factory.mktemp("scenario")))
+
+
+# -- real runs replay clean ----------------------------------------------------------------------
+
+
+def test_the_scenario_trace_replays_clean_and_covers_every_effect(scenario, tmp_path):
+    code, out = replay(write_lines(tmp_path / "t.jsonl", scenario))
+    assert code == 0, out
+    assert "OK:" in out and "1 process(es), 4 gateway(s)" in out
+    effects = {line["effect"] for line in scenario if line["op"] == "step"}
+    assert effects == {"seed", "keep", "freeze", "ack", "sweep", "remove"}  # raise_material is derived (R7)
+    assert {line["op"] for line in scenario} == {
+        "open", "event", "step", "notice", "unqueue", "sweep", "reset", "prune", "delete", "close"}
+
+
+def test_the_demo_trace_replays_clean(tmp_path, monkeypatch, capsys):
+    trace = tmp_path / "demo.jsonl"
+    monkeypatch.setenv("SESSIONSTATE_TRACE", str(trace))
+    assert run_demo(str(tmp_path / "demo.db")) == 0
+    capsys.readouterr()
+    code, out = replay(trace)
+    assert code == 0, out
+    lines = read_lines(trace)
+    assert sum(line["op"] == "step" for line in lines) >= 10 and any(line["op"] == "prune" for line in lines)
+
+
+@pytest.mark.parametrize("shared_file", [False, True], ids=["a-file-each", "one-shared-file"])
+def test_a_two_process_run_replays_clean(tmp_path, shared_file):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    traces = [tmp_path / "setup.jsonl"] + [tmp_path / ("shared.jsonl" if shared_file else f"p{i}.jsonl")
+                                           for i in range(2)]
+    with Gateway.open(url, trace=traces[0]) as gw:
+        ensure_sessions(gw)
+    start = time.time() + 1.5
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "sessionstate.verify.concurrency_worker", url, str(tmp_path / f"out{i}.json"),
+             str(i), "150", str(start), str(i), "2"],
+            env={**os.environ, "SESSIONSTATE_TRACE": str(traces[1 + i])},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(2)
+    ]
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+    files = sorted(set(traces))
+    code, out = replay(*files)
+    assert code == 0, out
+    assert "3 process(es)" in out
+    pids = {line["pid"] for path in files for line in read_lines(path)}
+    assert len(pids) == 3
+
+
+def test_a_run_inside_one_extension_transaction_writes_nothing_when_rolled_back(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    with Gateway.open(tmp_path / "s.db", trace=trace) as gw:
+        gw.create_session(MAIN)
+        gw.create_session(TARGET)
+        gw.watch(MAIN, TARGET)
+        with pytest.raises(RuntimeError), gw.transaction():
+            gw.record_event(TARGET, "goal_changed", actor_type="human", summary="rolled back")
+            raise RuntimeError("the extension fails")
+        gw.record_event(TARGET, "goal_changed", actor_type="human", summary="kept")
+    lines = read_lines(trace)
+    events = [line for line in lines if line["op"] == "event"]
+    assert len(events) == 1  # the rolled-back event (same sequence: its AUTOINCREMENT rolled back too) is absent
+    assert replay(trace)[0] == 0
+
+
+def test_tracing_is_off_without_a_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("SESSIONSTATE_TRACE", raising=False)
+    with Gateway.open(tmp_path / "s.db") as gw:
+        assert gw.protocol.tracer is None
+        assert "transaction" not in vars(gw.store)  # the store's transactions are not wrapped
+
+
+# -- one-line corruptions are rejected with the rule they break ------------------------------------
+
+
+def _freeze(lines: Lines) -> int:
+    return find(lines, step("material_event", "freeze"))
+
+
+def _edit(index_of: Callable[[Lines], int], **fields: Any) -> Callable[[Lines], None]:
+    def mutate(lines: Lines) -> None:
+        lines[index_of(lines)].update(fields)
+
+    return mutate
+
+
+def _drop(index_of: Callable[[Lines], int]) -> Callable[[Lines], None]:
+    return lambda lines: lines.pop(index_of(lines)) and None
+
+
+def _duplicate(index_of: Callable[[Lines], int]) -> Callable[[Lines], None]:
+    def mutate(lines: Lines) -> None:
+        i = index_of(lines)
+        lines.insert(i + 1, copy.deepcopy(lines[i]))
+
+    return mutate
+
+
+def _swap_with_previous(index_of: Callable[[Lines], int]) -> Callable[[Lines], None]:
+    def mutate(lines: Lines) -> None:
+        i = index_of(lines)
+        lines[i - 1], lines[i] = lines[i], lines[i - 1]
+
+    return mutate
+
+
+def _positions_of(index_of: Callable[[Lines], int], field: str, value: Any) -> Callable[[Lines], None]:
+    return _edit(index_of, **{field: value})
+
+
+def _first_notice(lines: Lines) -> int:
+    return find(lines, op("notice", queued=True))
+
+
+def _deduplicated_notice_changed(lines: Lines) -> None:
+    line = lines[find(lines, op("notice", queued=False))]
+    line["queued"] = True
+    line["text"] = notice_text(TARGET, 0)
+
+
+def _prune_head_above_version(lines: Lines) -> None:
+    line = lines[find(lines, op("prune"))]
+    line["heads"][0][2] = 10_000
+
+
+def _prune_cursor_material(lines: Lines) -> None:
+    line = lines[find(lines, op("prune"))]
+    line["cursors"][0][3] = [1, 9, 8 + 100]
+
+
+def _seed_moved(lines: Lines) -> None:
+    line = lines[find(lines, step("seed", "seed", watcher=PEER))]
+    line["seq"] = 7
+    line["after"] = [7, 7, 7]
+
+
+def _event_kind(lines: Lines) -> None:
+    lines[_freeze(lines) - 1]["kind"] = "compacted"
+
+
+def _event_sequence_back(lines: Lines) -> None:
+    lines[find(lines, op("event", kind="goal_changed"))]["seq"] = 2
+
+
+def _drop_whole_batch(lines: Lines) -> None:
+    i = find(lines, step("drain", "ack", notice=None))
+    assert lines[i - 1]["tx"] != lines[i]["tx"] and lines[i + 1]["tx"] != lines[i]["tx"]
+    lines.pop(i)
+
+
+def _swap_batches(lines: Lines) -> None:
+    i = find(lines, step("drain", "ack", notice=None))
+    lines[i - 1], lines[i] = lines[i], lines[i - 1]
+
+
+CORRUPTIONS: dict[str, tuple[Callable[[Lines], None], str]] = {
+    # invariants
+    "INV1 positions edited out of order": (_positions_of(_freeze, "after", [3, 2, 2]), "INV1"),
+    "INV2 a notice duplicated": (_duplicate(_first_notice), "INV2"),
+    "INV3 a pending notice's text changed": (_deduplicated_notice_changed, "INV3"),
+    "INV4 a queued notice dropped": (_drop(_first_notice), "INV4"),
+    "INV5 a self event opens a notice": (
+        _edit(lambda ls: find(ls, step("self_event")), notice=0), "INV5"),
+    "INV6 a freeze step dropped": (_drop(_freeze), "INV6"),
+    "INV7 an event sequence moved back": (_event_sequence_back, "INV7"),
+    "INV7 a pruned watermark above the head": (_prune_head_above_version, "INV7"),
+    # effects
+    "seed positions edited": (_positions_of(lambda ls: find(ls, step("seed", "seed")), "after", [0, 0, 0]),
+                              "EFFECT seed"),
+    "keep positions edited": (_positions_of(lambda ls: find(ls, step("self_event", "keep")), "after", [6, 7, 7]),
+                              "EFFECT keep"),
+    "freeze positions edited": (_positions_of(_freeze, "after", [0, 3, 3]), "EFFECT freeze"),
+    "raise_material positions edited": (
+        _positions_of(lambda ls: find(ls, step("restart_sweep", "sweep", watcher=PEER)), "before", [0, 2, 5]), "T3"),
+    "ack positions edited": (_positions_of(lambda ls: find(ls, step("drain", "ack")), "after", [2, 3, 6]),
+                             "EFFECT ack"),
+    "sweep positions edited": (
+        _positions_of(lambda ls: find(ls, step("restart_sweep", "sweep", watcher=PEER)), "after", [0, 5, 6]),
+        "EFFECT sweep"),
+    "remove positions edited": (_positions_of(lambda ls: find(ls, step("unwatch", "remove")), "after", [0, 6, 6]),
+                                "EFFECT remove"),
+    "freeze notice edited": (_edit(_freeze, notice=1), "EFFECT freeze"),
+    # rules
+    "R1 a log-only kind fires material_event": (_event_kind, "R1"),
+    "R2 a self event fired as material": (_edit(lambda ls: find(ls, step("self_event")), trigger="material_event",
+                                                effect="freeze"), "R2"),
+    "R4 a watch seeded off the head": (_seed_moved, "R4"),
+    "R7 pruning wrote the wrong material watermark": (_prune_cursor_material, "R7"),
+    "R11 a sweep step dropped": (_drop(lambda ls: find(ls, step("restart_sweep", "sweep", watcher=PEER))), "R11"),
+    "R14 a reset step dropped": (_drop(lambda ls: find(ls, step("reset_watcher"))), "R14"),
+    "R17 a drain delivers another text": (_edit(lambda ls: find(ls, step("drain")), delivered="other"), "R17"),
+    "TABLE an illegal trigger": (_edit(lambda ls: find(ls, step("self_event")), trigger="drain"), "TABLE"),
+    # order and loss
+    "T2 a step moved before its event": (_swap_with_previous(_freeze), "T2"),
+    "T2 a whole batch dropped": (_drop_whole_batch, "T2"),
+    "T2 two batches swapped": (_swap_batches, "T2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_a_trace_corrupted_in_one_line_is_rejected_with_its_rule(scenario, tmp_path, name):
+    mutate, rule = CORRUPTIONS[name]
+    lines = copy.deepcopy(scenario)
+    mutate(lines)
+    assert lines != scenario
+    code, out = replay(write_lines(tmp_path / "t.jsonl", lines))
+    assert code == 1, out
+    assert out.startswith(f"VIOLATION {rule}:"), out
+    assert "the steps that led there:" in out or rule.startswith("T")
+
+
+def test_the_checker_names_the_rule_and_the_line(scenario, tmp_path):
+    lines = copy.deepcopy(scenario)
+    _drop(_freeze)(lines)
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    with pytest.raises(Violation) as caught:
+        TraceChecker().run([read_trace(path)])
+    assert caught.value.rule == "INV6" and caught.value.line is not None
+    assert caught.value.context, "the steps that led there"
+
+
+def test_a_malformed_line_is_a_format_violation(scenario, tmp_path):
+    path = write_lines(tmp_path / "t.jsonl", scenario)
+    text = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    text.insert(3, "{not json}\n")
+    path.write_text("".join(text), encoding="utf-8")
+    code, out = replay(path)
+    assert code == 1 and out.startswith("VIOLATION T1"), out
+
+
+def test_another_format_version_is_refused(scenario, tmp_path):
+    lines = copy.deepcopy(scenario)
+    lines[0]["v"] = 99
+    code, out = replay(write_lines(tmp_path / "t.jsonl", lines))
+    assert code == 1 and "version 99" in out, out
+
+
+# -- a trace cut by a crash ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["last line", "inside a transaction"])
+def test_a_trace_cut_mid_line_is_read_to_its_last_full_line_and_reported(scenario, tmp_path, where):
+    data = "".join(json.dumps(line) + "\n" for line in scenario)
+    if where == "last line":
+        cut = len(data) - 20
+    else:
+        # inside the notice line that follows the first freeze: its transaction is incomplete
+        i = _first_notice(scenario)
+        cut = len("".join(json.dumps(line) + "\n" for line in scenario[:i])) + 60
+    path = tmp_path / "t.jsonl"
+    path.write_text(data[:cut], encoding="utf-8")
+    code, out = replay(path)
+    assert code == 0, out
+    assert f"cut: {path} ends inside a line" in out
+    full_lines = data[:cut].count("\n")
+    assert f" {full_lines} lines in" in out
+
+
+def test_a_cut_trace_still_reports_violations_before_the_cut(scenario, tmp_path):
+    lines = copy.deepcopy(scenario)
+    _positions_of(_freeze, "after", [0, 3, 3])(lines)
+    data = "".join(json.dumps(line) + "\n" for line in lines)
+    path = tmp_path / "t.jsonl"
+    path.write_text(data[:-15], encoding="utf-8")
+    code, out = replay(path)
+    assert code == 1 and out.startswith("VIOLATION EFFECT freeze") and "cut:" in out, out
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def test_the_progress_bar_goes_to_stderr(scenario, tmp_path):
+    path = write_lines(tmp_path / "t.jsonl", scenario)
+    run = subprocess.run([sys.executable, "-m", "sessionstate.cli", "replay", "--progress", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "100%" in run.stderr and "checking" in run.stderr
+    assert "OK:" in run.stdout
+
+
+def test_a_missing_file_is_a_usage_error(tmp_path):
+    assert replay(tmp_path / "absent.jsonl")[0] == 2
+
+
+def test_traces_of_two_databases_are_not_merged(tmp_path):
+    for name in ("a", "b"):
+        with Gateway.open(tmp_path / f"{name}.db", trace=tmp_path / f"{name}.jsonl") as gw:
+            gw.create_session(MAIN)
+    code, out = replay(tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    assert code == 1 and "different databases" in out, out
+
+
+def test_the_summary_counts(scenario, tmp_path):
+    code, out = replay(write_lines(tmp_path / "t.jsonl", scenario))
+    steps = sum(line["op"] == "step" for line in scenario)
+    pairs = {(line["watcher"], tuple(line["target"])) for line in scenario if line["op"] == "step"}
+    notices = sum(line["op"] == "notice" for line in scenario)
+    assert f"{steps} steps on {len(pairs)} pairs" in out and f"{notices} notices" in out
+    assert MAIN and PEER  # the scenario's sessions are the ones the corruptions name
+
+
+def test_the_spec_lists_exactly_the_ops_the_tracer_writes_and_the_checker_reads(scenario):
+    from sessionstate.verify.trace_check import TraceChecker
+    from tests.protocol.spec_tables import table_rows
+
+    spec_ops = {row[0] for row in table_rows("15. Protocol trace")}
+    checker_ops = {name.removeprefix("_op_") for name in vars(TraceChecker) if name.startswith("_op_")}
+    written_ops = {line["op"] for line in scenario}
+    assert spec_ops == checker_ops == written_ops
