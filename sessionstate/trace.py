@@ -166,18 +166,21 @@ class Tracer:
         the parts the lines share are formatted once."""
         common = f'"target":{_target(target)},"trigger":"{trigger}","seq":{sequence},'
         tail = f',"kind":"{kind}","actor":{_opt(actor)}}}'
-        effects: dict[str, str] = {}
+        effects: dict[PositionsLike, str] = {}  # rows repeat positions: derive each state once
         append = self._buffer.append
         for (watcher, before), (_, after, since) in zip(old, new):
-            if since is not None:
-                self._notices_follow = True
-            state = derive_state(before)
-            effect = effects.get(state)
+            effect = effects.get(before)
             if effect is None:
-                effect = effects[state] = TRANSITION_TABLE[(state, trigger)][1]
+                effect = effects[before] = TRANSITION_TABLE[(derive_state(before), trigger)][1]
+            if since is None:
+                notice = "null"
+            else:
+                notice = str(since)
+                self._notices_follow = True
+            after_text = "null" if after is None else f"[{after[0]},{after[1]},{after[2]}]"
             append(
                 f'"op":"step","watcher":{_quote(watcher)},{common}"before":[{before[0]},{before[1]},{before[2]}],'
-                f'"after":{_pos(after)},"effect":"{effect}","notice":{"null" if since is None else since}{tail}'
+                f'"after":{after_text},"effect":"{effect}","notice":{notice}{tail}'
             )
 
     def notices(self, handed: list[tuple[str, tuple[str, str], str, bool, bool]]) -> None:

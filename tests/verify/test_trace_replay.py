@@ -244,6 +244,8 @@ CORRUPTIONS: dict[str, tuple[Callable[[Lines], None], str]] = {
     "R11 a sweep step dropped": (_drop(lambda ls: find(ls, step("restart_sweep", "sweep", watcher=PEER))), "R11"),
     "R14 a reset step dropped": (_drop(lambda ls: find(ls, step("reset_watcher"))), "R14"),
     "R17 a drain delivers another text": (_edit(lambda ls: find(ls, step("drain")), delivered="other"), "R17"),
+    "R21 a drain skips a pending pair": (_drop(lambda ls: find(ls, step("drain", "ack", watcher=MAIN,
+                                                                   target=[PEER, "a"]))), "R21"),
     "TABLE an illegal trigger": (_edit(lambda ls: find(ls, step("self_event")), trigger="drain"), "TABLE"),
     # order and loss
     "T2 a step moved before its event": (_swap_with_previous(_freeze), "T2"),

@@ -65,6 +65,11 @@ def traced_scenario(directory: Path) -> Path:
     gw.prune()  # the retention window: PEER -> TARGET expires
     gw.watch(MAIN, CHILD)
     gw.delete_session(CHILD)  # removes MAIN -> CHILD and TARGET -> CHILD
+    gw.watch(MAIN, TARGET)
+    gw.watch(MAIN, PEER)
+    gw.record_event(TARGET, "human_direct_message", **human)
+    gw.record_event(PEER, "human_direct_message", **human)
+    gw.drain_system_events(MAIN)  # one drain, two pending pairs (R21)
     gw.close()
     return trace
 
