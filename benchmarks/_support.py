@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 from sessionstate import Gateway
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SqliteStore
-from sessionstate.store.sqlite import BUSY_TIMEOUT_MS, PRUNE_CHUNK_ROWS
+from sessionstate.store.sqlite import AUTO_VACUUM_INCREMENTAL, BUSY_TIMEOUT_MS, PRUNE_CHUNK_ROWS, RECLAIM_STEP_PAGES
 
 SMOKE = os.environ.get("SESSIONSTATE_BENCH_SMOKE", "") not in ("", "0")
 
@@ -397,7 +397,30 @@ class RawLog:
         db.execute("BEGIN IMMEDIATE")
         db.execute(SELECT_EXPIRED, (cutoff, cutoff)).fetchall()
         db.execute("COMMIT")
+        self._reclaim()
         return deleted
+
+    def _reclaim(self) -> None:
+        """The project's reclaim steps (same SQL): free pages back in steps of
+        RECLAIM_STEP_PAGES, one transaction each (timed like a chunk), then a passive checkpoint."""
+        db = self.db
+        if db.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
+            return
+        free = db.execute("PRAGMA freelist_count").fetchone()[0]
+        reclaimed = 0
+        while free:
+            start = time.perf_counter()
+            db.execute("BEGIN IMMEDIATE")
+            for _ in range(min(free, RECLAIM_STEP_PAGES)):
+                db.execute("PRAGMA incremental_vacuum(1)").close()
+            db.execute("COMMIT")
+            self.chunk_durations.append(time.perf_counter() - start)
+            after = db.execute("PRAGMA freelist_count").fetchone()[0]
+            if after >= free:
+                break
+            reclaimed, free = reclaimed + free - after, after
+        if reclaimed:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def _prune_chunk(self, range_: tuple[str, str], args: tuple[Any, ...]) -> int:
         db = self.db

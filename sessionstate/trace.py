@@ -22,6 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from sqlalchemy.engine import make_url
+
 from .statemachine.machine import TRANSITION_TABLE
 from .statemachine.positions import derive_state
 
@@ -75,7 +77,7 @@ class Tracer:
     """Buffers the steps of the open transaction; writes them after the outermost commit."""
 
     def __init__(
-        self, path: str | os.PathLike[str], store: TracedStore, queue: Any = None, *, backend: str = "sqlite"
+        self, path: str | os.PathLike[str], store: TracedStore, queue: Any = None
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,8 +100,11 @@ class Tracer:
         setattr(store, "transaction", lambda: _TracedTransaction(self, inner_transaction()))
         if queue is not None:
             self._observe_queue(queue)
+        url = make_url(store.url)  # the database's name goes on record, never a password
         self._write_now(
-            f'"op":"open","backend":{_quote(backend)},"db":{_quote(store.url)}}}', store.sequence_high_water()
+            f'"op":"open","backend":{_quote(url.get_backend_name())},'
+            f'"db":{_quote(url.render_as_string(hide_password=True))}}}',
+            store.sequence_high_water(),
         )
 
     # -- what the gateway reports -------------------------------------------------------------

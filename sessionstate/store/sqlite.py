@@ -615,14 +615,11 @@ class SqliteStore:
         reclaimed = 0
         free = int(_scalar(db.execute("PRAGMA freelist_count")))
         while free:
-            # executescript: the pragma frees one page per row it steps, and only a script
-            # steps a statement to its end (execute stops after the first row).
-            try:
-                db.executescript(f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({min(free, step_pages)}); COMMIT;")
-            except DRIVER_ERRORS:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            with self.transaction():
+                # The pragma frees one page per result row it steps to, and ``execute`` steps
+                # once: so one page per statement (closing the cursor ends the statement).
+                for _ in range(min(free, step_pages)):
+                    db.execute("PRAGMA incremental_vacuum(1)").close()
             after = int(_scalar(db.execute("PRAGMA freelist_count")))
             if after >= free:
                 break

@@ -364,3 +364,28 @@ def test_the_spec_lists_exactly_the_ops_the_tracer_writes_and_the_checker_reads(
     checker_ops = {name.removeprefix("_op_") for name in vars(TraceChecker) if name.startswith("_op_")}
     written_ops = {line["op"] for line in scenario}
     assert spec_ops == checker_ops == written_ops
+
+
+def test_the_open_line_names_the_backend_and_hides_a_password():
+    from sessionstate.trace import Tracer
+
+    class Store:
+        url = "postgresql://alice:secret@db.example/state"
+
+        def transaction(self) -> None:  # never entered here
+            raise AssertionError
+
+        def after_commit(self, callback: object) -> None:
+            raise AssertionError
+
+        def sequence_high_water(self) -> int:
+            return 41
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "t.jsonl"
+        Tracer(path, Store()).close()
+        first = read_lines(path)[0]
+    assert first["op"] == "open" and first["backend"] == "postgresql" and first["c"] == 41
+    assert "secret" not in first["db"] and "db.example/state" in first["db"]
