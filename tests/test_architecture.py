@@ -169,3 +169,12 @@ def test_one_import_style_inside_the_package():
             if absolute:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert found == []
+
+
+def test_the_reference_model_imports_nothing_from_the_package():
+    """The one reference model (stateful tests and model check) is the independent side."""
+    path = PACKAGE / "verify" / "refmodel.py"
+    tree = ast.parse(path.read_text(), str(path))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {("." * node.level) + (node.module or "") for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"__future__", "dataclasses", "datetime", "typing"}

@@ -14,8 +14,8 @@ from hypothesis import note, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sessionstate import Gateway
+from sessionstate.verify.refmodel import ACTORS, DAY, KINDS, NOTIFYING, Model, agent_of
 from tests.backends import BACKENDS, Backend, stateful_test_cases
-from tests.reference_model import ACTORS, DAY, KINDS, NOTIFYING, Model, agent_of
 
 MAIN_KEYS = ("agent:a:main", "agent:a:peer", "agent:b:main")
 CHILD_KEYS = ("agent:a:subagent:c1", "agent:a:subagent:c2", "agent:b:subagent:c3")
