@@ -32,6 +32,7 @@ from .validation import (
     check_count,
     check_line,
     check_optional_text,
+    check_seconds,
     check_text,
 )
 
@@ -133,6 +134,9 @@ class Runs:
 
     def start_run(self, run: RunRecord, prompt: str) -> None:
         """Run the child's task in the background (the row is already committed)."""
+        if not isinstance(run, RunRecord):
+            raise InvalidArgument("run must be a RunRecord")
+        check_text(prompt, "prompt", MAX_RESULT_CHARS)
         timeout = run.timeout_seconds or None
 
         def job(ctx: RunContext) -> None:
@@ -270,11 +274,12 @@ class Runs:
 
     def wait_for_runs(self, timeout: float = 10.0) -> bool:
         """Wait (without the lock) until no background job runs; ``False`` on timeout."""
-        return self.executor.wait_idle(timeout)
+        return self.executor.wait_idle(check_seconds(timeout, "timeout"))
 
     def stop_runs(self, timeout: float = 5.0) -> list[str]:
         """Shutdown: cancel every run this database still has running (``run_failed``,
         ``cancelled``, no announce), then wait for the jobs. Returns the runs it ended."""
+        timeout = check_seconds(timeout, "timeout")
         with self.store.lock:
             ended = [r.run_id for r in self.store.runs.active() if self.kill_run(r.run_id)]
         for job in self.executor.active():

@@ -175,6 +175,19 @@ def check_timestamp(value: object, field: str = "occurred_at") -> float | None:
     return seconds
 
 
+def check_seconds(value: object, field: str) -> float:
+    """A duration: a finite number of seconds >= 0 (an int beyond the float range is refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{field} must be a number of seconds, not {type(value).__name__}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidArgument(f"{field} is out of range") from None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise InvalidArgument(f"{field} must be a finite number of seconds >= 0")
+    return seconds
+
+
 def encode_payload(kind: str, payload: object) -> str | None:
     if payload is None:
         return None
