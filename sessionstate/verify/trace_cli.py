@@ -112,6 +112,9 @@ def _print_summary(summary: Summary, out: TextIO) -> None:
         f" {summary.notices} notices; {len(summary.processes)} process(es), {len(summary.gateways)} gateway(s)",
         file=out,
     )
-    for source in summary.cut:
-        print(f"cut: {source} ends inside a line (a crash while writing); read up to its last full line",
+    if summary.resynced:
+        print(f"resynchronised: {summary.resynced} pair(s) taken again from their next step after a gateway"
+              " ended without closing (its last batch may have been lost in a crash)", file=out)
+    for where in summary.cut:
+        print(f"cut: {where}: a line cut short (a crash while writing); the full lines around it were read",
               file=out)

@@ -74,34 +74,58 @@ class Unit:
 
 
 @dataclass
+class Cut:
+    """A line a crash cut short: ignored. Its unit (when its prefix is readable) is incomplete."""
+
+    lineno: int
+    unit: tuple[Proc, int] | None
+    lines_before: int  # how many full lines of the file came before it
+
+
+@dataclass
 class TraceFile:
     source: str
     lines: list[TraceLine]
-    cut: bool  # the file ended inside a line (a crash while writing); that line is ignored
-    cut_proc_tx: tuple[Proc, int] | None  # the unit the cut line belonged to, when readable
+    cuts: list[Cut] = field(default_factory=list)
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.cuts)
 
 
 def read_trace(path: Path, progress: Callable[[int], None] | None = None) -> TraceFile:
-    """Parse one file; a last line without its newline is the mark of a cut, not an error."""
-    source = str(path)
-    lines: list[TraceLine] = []
-    cut = False
-    cut_unit: tuple[Proc, int] | None = None
+    """Parse one file. A line cut short by a crash is not an error: at the end of the file it
+    lacks its newline; inside the file (a restarted process appended to the same file) the next
+    line is glued to it, and a line starts only where ``{"v":`` does."""
+    trace = TraceFile(str(path), [])
     with open(path, "rb") as handle:
         for lineno, raw in enumerate(handle, start=1):
             if progress is not None:
                 progress(len(raw))
-            if not raw.endswith(b"\n"):
-                cut = True
-                match = _PREFIX.match(raw.decode("utf-8", "replace"))
-                if match:
-                    cut_unit = ((int(match[1]), match[2]), int(match[3]))
+            text = raw.decode("utf-8", "replace")
+            if not text.endswith("\n"):
+                trace.cuts.append(_cut(text, lineno, len(trace.lines)))
                 break
-            text = raw.decode("utf-8", "replace").strip()
+            text = text.strip()
             if not text:
                 continue
-            lines.append(TraceLine(source, lineno, _parse(source, lineno, text)))
-    return TraceFile(source, lines, cut, cut_unit)
+            glued = text.find(_LINE_START, 1)
+            if glued > 0:
+                try:
+                    json.loads(text)
+                except json.JSONDecodeError:
+                    trace.cuts.append(_cut(text[:glued], lineno, len(trace.lines)))
+                    text = text[glued:]
+            trace.lines.append(TraceLine(trace.source, lineno, _parse(trace.source, lineno, text)))
+    return trace
+
+
+_LINE_START = '{"v":'  # inside a line a brace and quotes are always escaped
+
+
+def _cut(fragment: str, lineno: int, lines_before: int) -> Cut:
+    match = _PREFIX.match(fragment)
+    return Cut(lineno, ((int(match[1]), match[2]), int(match[3])) if match else None, lines_before)
 
 
 def _parse(source: str, lineno: int, text: str) -> dict[str, Any]:
@@ -137,11 +161,11 @@ def units_of(files: list[TraceFile]) -> dict[int, list[Unit]]:
             if unit is None:
                 unit = units[(proc, tx)] = Unit(proc, tx, int(line.data["c"]), batch)
             unit.lines.append(line)
-        if trace.cut:
-            if trace.cut_proc_tx is not None and trace.cut_proc_tx in units:
-                units[trace.cut_proc_tx].complete = False
-            elif trace.cut_proc_tx is None and trace.lines:
-                last = trace.lines[-1]  # the cut line's gateway is unknown: be lenient with the last
+        for cut in trace.cuts:
+            if cut.unit is not None and cut.unit in units:
+                units[cut.unit].complete = False
+            elif cut.unit is None and cut.lines_before:
+                last = trace.lines[cut.lines_before - 1]  # the cut line's gateway is unknown: be lenient
                 units[(last.proc, int(last.data["tx"]))].complete = False
     by_pid: dict[int, list[Unit]] = {}
     for unit in units.values():
