@@ -75,6 +75,9 @@ class Gateway:
         self.transcripts = Transcripts(store, self.clock, self.protocol, self.registry)
         self.runs = Runs(store, self.clock, self.protocol, self.registry, self.transcripts)
         self.producers = Producers(self.protocol)
+        # The event path skips the facade's frame: the same bound methods, documented below.
+        self.record_event = self.protocol.record_event  # type: ignore[method-assign]
+        self.record_events = self.protocol.record_events  # type: ignore[method-assign]
         self._tool_policy = DEFAULT_POLICY
         self._id_factory: Callable[[], str] | None = None
         self._pump: ChangePump | None = None

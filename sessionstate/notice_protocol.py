@@ -632,7 +632,11 @@ class NoticeProtocol:
         # R9: after the outermost commit; dropped if it rolls back. The trace hears of every
         # commit's notices, none included (its batch waits for them).
         if notices or self.tracer is not None:
-            self.store.after_commit(lambda: self._release_notices(notices))
+            store = self.store
+            if store.in_transaction:
+                store.after_commit(lambda: self._release_notices(notices))
+            else:  # already committed (the common case, after a call's own transaction)
+                self._release_notices(notices)
 
     def _release_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
         serves = self.serving.serves
