@@ -57,6 +57,7 @@ from .validation import (
     check_timestamp,
     encode_payload,
 )
+from .rewake import Rewaker
 from .serving import SERVE_ALL, Serving
 from .trace import Tracer
 from .wake import WakeCoalescer
@@ -120,6 +121,8 @@ class NoticeProtocol:
         self.wakes = WakeCoalescer(on_wake, clock)
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serving = Serving(self, serve)  # section 6a: which watchers this process serves
+        self.wakes.take_slot = self.serving.take_wake_slot  # R23: the durable wake slot
+        self.rewaker = Rewaker(self.wakes, self.queue.holds_notice)
         self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
 
     # -- several processes (spec section 6a) ------------------------------------------------
@@ -288,6 +291,7 @@ class NoticeProtocol:
         now = self.clock()
         floor = now - OCCURRED_AT_WINDOW
         notices: list[tuple[str, SessionRef, int]] = []
+        material: list[tuple[SessionRef, str | None]] = []
         sequences: list[int | None] = []
         inserted_count = 0
         append = self.store.append_event
@@ -307,6 +311,7 @@ class NoticeProtocol:
                             trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id, notices_follow=True)
                         if e.kind in NOTIFYING_KINDS:
                             notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
+                            material.append((e.target, e.actor_id))
         except StorageError:
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
@@ -314,6 +319,8 @@ class NoticeProtocol:
             return [None] * len(events)
         self.stats["events_recorded"] += inserted_count
         self.queue_notices(notices)
+        if material:
+            self._rewake(material, now)
         return sequences
 
     def _decide_notices(
@@ -655,5 +662,16 @@ class NoticeProtocol:
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self.wakes.wake(watcher, f"session-state: {target[0]}")
+                    self.rewaker.track(watcher, target)
         if handed is not None and trace is not None:
             trace.notices(handed)
+
+    def _rewake(self, material: list[tuple[SessionRef, str | None]], now: float) -> None:
+        """R23: material events re-wake pending main-style watchers whose window passed
+        (after the outermost commit, R9)."""
+        if self.store.in_transaction:
+            self.store.after_commit(lambda: self._rewake(material, now))
+            return
+        on_material = self.rewaker.on_material
+        for target, actor_id in material:
+            on_material(target, actor_id, now)

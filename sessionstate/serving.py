@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 from .errors import InvalidArgument
 from .keys import SessionRef, check_key
 from .notices import SystemEventQueue, notice_text
+from .rewake import Rewaker
 from .store import Store
 from .store.records import PendingCursor
 
@@ -37,6 +38,7 @@ class NoticeSink(Protocol):
     clock: Callable[[], float]
     queue: SystemEventQueue
     stats: dict[str, int]
+    rewaker: Rewaker
 
     def queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None: ...
 
@@ -65,6 +67,19 @@ class Serving:
         self._after_sequence = 0
         self._after_stamp = 0
         self.sweeps = 0
+        from .statemachine import NOTIFYING_KINDS
+
+        self._kinds = tuple(sorted(NOTIFYING_KINDS))
+
+    def serve(self, patterns: object) -> None:
+        self.patterns = check_patterns(patterns)
+        self._matches.clear()
+
+    def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
+        """R23: the durable wake slot: one statement, its own implicit transaction (or part of
+        the caller's). Not a store transaction: it is no protocol step, and the protocol
+        trace sees store transactions only."""
+        return self._sink.store.serving.take_wake_slot(watcher, now, window)
 
     # -- R19: who serves W --------------------------------------------------------------------
 
@@ -89,6 +104,7 @@ class Serving:
             self._elsewhere = store.serving.all_claims()
             self._after_sequence, self._after_stamp = store.serving.watermarks()
         self._mine.clear()
+        self.reconcile(list(self._elsewhere))  # notices queued before it knew the claims
 
     def unregister(self) -> None:
         if self.server_id is None:
@@ -156,7 +172,7 @@ class Serving:
         """
         sink = self._sink
         serving = sink.store.serving
-        snap = serving.read_sweep(self._after_sequence, self._after_stamp)
+        snap = serving.read_sweep(self._after_sequence, self._after_stamp, self._kinds)
         for key in snap.changed_watchers:
             self._refresh_claim(key)
         if snap.gap:
@@ -166,6 +182,12 @@ class Serving:
         else:
             queued = self._queue_pending(p for p in snap.frozen if self.serves(p.watcher))
             queued += self.reconcile(snap.changed_watchers)
+        if sink.rewaker.active():  # R23: other processes' material events re-wake too
+            now = sink.clock()
+            for key, agent_id, actor_id in serving.notifying_events_after(
+                self._after_sequence, snap.log_sequence, self._kinds
+            ):
+                sink.rewaker.on_material((key, agent_id), actor_id, now)
         # Advanced only once the sweep succeeded: a failed one is redone by the next.
         self._after_sequence, self._after_stamp = snap.log_sequence, snap.change_stamp
         self.sweeps += 1

@@ -321,7 +321,7 @@ class ServingTable(Protocol):
         """The watcher's pending cursors (effective positions are not needed: only L)."""
         ...
 
-    def read_sweep(self, after_sequence: int, after_stamp: int) -> SweepSnapshot:
+    def read_sweep(self, after_sequence: int, after_stamp: int, kinds: tuple[str, ...]) -> SweepSnapshot:
         """One read snapshot: cursors frozen since ``after_sequence`` and watchers changed
         since ``after_stamp``; outside any transaction."""
         ...
@@ -346,8 +346,13 @@ class ServingTable(Protocol):
 
     def all_claims(self) -> dict[str, str]: ...
 
-    def take_wake_slot(self, watcher: str, now: float, window: float) -> bool:
-        """Move the watcher's last wake to ``now`` if it is ``window`` old, atomically."""
+    def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
+        """Move the watcher's last wake to ``now`` if it is ``window`` old, in one atomic
+        statement: ``(won, the slot's time)`` (R23)."""
+        ...
+
+    def notifying_events_after(self, after: int, upto: int, kinds: tuple[str, ...]) -> list[tuple[str, str, str | None]]:
+        """(session key, agent id, actor id) of the notifying events in (after, upto]."""
         ...
 
 
