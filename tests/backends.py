@@ -1,11 +1,10 @@
-"""Backend factories: each makes a fresh, empty database and yields its URL.
+"""The storage backends the backend-parametrised tests run on: one factory per backend.
 
-Tests that take the ``db_url`` fixture (tests/conftest.py) run once per backend. SQLite gets a
-file in a temporary directory; PostgreSQL gets a new schema in the server named by
-``SESSIONSTATE_TEST_PG_URL`` (``scripts/pg-test-server run ./dev test`` starts one), reached
-through the URL's ``search_path``, and dropped afterwards. Without that variable the
-PostgreSQL half skips, unless ``SESSIONSTATE_REQUIRE_PG=1`` or ``CI=true`` (as in .ci/run),
-where a skip would hide an untested backend and so fails instead.
+A factory is a context manager that yields the URL of a fresh, empty database and removes it
+afterwards (the shape Hypothesis uses for its example databases: the test asks for a database,
+the factory decides what that means). The ``backend`` and ``db_url`` fixtures (tests/conftest.py),
+the stateful tests and the store conformance suite (tests/store/test_conformance.py) all take
+their databases from ``BACKENDS``: adding a backend to the whole suite is adding one entry.
 """
 
 from __future__ import annotations
@@ -14,21 +13,20 @@ import os
 import shutil
 import tempfile
 import uuid
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any
 
-PG_URL_ENV = "SESSIONSTATE_TEST_PG_URL"
-REQUIRE_PG_ENV = "SESSIONSTATE_REQUIRE_PG"
-SKIP_REASON = f"PostgreSQL backend: set {PG_URL_ENV} (scripts/pg-test-server run ./dev test)"
+import pytest
 
 
-class BackendMissing(Exception):
-    """The backend cannot run here; ``reason`` says why."""
-
-
-def postgres_required() -> bool:
-    return os.environ.get(REQUIRE_PG_ENV) == "1" or os.environ.get("CI") == "true"
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    # A fresh empty database's URL for the duration of the block.
+    database: Callable[[], AbstractContextManager[str]]
 
 
 @contextmanager
@@ -40,26 +38,42 @@ def sqlite_database() -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+PG_URL_ENV = "SESSIONSTATE_TEST_PG_URL"
+REQUIRE_PG_ENV = "SESSIONSTATE_REQUIRE_PG"
+SKIP_REASON = f"PostgreSQL backend: set {PG_URL_ENV} (scripts/pg-test-server run ./dev test)"
+
+
+def postgres_required() -> bool:
+    """In CI (``.ci/run`` sets SESSIONSTATE_REQUIRE_PG=1; CI=true too) a PostgreSQL test that
+    cannot run fails instead of skipping: CI never passes with one backend untested."""
+    return os.environ.get(REQUIRE_PG_ENV) == "1" or os.environ.get("CI") == "true"
+
+
 def _admin_connection() -> Any:
     import psycopg
     from sqlalchemy.engine import make_url
 
     url = make_url(os.environ[PG_URL_ENV])
-    kwargs = {k: v for k, v in url.query.items() if isinstance(v, str)}
-    return psycopg.connect(
-        dbname=url.database, user=url.username, password=url.password, host=url.host or kwargs.pop("host", None),
-        port=url.port, autocommit=True, **{k: v for k, v in kwargs.items() if k != "host"},
-    )
+    query = {k: v for k, v in url.query.items() if isinstance(v, str)}
+    return psycopg.connect(dbname=url.database, user=url.username, password=url.password,
+                           host=url.host or query.pop("host", None), port=url.port, autocommit=True, **query)
 
 
 @contextmanager
 def postgres_database() -> Iterator[str]:
-    if not os.environ.get(PG_URL_ENV):
-        raise BackendMissing(SKIP_REASON)
-    try:
-        import psycopg  # noqa: F401
-    except ImportError as exc:
-        raise BackendMissing(f"PostgreSQL backend: psycopg is not installed ({exc})") from None
+    """A new schema in the server named by SESSIONSTATE_TEST_PG_URL, reached through the URL's
+    ``search_path`` and dropped afterwards. Without the variable (or psycopg) the test skips,
+    or fails where ``postgres_required()``."""
+    missing = None if os.environ.get(PG_URL_ENV) else SKIP_REASON
+    if missing is None:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            missing = f"PostgreSQL backend: psycopg is not installed ({exc})"
+    if missing is not None:
+        if postgres_required():
+            pytest.fail(f"{missing} (required here: {REQUIRE_PG_ENV}=1 or CI=true)")
+        pytest.skip(missing)
     from sqlalchemy.engine import make_url
 
     schema = f"t_{uuid.uuid4().hex[:16]}"
@@ -73,7 +87,22 @@ def postgres_database() -> Iterator[str]:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-BACKENDS: dict[str, Callable[[], ContextManager[str]]] = {
-    "sqlite": sqlite_database,
-    "postgresql": postgres_database,
-}
+BACKENDS: list[Backend] = [
+    Backend("sqlite", sqlite_database),
+    Backend("postgresql", postgres_database),
+]
+
+
+def backend_params() -> list[object]:
+    """``pytest.mark.parametrize`` values, one per backend, named after it."""
+    return [pytest.param(backend, id=backend.name) for backend in BACKENDS]
+
+
+def stateful_test_cases(machine: type, name: str) -> dict[str, type]:
+    """One ``unittest`` TestCase per backend for a Hypothesis state machine whose class
+    attribute ``backend`` says where it opens its database; ``globals().update(...)`` them."""
+    cases = {}
+    for backend in BACKENDS:
+        bound = type(f"{machine.__name__}_{backend.name}", (machine,), {"backend": backend})
+        cases[f"Test{name}_{backend.name}"] = bound.TestCase  # type: ignore[attr-defined]
+    return cases

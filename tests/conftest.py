@@ -1,4 +1,5 @@
-"""Hypothesis profiles: `ci` (default, fast) and `fuzz` (long, for maintainers).
+"""Hypothesis profiles: `ci` (default, fast) and `fuzz` (long, for maintainers); the backend
+fixtures every database test takes (tests/backends.py).
 
 Select with HYPOTHESIS_PROFILE=fuzz ./dev test tests/gateway/test_stateful.py
 """
@@ -6,12 +7,12 @@ Select with HYPOTHESIS_PROFILE=fuzz ./dev test tests/gateway/test_stateful.py
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.backends import BACKENDS, REQUIRE_PG_ENV, BackendMissing, postgres_required
+from tests.backends import Backend, backend_params, postgres_database
 
 settings.register_profile(
     "ci",
@@ -30,34 +31,28 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.fixture(params=backend_params())
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each storage backend in turn (tests/backends.py)."""
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def db_url(backend: str) -> Iterator[str]:
-    """A fresh empty database on each backend (tests/backends.py)."""
-    yield from _database(backend)
+def db_url(backend: Backend) -> Iterator[str]:
+    """A fresh empty database of the current backend."""
+    with backend.database() as url:
+        yield url
 
 
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
+@pytest.fixture(scope="module", params=backend_params())
 def module_db_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """One database per module and backend, for modules that build one world and probe it."""
-    yield from _database(str(request.param))
+    with request.param.database() as url:
+        yield url
 
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh empty PostgreSQL schema, for the tests of what only a server does."""
-    yield from _database("postgresql")
-
-
-def _database(backend: str) -> Iterator[str]:
-    try:
-        with BACKENDS[backend]() as url:
-            yield url
-    except BackendMissing as missing:
-        if postgres_required():
-            pytest.fail(f"{missing} (required here: {REQUIRE_PG_ENV}=1 or CI=true)")
-        pytest.skip(str(missing))
+    with postgres_database() as url:
+        yield url

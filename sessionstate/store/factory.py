@@ -1,45 +1,64 @@
-"""Picks the store for a database URL by its scheme.
+"""Open a store from a database URL: the URL's scheme picks the backend.
 
-``postgresql+psycopg://…`` (also ``postgresql://`` and ``postgres://``) opens
-``PostgresStore``, which needs the optional extra ``sessionstate[postgres]``; psycopg is
-imported only when such a URL is opened. Every other URL goes to ``SqliteStore``, the
-embedded default, which refuses what it cannot open with the typed errors it documents.
+A backend is one entry in ``BACKENDS``: the scheme (the part before ``:``, without a
+``+driver`` suffix) and a function that opens it. Adding a backend is adding its module and
+one entry here; nothing above the store changes.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, cast
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from sqlalchemy.engine import make_url
-
-from ..errors import UnsupportedBackend
-from .sqlite import DEFAULT_SYNCHRONOUS, SqliteStore
-
-POSTGRES_BACKENDS = ("postgresql", "postgres")
-
-
-def is_postgres_url(url: object) -> bool:
-    if not isinstance(url, str) or "://" not in url:
-        return False
-    try:
-        return make_url(url).get_backend_name() in POSTGRES_BACKENDS
-    except Exception:  # unparseable: SqliteStore says what is wrong with it
-        return False
+from ..errors import InvalidDatabaseUrl, UnsupportedBackend
+from .contract import Store
+from .sqlite import SqliteStore
 
 
-def open_store(
-    url: str, *, notifying_kinds: Iterable[str], synchronous: str = DEFAULT_SYNCHRONOUS, create: bool = True
-) -> SqliteStore:
-    """The store for ``url``. PostgresStore offers SqliteStore's methods and contract; it is
-    typed as SqliteStore here, the interface both implement."""
-    if not is_postgres_url(url):
-        return SqliteStore(url, notifying_kinds=notifying_kinds, synchronous=synchronous, create=create)
+def _open_sqlite(url: str, notifying_kinds: Iterable[str], options: dict[str, Any]) -> Store:
+    return SqliteStore(url, notifying_kinds=notifying_kinds, **options)
+
+
+def _open_postgres(url: str, notifying_kinds: Iterable[str], options: dict[str, Any]) -> Store:
     try:
         from .postgres import PostgresStore
-    except ImportError as exc:
+    except ImportError as exc:  # psycopg is the optional extra
         raise UnsupportedBackend(
             f"PostgreSQL URLs need psycopg 3: pip install 'sessionstate[postgres]' ({exc})"
         ) from None
-    return cast(
-        SqliteStore, PostgresStore(url, notifying_kinds=notifying_kinds, synchronous=synchronous, create=create)
-    )
+    return PostgresStore(url, notifying_kinds=notifying_kinds, **options)
+
+
+BackendOpener = Callable[[str, Iterable[str], dict[str, Any]], Store]
+BACKENDS: dict[str, BackendOpener] = {
+    "sqlite": _open_sqlite,
+    "postgresql": _open_postgres,
+    "postgres": _open_postgres,
+}
+
+
+def is_postgres_url(url: object) -> bool:
+    return isinstance(url, str) and url_scheme(url) in ("postgresql", "postgres")
+
+
+def url_scheme(url: str) -> str:
+    """``sqlite`` for ``sqlite:///x.db``, ``postgresql`` for ``postgresql+psycopg://...``."""
+    scheme, separator, _ = url.partition(":")
+    return scheme.split("+", 1)[0].lower() if separator else ""
+
+
+def open_store(url: str, *, notifying_kinds: Iterable[str], **options: Any) -> Store:
+    """The store for ``url``; ``options`` go to the backend (SQLite: ``synchronous``)."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidDatabaseUrl("the database URL is empty; give a sqlite:/// URL or a file path")
+    scheme = url_scheme(url)
+    if not re.fullmatch(r"[a-z][a-z0-9.-]*", scheme):
+        raise InvalidDatabaseUrl(f"{url!r} is not a database URL (no scheme); give a sqlite:/// URL or a file path")
+    opener = BACKENDS.get(scheme)
+    if opener is None:
+        raise UnsupportedBackend(
+            f"backend {scheme or url!r} is not supported; supported schemes: {sorted(BACKENDS)}"
+            " (e.g. a sqlite:/// URL)"
+        )
+    return opener(url, notifying_kinds, options)

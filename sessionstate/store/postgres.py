@@ -20,8 +20,11 @@ writer gave for free (the ordering argument is written out in spec/notice-protoc
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Any, Iterable, NamedTuple, Sequence
+import threading
+from collections.abc import Callable
+from typing import Any, Iterable, NamedTuple, Sequence, cast
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -33,7 +36,6 @@ from sqlmodel import SQLModel
 
 from ..errors import (
     InvalidDatabaseUrl,
-    SessionExists,
     StorageConflict,
     StorageError,
     StorageFull,
@@ -42,6 +44,11 @@ from ..errors import (
     UnsupportedBackend,
 )
 from . import tables  # noqa: F401  (registers every table module with SQLModel.metadata)
+from .runs import SqliteRunTable
+from .serving import SqliteServingTable
+from .session_meta import SqliteMetadataTable
+from .transcripts import SqliteTranscriptTable
+from .upstream_links import SqliteUpstreamLinkTable
 from .sqlite import (
     SYNCHRONOUS_LEVELS,
     PruneObserver,
@@ -51,6 +58,8 @@ from .sqlite import (
     PositionsTuple,
     SessionRecord,
 )
+
+log = logging.getLogger("sessionstate")
 
 SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 # Smaller than SQLite's 2,000: a chunk's transaction holds the row locks of the heads it
@@ -196,6 +205,16 @@ class PostgresStore:
             self._engine.dispose()
             raise _translate(exc) from exc
         self.db = QmarkConnection(self)
+        self._after_commit: list[Callable[[], object]] = []
+        # Runner threads share this one connection: the lock serialises them.
+        self.lock = threading.RLock()
+        # The feature tables' SQL runs on both backends (QmarkConnection translates the rest).
+        db = cast(Any, self.db)
+        self.meta = SqliteMetadataTable(db, self.storage_error)
+        self.runs = SqliteRunTable(db, self.storage_error)
+        self.transcripts = SqliteTranscriptTable(db, self.storage_error)
+        self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
+        self.serving = SqliteServingTable(db, self.storage_error)
 
     def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
         kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
@@ -311,22 +330,30 @@ class PostgresStore:
     def in_transaction(self) -> bool:
         return self._depth > 0
 
-    def atomic(self) -> "_Transaction":
-        """One transaction (a savepoint when nested); rolls back and re-raises on error."""
+    def transaction(self) -> "_Transaction":
+        """The unit of work: holds ``lock``; ``BEGIN``/``COMMIT`` at depth 0, a savepoint when
+        nested; rolls back and re-raises on error, a driver error as ``StorageError``."""
         return _Transaction(self)
+
+    atomic = transaction
+
+    def after_commit(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` after the outermost commit (at once outside a transaction);
+        dropped if the transaction, or the savepoint it was registered in, rolls back."""
+        if self._depth:
+            self._after_commit.append(callback)
+        else:
+            callback()
 
     # -- sessions ---------------------------------------------------------------------------
 
     def insert_session(self, record: SessionRecord) -> None:
-        try:
-            self._cur.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                record, prepare=True,
-            )
-        except pg_errors.UniqueViolation as exc:  # another process created it first
-            raise SessionExists(
-                f"session {record.session_key!r} (agent {record.agent_id!r}) already exists"
-            ) from exc
+        # A duplicate (another process created it first) fails on the primary key: the
+        # transaction turns that into a StorageError, as on SQLite.
+        self._cur.execute(
+            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            record, prepare=True,
+        )
         self._cur.execute(
             "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
             " pruned_max_sequence, updated_at) VALUES (%s, %s, 0, 0, %s)"
@@ -438,6 +465,12 @@ class PostgresStore:
     def earliest_sequence(self, key: str, agent_id: str) -> int | None:
         row = self._execute(EARLIEST_SQL, (key, agent_id)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
+
+    def sequence_high_water(self) -> int:
+        """The largest sequence ever assigned (pruned or deleted ones included); 0 before any."""
+        return int(self._scalar(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM session_state_events_sequence_seq", ()
+        ) or 0)
 
     def event_count(self) -> int:
         return int(self._scalar("SELECT count(*) FROM session_state_events", ()))
@@ -667,51 +700,70 @@ class PostgresStore:
 
 
 class _Transaction:
-    """``BEGIN``/``COMMIT`` at depth 0, ``SAVEPOINT``/``RELEASE`` when nested; driver errors
-    leave as ``StorageError``. Row locks taken inside a savepoint that rolls back are released
-    by the server, so the store's record of held head locks is restored with it."""
+    """``BEGIN``/``COMMIT`` at depth 0, ``SAVEPOINT``/``RELEASE`` when nested, under the
+    store's lock; driver errors leave as ``StorageError``. Row locks taken inside a savepoint
+    that rolls back are released by the server, so the store's record of held head locks is
+    restored with it, and so are the after-commit callbacks registered inside it."""
 
-    __slots__ = ("_store", "_name", "_locked_before")
+    __slots__ = ("_store", "_name", "_locked_before", "_mark")
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
         self._name = ""
         self._locked_before: set[Target] = set()
+        self._mark = 0
 
     def __enter__(self) -> None:
         store = self._store
-        if store._depth == 0:
-            store._reconnect_if_broken()
-            _run(store, "BEGIN")
-        else:
-            self._name = f"sp{store._depth}"
-            self._locked_before = set(store._locked)
-            _run(store, f"SAVEPOINT {self._name}")
+        store.lock.acquire()
+        try:
+            if store._depth == 0:
+                store._reconnect_if_broken()
+                _run(store, "BEGIN")
+            else:
+                self._name = f"sp{store._depth}"
+                self._locked_before = set(store._locked)
+                self._mark = len(store._after_commit)
+                _run(store, f"SAVEPOINT {self._name}")
+        except BaseException:
+            store.lock.release()
+            raise
         store._depth += 1
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         store = self._store
         store._depth -= 1
-        if exc_type is None:
-            if self._name:
-                _run(store, "RELEASE " + self._name)
+        try:
+            if exc_type is None:
+                if self._name:
+                    _run(store, "RELEASE " + self._name)
+                    return
+                store._locked.clear()
+                callbacks, store._after_commit = store._after_commit, []
+                _run(store, "COMMIT", committing=True)
+                for callback in callbacks:
+                    try:
+                        callback()
+                    except Exception:  # the data is committed: one bad callback must not hide it
+                        log.exception("an after-commit callback failed")
                 return
-            store._locked.clear()
-            _run(store, "COMMIT", committing=True)
-            return
-        if self._name:
-            store._locked = self._locked_before
-            try:
-                store._pg.execute(f"ROLLBACK TO {self._name}")
-                store._pg.execute(f"RELEASE {self._name}")
-            except psycopg.Error:
-                pass  # the connection is gone; the outer transaction fails and rolls back
-        else:
-            store._locked.clear()
-            try:
-                store._pg.execute("ROLLBACK")
-            except psycopg.Error:
-                pass  # a broken connection: the server rolled back; the next use reconnects
+            if self._name:
+                store._locked = self._locked_before
+                del store._after_commit[self._mark:]
+                try:
+                    store._pg.execute(f"ROLLBACK TO {self._name}")
+                    store._pg.execute(f"RELEASE {self._name}")
+                except psycopg.Error:
+                    pass  # the connection is gone; the outer transaction fails and rolls back
+            else:
+                store._locked.clear()
+                store._after_commit = []
+                try:
+                    store._pg.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass  # a broken connection: the server rolled back; the next use reconnects
+        finally:
+            store.lock.release()
         if isinstance(exc, psycopg.Error):
             raise _translate(exc) from exc
 

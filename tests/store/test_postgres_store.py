@@ -64,7 +64,7 @@ def test_appends_to_one_session_commit_in_sequence_order(stores):
 
 
 def _append_in_transaction(store) -> int:
-    with store.atomic():
+    with store.transaction():
         return append(store)[0]
 
 
@@ -75,7 +75,7 @@ class second_store_for_other_session:
         self.store = open_store(like.url, notifying_kinds=NOTIFYING_KINDS)
 
     def __enter__(self) -> int:
-        with self.store.atomic():
+        with self.store.transaction():
             return append(self.store, key="agent:a:two")[0]
 
     def __exit__(self, *exc):
@@ -98,7 +98,7 @@ def test_same_dedupe_key_from_two_sessions_at_once_records_one_event(stores):
 
 
 def _append_dedupe(store) -> tuple[int, bool]:
-    with store.atomic():
+    with store.transaction():
         return append(store, key="agent:a:two", dedupe="shared")
 
 
@@ -109,7 +109,7 @@ def test_a_deadlock_is_a_retryable_conflict(stores):
 
     def cross(store, keys):
         try:
-            with store.atomic():
+            with store.transaction():
                 append(store, key=keys[0])
                 barrier.wait()
                 append(store, key=keys[1])
@@ -132,13 +132,13 @@ def test_connection_killed_mid_transaction_rolls_back_and_the_store_reconnects(s
     store = stores[0]
     before = store.dump()
     with pytest.raises(StorageUnavailable) as error:
-        with store.atomic():
+        with store.transaction():
             append(store)
             terminate(backend_pid(store))
             append(store)
     assert error.value.retry_safe
     assert store.dump() == before  # reconnected; nothing of the killed transaction stayed
-    with store.atomic():
+    with store.transaction():
         assert append(store)[1]
 
 

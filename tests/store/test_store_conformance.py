@@ -13,16 +13,14 @@ from sessionstate import Gateway, SessionStateError
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord
 from sessionstate.store.factory import open_store
-from sessionstate.store.runs import RunRecord, RunStore
-from sessionstate.store.session_meta import MetaRecord, SessionMetaStore
-from sessionstate.store.transcripts import TranscriptStore
-from sessionstate.store.upstream_links import UpstreamLinkStore
+from sessionstate.store.runs import RunRecord
+from sessionstate.store.session_meta import MetaRecord
 
 
 @pytest.fixture
 def store(db_url):
     s = open_store(db_url, notifying_kinds=NOTIFYING_KINDS)
-    with s.atomic():
+    with s.transaction():
         for key in ("agent:a:one", "agent:a:two"):
             s.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
     yield s
@@ -30,7 +28,7 @@ def store(db_url):
 
 
 def append(store, key="agent:a:one", kind="human_direct_message", dedupe=None, at=1.0, actor=None):
-    with store.atomic():
+    with store.transaction():
         return store.append_event(key, "a", kind, "human", actor, None, "s", None, at, at, dedupe)
 
 
@@ -46,10 +44,10 @@ def test_sequences_are_global_and_sparse_per_session(store):
 
 
 def test_nested_atomic_rolls_back_only_the_savepoint(store):
-    with store.atomic():
+    with store.transaction():
         store.append_event("agent:a:one", "a", "compacted", "system", None, None, "kept", None, 1, 1, None)
         with pytest.raises(RuntimeError):
-            with store.atomic():
+            with store.transaction():
                 store.append_event("agent:a:one", "a", "compacted", "system", None, None, "gone", None, 1, 1, None)
                 raise RuntimeError("boom")
         store.append_event("agent:a:one", "a", "compacted", "system", None, None, "after", None, 1, 1, None)
@@ -59,7 +57,7 @@ def test_nested_atomic_rolls_back_only_the_savepoint(store):
 def test_outer_failure_rolls_back_everything(store):
     before = store.dump()
     with pytest.raises(ValueError):
-        with store.atomic():
+        with store.transaction():
             store.append_event("agent:a:one", "a", "compacted", "system", None, None, "x", None, 1, 1, None)
             raise ValueError("boom")
     assert store.dump() == before
@@ -83,7 +81,7 @@ def test_dedupe_returns_existing_without_consuming_a_sequence(store):
 
 def test_duplicate_session_is_refused(store):
     with pytest.raises(Exception):
-        with store.atomic():
+        with store.transaction():
             store.insert_session(SessionRecord("agent:a:one", "a", "main", None, None, None, 2.0, 2.0))
     assert store.get_session("agent:a:one", "a").created_at == 1.0
 
@@ -96,7 +94,7 @@ def test_pages_earliest_and_cursor_reads(store):
     assert page[0][1:3] == ("compacted", "human")
     assert store.earliest_sequence("agent:a:one", "a") == seqs[0]
     assert store.earliest_sequence("agent:a:two", "a") is None
-    with store.atomic():
+    with store.transaction():
         store.put_cursors("agent:a:one", "a", [("agent:a:w", (seqs[0], seqs[0], seqs[0])),
                                                 ("agent:a:v", (0, seqs[0], seqs[0]))], 5.0)
     # R7: a pending cursor's material is the newest notifying event after N by someone else.
@@ -105,14 +103,14 @@ def test_pages_earliest_and_cursor_reads(store):
     assert [r.watcher for r in store.cursors_behind()] == []  # neither watcher is a session
     assert [r.watcher for r in store.cursors_naming("agent:a:one", "a")] == ["agent:a:v", "agent:a:w"]
     assert store.caught_up_watchers("agent:a:one", "a") == [("agent:a:w", (seqs[0],) * 3)]
-    with store.atomic():
+    with store.transaction():
         store.put_cursors("agent:a:one", "a", [("agent:a:w", None)], 6.0)
     assert store.cursor("agent:a:w", "agent:a:one", "a") is None
 
 
 def test_caught_up_lookup_returns_only_caught_up_cursors(store):
     rows = [("w1", 1, 1, 1), ("w2", 1, 5, 5), ("w3", 2, 2, 2), ("w4", 2, 3, 9)]
-    with store.atomic():
+    with store.transaction():
         store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
     assert sorted(store.caught_up_watchers("t", "a")) == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
 
@@ -132,7 +130,7 @@ def test_prune_in_chunks_raises_the_watermark_first(store):
 
 def test_prune_by_age_keeps_pending_material(store):
     frozen = append(store, kind="compacted", at=1.0)[0]
-    with store.atomic():
+    with store.transaction():
         store.put_cursors("agent:a:one", "a", [("agent:a:two", (0, frozen, frozen))], 1.0)
     notifying = append(store, at=2.0)[0]
     late = append(store, kind="compacted", at=100.0)[0]
@@ -145,9 +143,8 @@ def test_prune_by_age_keeps_pending_material(store):
 
 
 def test_delete_takes_the_feature_rows_along(store):
-    meta, runs, transcripts, links = (SessionMetaStore(store), RunStore(store), TranscriptStore(store),
-                                      UpstreamLinkStore(store))
-    with store.atomic():
+    meta, runs, transcripts, links = store.meta, store.runs, store.transcripts, store.links
+    with store.transaction():
         meta.insert(MetaRecord("agent:a:one", "a", "sid-1", sandboxed=True, last_activity_at=1.0))
         transcripts.append("agent:a:one", "a", "user", "hi", actor_type="human", actor_id=None, provenance=None,
                            tool_calls=None, tool_result=None, input_tokens=0, output_tokens=0, created_at=1.0)
@@ -156,7 +153,7 @@ def test_delete_takes_the_feature_rows_along(store):
     links.replace("agent:a:one", "a", provider="p", host="h", thread_id="t", marker=None, primed=True, now=1.0)
     assert meta.get("agent:a:one", "a").sandboxed is True
     assert runs.get("r1").thread is False
-    with store.atomic():
+    with store.transaction():
         store.delete_session_data("agent:a:one", "a")
     assert meta.dump() == [] and transcripts.dump() == [] and runs.dump() == [] and links.all() == []
 
