@@ -126,11 +126,12 @@ def test_r5_twenty_changes_give_one_byte_identical_line(gw):
 
 
 def stored_cursor_row(gw):
-    """The cursor row as written on disk (a second connection: no effective positions)."""
-    with sqlite3.connect(gw.store.path) as raw:
-        return raw.execute(
-            "SELECT last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
-        ).fetchone()
+    """The cursor row as stored (read directly: no effective positions)."""
+    sql = "SELECT last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
+    if type(gw.store).__name__ == "PostgresStore":
+        return tuple(gw.store.db.execute(sql).fetchone())
+    with sqlite3.connect(gw.store.path) as raw:  # a second connection on the file
+        return raw.execute(sql).fetchone()
 
 
 def test_r6_r7_frozen_watermark_and_lazy_material(gw):
