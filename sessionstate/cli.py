@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="a narrated run of the notice protocol")
     demo.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
+    demo.add_argument("--processes", type=int, choices=(1, 2), default=1,
+                      help="2: the manager served by this process, the human recorded by a second one")
 
     status = commands.add_parser("status", help="a session's state version and changes")
     status.add_argument("key", help="session key, e.g. agent:main:main")
@@ -67,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
+            if args.processes == 2:
+                from .demo_processes import run_demo_processes
+
+                return run_demo_processes(args.db)
             from .demo import run_demo
 
             return run_demo(args.db)

@@ -64,6 +64,7 @@ from .validation import (
     encode_payload,
 )
 from .wake import WakeCoalescer
+from .rewake import Rewaker
 from .serving import SERVE_ALL, Serving
 from .store import serving as serving_sql
 
@@ -124,9 +125,12 @@ class Gateway(AgentRuntimeMixin):
         self._lock = threading.RLock()
         self._transaction_depth = 0
         self._deferred_notices: list[tuple[str, Target, int]] = []
+        self._deferred_rewakes: list[tuple[Target, str | None]] = []
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.closed = False
-        self.serving = Serving(self, SERVE_ALL)  # section 6a: R19-R22
+        self.serving = Serving(self, SERVE_ALL)  # section 6a: R19-R23
+        self._wakes.take_slot = self.serving.take_wake_slot
+        self.rewaker = Rewaker(self._wakes, self.queue.holds_notice)
         self._pump: Any = None
         self._trace: Tracer | None = None  # the protocol trace (spec section 15), when on
         self._init_agent_runtime()
@@ -164,7 +168,7 @@ class Gateway(AgentRuntimeMixin):
             path = trace_path(trace)
             if path is not None:
                 gateway._trace = Tracer(path, store, gateway.queue)
-            gateway.serving = Serving(gateway, serve)
+            gateway.serving.serve(serve)
             if pump:
                 from .pump import start_pump
 
@@ -233,12 +237,15 @@ class Gateway(AgentRuntimeMixin):
             except BaseException:
                 if outermost:
                     self._deferred_notices.clear()
+                    self._deferred_rewakes.clear()
                 raise
             finally:
                 self._transaction_depth -= 1
             if outermost:
                 notices, self._deferred_notices = self._deferred_notices, []
                 self._queue_notices(notices)
+                material, self._deferred_rewakes = self._deferred_rewakes, []
+                self._rewake(material, self.clock())
 
     def __enter__(self) -> "Gateway":
         return self
@@ -388,6 +395,7 @@ class Gateway(AgentRuntimeMixin):
         now = self.clock()
         floor = now - OCCURRED_AT_WINDOW
         notices: list[tuple[str, Target, int]] = []
+        material: list[tuple[Target, str | None]] = []
         sequences: list[int | None] = []
         inserted_count = 0
         append = self.store.append_event
@@ -407,6 +415,7 @@ class Gateway(AgentRuntimeMixin):
                             trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id, notices_follow=True)
                         if e.kind in NOTIFYING_KINDS:
                             notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
+                            material.append((e.target, e.actor_id))
         except StorageError:
             self.stats["append_failures"] += len(events)
             kinds = ", ".join(sorted({e.kind for e in events}))
@@ -414,6 +423,8 @@ class Gateway(AgentRuntimeMixin):
             return [None] * len(events)
         self.stats["events_recorded"] += inserted_count
         self._queue_notices(notices)
+        if material:
+            self._rewake(material, now)
         return sequences
 
     def _decide_notices(
@@ -745,5 +756,15 @@ class Gateway(AgentRuntimeMixin):
                 self.stats["notices_enqueued"] += 1
                 if is_main_style_watcher(watcher):
                     self._wakes.wake(watcher, f"session-state: {target[0]}")
+                    self.rewaker.track(watcher, target)
         if handed is not None and self._trace is not None:
             self._trace.notices(handed)
+
+    def _rewake(self, material: list[tuple[Target, str | None]], now: float) -> None:
+        """R23: material events re-wake pending main-style watchers whose window passed."""
+        if self._transaction_depth:  # inside transaction(): after its commit (R9)
+            self._deferred_rewakes.extend(material)
+            return
+        on_material = self.rewaker.on_material
+        for target, actor_id in material:
+            on_material(target, actor_id, now)

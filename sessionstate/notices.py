@@ -65,6 +65,9 @@ class SystemEventQueue:
         if not queue:
             del self._queues[session_key]
 
+    def holds_notice(self, session_key: str, target: tuple[str, str]) -> bool:
+        return any(e.target == target for e in self._queues.get(session_key, {}).values())
+
     def clear(self, session_key: str) -> None:
         self._queues.pop(session_key, None)
 

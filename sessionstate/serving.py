@@ -55,6 +55,19 @@ class Serving:
         self._after_sequence = 0
         self._after_stamp = 0
         self.sweeps = 0
+        from .statemachine import NOTIFYING_KINDS
+
+        self._kinds = tuple(sorted(NOTIFYING_KINDS))
+
+    def serve(self, patterns: object) -> None:
+        self.patterns = check_patterns(patterns)
+        self._matches.clear()
+
+    def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
+        """R23: the durable wake slot: one statement, its own implicit transaction (or part of
+        the caller's). Not a store transaction: it is no protocol step, and the protocol
+        trace sees store transactions only."""
+        return sql.take_wake_slot(self._gateway.store.db, watcher, now, window)
 
     # -- R19: who serves W --------------------------------------------------------------------
 
@@ -79,6 +92,7 @@ class Serving:
             self._elsewhere = sql.all_claims(store.db)
             self._after_sequence, self._after_stamp = sql.watermarks(store.db)
         self._mine.clear()
+        self.reconcile(list(self._elsewhere))  # notices queued before it knew the claims
 
     def unregister(self) -> None:
         if self.server_id is None:
@@ -146,7 +160,7 @@ class Serving:
         """
         gateway = self._gateway
         db = gateway.store.db
-        snap = sql.read_sweep(db, self._after_sequence, self._after_stamp)
+        snap = sql.read_sweep(db, self._after_sequence, self._after_stamp, self._kinds)
         for key in snap.changed_watchers:
             self._refresh_claim(key)
         if snap.gap:
@@ -156,6 +170,12 @@ class Serving:
         else:
             queued = self._queue_pending(p for p in snap.frozen if self.serves(p.watcher))
             queued += self.reconcile(snap.changed_watchers)
+        if gateway.rewaker.active():  # R23: other processes' material events re-wake too
+            now = gateway.clock()
+            for key, agent_id, actor_id in sql.notifying_events_after(
+                db, self._after_sequence, snap.log_sequence, self._kinds
+            ):
+                gateway.rewaker.on_material((key, agent_id), actor_id, now)
         # Advanced only once the sweep succeeded: a failed one is redone by the next.
         self._after_sequence, self._after_stamp = snap.log_sequence, snap.change_stamp
         self.sweeps += 1

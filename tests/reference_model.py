@@ -148,11 +148,14 @@ class Model:
             for (watcher, target), cursor in sorted(self.cursors.items()):
                 if target != session or watcher == actor_id:
                     continue
-                if cursor.notified == cursor.last_seen:
+                pending = cursor.notified != cursor.last_seen
+                if not pending:
                     cursor.notified = seq
                     cursor.updated_at = self.now
                 cursor.material = seq
                 self._enqueue(watcher, target, cursor.last_seen)
+                if pending:  # R23: a later material event re-wakes a watcher still pending
+                    self._wake(watcher, target)
         return seq
 
     def record_run_event(
@@ -206,6 +209,9 @@ class Model:
         if text in queue:
             return
         queue[text] = target
+        self._wake(watcher, target)
+
+    def _wake(self, watcher: str, target: str | None) -> None:
         if main_style(watcher):
             last = self.last_wake.get(watcher)
             if last is None or self.now - last >= WAKE_WINDOW:
@@ -250,15 +256,25 @@ class Model:
             self._enqueue(watcher, target, since)
         return list(queue)
 
-    def restart(self) -> None:
-        self.queues = {}
-        self.last_wake = {}
+    def restart(self, woken: set[str] | None = None) -> None:
+        """The startup sweep. With several processes (``woken`` given) only the watchers whose
+        notices enter some process's queue again are woken."""
+        self.queues = {}  # the wake times are durable (R23): a restart keeps them
         for (watcher, target), cursor in sorted(self.cursors.items()):
             if cursor.material > cursor.last_seen and watcher in self.sessions:
                 if cursor.notified != cursor.material:
                     cursor.notified = cursor.material
                     cursor.updated_at = self.now
-                self._enqueue(watcher, target, cursor.last_seen)
+                if woken is None or watcher in woken:
+                    self._enqueue(watcher, target, cursor.last_seen)
+                else:
+                    self.queues.setdefault(watcher, {})[notice(target, cursor.last_seen)] = target
+
+    def requeue(self, watcher: str) -> None:
+        """The watcher's notices enter another process's queue (it moved): a wake each, R12."""
+        for text, target in sorted(self.queues.get(watcher, {}).items(), key=lambda item: str(item[1])):
+            if target is not None:
+                self._wake(watcher, target)
 
     # -- retention, reset, delete ----------------------------------------------------------
 

@@ -11,7 +11,7 @@ from typing import Optional
 from sqlalchemy import Column, Index, Integer, text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class SessionRow(SQLModel, table=True):
@@ -79,13 +79,6 @@ class CursorRow(SQLModel, table=True):
             "target_session_key",
             "target_agent_id",
             sqlite_where=text("notified_sequence = last_seen_sequence"),
-        ),
-        # A change pump finds the cursors that `freeze` turned pending since its last sweep
-        # by their N (spec R22), so the event hot path writes nothing extra for it.
-        Index(
-            "ix_cursors_pending_notified",
-            "notified_sequence",
-            sqlite_where=text("notified_sequence > last_seen_sequence"),
         ),
     )
 

@@ -5,8 +5,8 @@
 - ``session_cursor_changes``: one row per watcher whose cursors or claim changed outside the
   event hot path, so a pump finds them through the primary key (R22);
 - ``session_wake_slots``: the time of each watcher's last wake, shared by all processes (R23);
-- (in ``schema.py``) the partial index ``ix_cursors_pending_notified``, through which a pump
-  finds the cursors that ``freeze`` turned pending since its previous sweep.
+- the sweep's reads: the cursors ``freeze`` turned pending since a sweep are found through the
+  log's new notifying events and the target index, so the event hot path writes nothing extra.
 
 All SQL for these lives in this module. Callers hold the gateway lock (the main connection)
 or own the connection they pass (the pump's).
@@ -70,20 +70,27 @@ class PendingCursor(NamedTuple):
     last_seen: int
 
 
-FROZEN_SINCE_SQL = (
+# A freeze sets N to the sequence of an event on the cursor's target, so the cursors frozen
+# since a sweep are among those of the targets of the notifying events since it: a range of the
+# log's primary key, then the target index per target. The hot path writes nothing for this.
+NEW_TARGETS_SQL = (
+    "SELECT DISTINCT session_key, agent_id FROM session_state_events"
+    " WHERE sequence > ? AND sequence <= ? AND kind IN ({marks})"
+)
+FROZEN_ON_TARGET_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
-    " FROM session_watch_cursors INDEXED BY ix_cursors_pending_notified"
-    " WHERE notified_sequence > last_seen_sequence AND notified_sequence > ?"
+    " FROM session_watch_cursors WHERE target_session_key = ? AND target_agent_id = ?"
+    " AND notified_sequence > last_seen_sequence AND notified_sequence > ?"
+    " ORDER BY watcher_session_key"
 )
 PENDING_HELD_BY_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
     " FROM session_watch_cursors WHERE watcher_session_key = ?"
-    " AND notified_sequence > last_seen_sequence"
+    " AND notified_sequence > last_seen_sequence ORDER BY target_session_key, target_agent_id"
 )
 ALL_PENDING_SQL = (
     "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence"
-    " FROM session_watch_cursors INDEXED BY ix_cursors_pending_notified"
-    " WHERE notified_sequence > last_seen_sequence"
+    " FROM session_watch_cursors WHERE notified_sequence > last_seen_sequence"
 )
 LOG_SEQUENCE_SQL = "SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'"
 
@@ -114,7 +121,9 @@ class SweepSnapshot(NamedTuple):
     gap: bool  # the change log was trimmed past the previous stamp
 
 
-def read_sweep(db: sqlite3.Connection, after_sequence: int, after_stamp: int) -> SweepSnapshot:
+def read_sweep(
+    db: sqlite3.Connection, after_sequence: int, after_stamp: int, kinds: tuple[str, ...]
+) -> SweepSnapshot:
     """One read snapshot of what changed since (after_sequence, after_stamp) (R22).
 
     ``db`` must not be inside a transaction; the read transaction is opened and closed here.
@@ -123,7 +132,14 @@ def read_sweep(db: sqlite3.Connection, after_sequence: int, after_stamp: int) ->
     try:
         sequence = _int(db.execute(LOG_SEQUENCE_SQL).fetchone())
         first, last = db.execute("SELECT min(stamp), max(stamp) FROM session_cursor_changes").fetchone()
-        frozen = [PendingCursor(*r) for r in db.execute(FROZEN_SINCE_SQL, (after_sequence,)).fetchall()]
+        targets = db.execute(
+            NEW_TARGETS_SQL.format(marks=", ".join("?" * len(kinds))), (after_sequence, sequence, *kinds)
+        ).fetchall()
+        frozen = [
+            PendingCursor(*r)
+            for key, agent_id in targets
+            for r in db.execute(FROZEN_ON_TARGET_SQL, (key, agent_id, after_sequence)).fetchall()
+        ]
         changed = [
             r[0]
             for r in db.execute(
@@ -219,10 +235,9 @@ def all_claims(db: sqlite3.Connection) -> dict[str, str]:
 # -- wake slots (R23) ------------------------------------------------------------------------
 
 
-def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: float) -> bool:
-    """Move the watcher's wake time to ``now`` if its last wake is at least ``window`` old.
-
-    One statement, so two processes cannot both win one window.
+def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: float) -> tuple[bool, float]:
+    """Move the watcher's wake time to ``now`` if its last wake is at least ``window`` old;
+    ``(won, the slot's time)``. One statement, so two processes cannot both win one window.
     """
     row = db.execute(
         "INSERT INTO session_wake_slots (watcher_session_key, woken_at) VALUES (?, ?)"
@@ -230,8 +245,26 @@ def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: flo
         " WHERE excluded.woken_at - session_wake_slots.woken_at >= ?"
         " RETURNING woken_at",
         (watcher, now, window),
+    ).fetchall()  # all rows: the statement completes and an implicit transaction commits
+    if row:
+        return True, float(row[0][0])
+    held = db.execute(
+        "SELECT woken_at FROM session_wake_slots WHERE watcher_session_key = ?", (watcher,)
     ).fetchone()
-    return row is not None
+    return False, float(held[0])
+
+
+def notifying_events_after(
+    db: sqlite3.Connection, after: int, upto: int, kinds: tuple[str, ...]
+) -> list[tuple[str, str, str | None]]:
+    """(session key, agent id, actor id) of the notifying events in (after, upto] (a range of
+    the primary key)."""
+    marks = ", ".join("?" * len(kinds))
+    return db.execute(
+        "SELECT session_key, agent_id, actor_id FROM session_state_events"
+        f" WHERE sequence > ? AND sequence <= ? AND kind IN ({marks}) ORDER BY sequence",
+        (after, upto, *kinds),
+    ).fetchall()
 
 
 def _int(row: tuple[object, ...] | None) -> int:

@@ -273,6 +273,9 @@ def test_migrations_run_in_order_in_one_transaction_and_are_logged(tmp_path, mon
 def test_a_failing_migration_changes_nothing(tmp_path, monkeypatch):
     path = tmp_path / "old.db"
     make_current_file(path)
+    with raw(path) as db:
+        db.execute("PRAGMA user_version = 1")
+    db.close()
     before = snapshot(path)
 
     def good(db: sqlite3.Connection) -> None:
@@ -344,14 +347,28 @@ def test_unrelated_tables_are_left_in_place(tmp_path):
     db.close()
 
 
-def test_migration_2_adds_the_change_pump_index_to_a_version_1_file(tmp_path):
+def test_migrations_2_and_3_leave_a_version_1_file_without_the_pump_index(tmp_path):
     path = tmp_path / "v1.db"
     make_current_file(path)
     with raw(path) as db:
-        db.execute("DROP INDEX ix_cursors_pending_notified")
         db.execute("PRAGMA user_version = 1")
     db.close()
     with Gateway.open(str(path)) as gw:
         names = {r[0] for r in gw.store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert "ix_cursors_pending_notified" in names
-        assert gw.store.db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert "ix_cursors_pending_notified" not in names and "ix_cursors_target" in names
+        assert gw.store.db.execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+def test_migration_3_drops_the_index_version_2_added(tmp_path):
+    path = tmp_path / "v2.db"
+    make_current_file(path)
+    with raw(path) as db:
+        db.execute(
+            "CREATE INDEX ix_cursors_pending_notified ON session_watch_cursors (notified_sequence)"
+            " WHERE notified_sequence > last_seen_sequence"
+        )
+        db.execute("PRAGMA user_version = 2")
+    db.close()
+    with Gateway.open(str(path)) as gw:
+        names = {r[0] for r in gw.store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "ix_cursors_pending_notified" not in names

@@ -1,0 +1,179 @@
+"""Several processes: commit-to-drainable latency across processes, the pump's idle CPU.
+
+Run: ./dev run .venv/bin/python benchmarks/multiproc_latency.py [episodes]
+
+Process A (a child process) records one material event per episode and reports the wall-clock
+time right after its commit; process B (this one) serves the watcher with the change pump and
+notes when the notice enters its queue. Episodes are spaced 0.4-0.7 s apart, so every event
+meets a pump that has backed off to its idle interval (250 ms): the worst case. The raw
+baseline runs the same two processes with a bare ``sqlite3`` writer and a bare
+``PRAGMA data_version`` poller with the same back-off, so the ratio shows what the sweep adds
+over the polling itself. Idle CPU: B with its pump and nothing happening, for 20 s, against
+the bare poller.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from sessionstate import Gateway
+from sessionstate.pump import MAX_POLL_SECONDS, MIN_POLL_SECONDS
+
+W, T = "agent:a:main", "agent:b:main"
+
+
+def writer(mode: str, path: str) -> None:
+    """Process A: one commit per line read; prints the time after the commit."""
+    if mode == "project":
+        gw = Gateway.open(f"sqlite:///{path}", serve=[])
+        record = lambda: gw.record_event(T, "human_direct_message", actor_type="human", summary="hi")  # noqa: E731
+    else:
+        db = sqlite3.connect(path, isolation_level=None)
+
+        def record() -> None:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO probe (at) VALUES (0)")
+            db.execute("COMMIT")
+    for _ in sys.stdin:
+        record()
+        print(time.time(), flush=True)
+
+
+class RawPoller:
+    """The baseline: a bare data_version poller with the pump's back-off."""
+
+    def __init__(self, path: str, on_change) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.on_change = on_change
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        version = self.db.execute("PRAGMA data_version").fetchone()[0]
+        interval = MIN_POLL_SECONDS
+        while not self.stop.wait(interval):
+            now = self.db.execute("PRAGMA data_version").fetchone()[0]
+            if now != version:
+                version = now
+                self.db.execute("SELECT max(id) FROM probe").fetchone()
+                self.on_change()
+                interval = MIN_POLL_SECONDS
+            else:
+                interval = min(interval * 2, MAX_POLL_SECONDS)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def latency(mode: str, episodes: int, directory: Path) -> list[float]:
+    path = str(directory / f"{mode}.db")
+    arrived = threading.Event()
+    stamp: list[float] = []
+    if mode == "project":
+        with Gateway.open(f"sqlite:///{path}") as setup:
+            setup.create_session(W)
+            setup.create_session(T)
+            setup.watch(W, T)
+        b = Gateway.open(f"sqlite:///{path}", serve=[W], pump=True)
+        enqueue = b.queue.enqueue
+
+        def noting(*args, **kwargs):  # type: ignore[no-untyped-def]
+            added = enqueue(*args, **kwargs)
+            if added:
+                stamp.append(time.time())
+                arrived.set()
+            return added
+
+        b.queue.enqueue = noting  # type: ignore[method-assign]
+        reset = lambda: b.drain_system_events(W)  # noqa: E731
+        stop = b.close
+    else:
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE probe (id INTEGER PRIMARY KEY, at REAL)")
+        db.close()
+
+        def changed() -> None:
+            stamp.append(time.time())
+            arrived.set()
+
+        poller = RawPoller(path, changed)
+        reset = lambda: None  # noqa: E731
+        stop = poller.stop.set
+    a = subprocess.Popen([sys.executable, __file__, "--writer", mode, path],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    samples = []
+    try:
+        for _ in range(episodes):
+            time.sleep(random.uniform(0.4, 0.7))
+            arrived.clear()
+            stamp.clear()
+            a.stdin.write("go\n")  # type: ignore[union-attr]
+            a.stdin.flush()  # type: ignore[union-attr]
+            committed = float(a.stdout.readline())  # type: ignore[union-attr]
+            if not arrived.wait(10):
+                raise RuntimeError("the notice never arrived")
+            samples.append(stamp[0] - committed)
+            reset()
+    finally:
+        a.stdin.close()  # type: ignore[union-attr]
+        a.wait()
+        stop()
+    return samples
+
+
+def idle_cpu(mode: str, seconds: float, directory: Path) -> float:
+    path = str(directory / f"idle-{mode}.db")
+    if mode == "project":
+        gw = Gateway.open(f"sqlite:///{path}", pump=True)
+        stop = gw.close
+    else:
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, at REAL)")
+        poller = RawPoller(path, lambda: None)
+        stop = poller.stop.set
+    time.sleep(1)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.monotonic()
+    time.sleep(seconds)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    wall = time.monotonic() - start
+    stop()
+    return ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / wall
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--writer"]:
+        writer(sys.argv[2], sys.argv[3])
+        return
+    episodes = int(sys.argv[1]) if len(sys.argv) > 1 else 150
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        for mode in ("raw", "project"):
+            samples = latency(mode, episodes, directory)
+            results[mode] = {
+                "p50_ms": round(percentile(samples, 0.50) * 1000, 1),
+                "p99_ms": round(percentile(samples, 0.99) * 1000, 1),
+                "max_ms": round(max(samples) * 1000, 1),
+                "idle_cpu_percent": round(idle_cpu(mode, 20, directory) * 100, 3),
+            }
+    results["ratio_p99"] = round(results["project"]["p99_ms"] / results["raw"]["p99_ms"], 2)
+    print(json.dumps({"episodes": episodes, "poll_ms": [MIN_POLL_SECONDS * 1000, MAX_POLL_SECONDS * 1000], **results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""R23's heal for lost wakes: a main-style watcher whose notice is still pending is woken
+again by a later material event on the target once its 20 s window has passed.
+
+Per target, a heap of (time last woken, watcher) for the pending main-style watchers this
+process serves. A material event looks only at the heap's top: an entry whose notice is gone
+is popped (paid for by the notice that created it), an entry whose watcher was woken since
+(for another target, or by another process) is pushed back with the newer time (paid for by
+that wake), a due entry is woken and pushed back (paid for by the wake). So an event costs
+O(1) when nobody is due, whatever the number of pending watchers, and each watcher is woken
+at most once per window.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+from .wake import WAKE_COALESCE_SECONDS, WakeCoalescer
+
+Target = tuple[str, str]
+
+
+class Rewaker:
+    def __init__(self, wakes: WakeCoalescer, still_pending: Callable[[str, Target], bool]) -> None:
+        self._wakes = wakes
+        self._still_pending = still_pending
+        self._heaps: dict[Target, list[tuple[float, str]]] = {}
+        self._tracked: dict[Target, set[str]] = {}
+
+    def active(self) -> bool:
+        return bool(self._heaps)
+
+    def track(self, watcher: str, target: Target) -> None:
+        """A notice for (watcher, target) entered the queue and its wake was tried."""
+        last = self._wakes.last(watcher)
+        if last is None:
+            return
+        tracked = self._tracked.setdefault(target, set())
+        if watcher not in tracked:
+            tracked.add(watcher)
+            heapq.heappush(self._heaps.setdefault(target, []), (last, watcher))
+
+    def on_material(self, target: Target, actor_id: str | None, now: float) -> int:
+        """A notifying event on ``target`` by ``actor_id``; returns how many watchers it woke."""
+        heap = self._heaps.get(target)
+        if not heap:
+            return 0
+        tracked = self._tracked[target]
+        woken = 0
+        skipped: list[tuple[float, str]] = []
+        while heap:
+            stamp, watcher = heap[0]
+            if not self._still_pending(watcher, target):
+                heapq.heappop(heap)
+                tracked.discard(watcher)
+                continue
+            last = self._wakes.last(watcher)
+            if last is not None and last > stamp:  # woken since: re-file at its real time
+                heapq.heapreplace(heap, (last, watcher))
+                continue
+            if now - stamp < WAKE_COALESCE_SECONDS:
+                break  # the oldest is not due, so nobody is
+            if watcher == actor_id:  # its own event is not material to it (R2)
+                skipped.append(heapq.heappop(heap))
+                continue
+            if self._wakes.wake(watcher, f"session-state: {target[0]}"):
+                woken += 1
+            heapq.heapreplace(heap, (self._wakes.last(watcher) or now, watcher))
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        if not heap:
+            del self._heaps[target], self._tracked[target]
+        return woken

@@ -1,0 +1,155 @@
+"""The stateful test with three gateways on one file against the one reference model.
+
+Every rule of ``GatewayVersusModel`` runs in the process the last ``switch`` picked; after each
+step every process sweeps (what its pump does on the commit). A process restarts alone, and
+``attach`` moves a watcher to a process (the last attach wins). The queue invariants hold in
+every process for the watchers it serves; a process that does not serve a watcher holds no
+notice for it (INV11); wakes, summed over all processes, are the model's.
+"""
+
+from __future__ import annotations
+
+from hypothesis import note, strategies as st
+from hypothesis.stateful import invariant, precondition, rule
+
+from sessionstate import Gateway
+from tests.gateway.test_stateful import GatewayVersusModel
+from tests.reference_model import agent_of
+
+PROCESSES = (0, 1, 2)
+
+
+class GatewaysVersusModel(GatewayVersusModel):
+    def __init__(self) -> None:
+        self.gws: dict[int, Gateway] = {}
+        self.current = 0
+        super().__init__()
+        for index in PROCESSES[1:]:
+            self.gws[index] = self._open()
+
+    @property  # type: ignore[override]
+    def gw(self) -> Gateway:
+        return self.gws[self.current]
+
+    @gw.setter
+    def gw(self, value: Gateway) -> None:
+        self.gws[self.current] = value
+
+    def _open(self) -> Gateway:
+        gw = super()._open()
+        with gw.locked():
+            gw.serving.register()  # a server without the pump thread: sweeps run by hand
+        return gw
+
+    def teardown(self) -> None:
+        for index in PROCESSES:
+            self.current = index
+            if index in self.gws:
+                self.gws[index].close()
+        self.current = 0
+        self.gws[0] = self._open()  # the parent's teardown closes self.gw and removes the files
+        super().teardown()
+
+    def _sweep_all(self) -> None:
+        for gw in self.gws.values():
+            gw.sweep_changes()
+
+    def _all_pending(self) -> set[tuple[str, str]]:
+        return {
+            (w, text)
+            for gw in self.gws.values()
+            for w in self.model.sessions
+            for text in gw.pending_system_events(w)
+        }
+
+    def _step(self, action, *, quiet: bool = False) -> None:
+        super()._step(lambda: (action(), self._sweep_all()), quiet=quiet)
+
+    # -- rules of several processes ---------------------------------------------------------
+
+    @rule(index=st.sampled_from(PROCESSES))
+    def switch(self, index: int) -> None:
+        note(f"switch to process {index}")
+        self.current = index
+
+    @precondition(lambda self: any(agent_of(k) for k in self.model.sessions))
+    @rule(data=st.data(), index=st.sampled_from(PROCESSES))
+    def attach(self, data, index: int) -> None:
+        watcher = data.draw(st.sampled_from(sorted(k for k in self.model.sessions if agent_of(k))))
+        note(f"attach {watcher} to process {index}")
+        gw = self.gws[index]
+        was_served = gw.serves(watcher)
+        self._step(lambda: gw.attach(watcher))
+        if not was_served:
+            self.model.requeue(watcher)
+        assert gw.serves(watcher)
+        assert not any(other.serves(watcher) for i, other in self.gws.items() if i != index)
+
+    @rule(index=st.sampled_from(PROCESSES))
+    def restart(self, index: int) -> None:  # type: ignore[override]
+        note(f"restart process {index}")
+        before = {i: {w for w in self.model.sessions if gw.serves(w)} for i, gw in self.gws.items() if i != index}
+        self.gws[index].close()
+        self.gws[index] = self._open()
+        self._sweep_all()
+        woken = {w for w in self.model.sessions if self.gws[index].serves(w)}
+        for i, served in before.items():
+            woken |= {w for w in self.model.sessions if self.gws[i].serves(w)} - served
+        self.model.restart(woken)
+        self.pending_texts.clear()
+        self.opened_by_last_step = set()
+        self.last_step_quiet = False
+
+    @rule()
+    def prune(self) -> None:  # type: ignore[override]
+        super().prune()
+        self._sweep_all()
+
+    # -- invariants over every process --------------------------------------------------------
+
+    @invariant()
+    def inv2_one_notice_per_pair(self) -> None:  # type: ignore[override]
+        for gw in self.gws.values():
+            for watcher in self.model.sessions:
+                targets = [t.target for t in gw.queue.peek(watcher) if t.target is not None]
+                assert len(targets) == len(set(targets)), targets
+
+    @invariant()
+    def inv3_byte_stable_notice(self) -> None:  # type: ignore[override]
+        for gw in self.gws.values():
+            for watcher in self.model.sessions:
+                for entry in gw.queue.peek(watcher):
+                    if entry.target is not None:
+                        pair = (watcher, entry.target[0])
+                        assert self.pending_texts.setdefault(pair, entry.text) == entry.text, pair
+
+    @invariant()
+    def inv4_queue_matches_cursors(self) -> None:  # type: ignore[override]
+        for index, gw in self.gws.items():
+            for watcher in self.model.sessions:
+                want = sorted(self.model.pending(watcher)) if gw.serves(watcher) else []
+                assert sorted(gw.pending_system_events(watcher)) == want, (index, watcher)
+        assert sorted(self.wakes) == sorted(self.model.wakes)
+
+    @invariant()
+    def inv6_nothing_uncovered(self) -> None:  # type: ignore[override]
+        assert self.model.uncovered() == []
+        for (watcher, target), cursor in self.model.cursors.items():
+            positions = self.gw.cursor_positions(watcher, target)
+            owed = positions is not None and positions.material > positions.last_seen
+            for gw in self.gws.values():
+                if gw.serves(watcher):
+                    queued = any(e.target and e.target[0] == target for e in gw.queue.peek(watcher))
+                    assert owed == queued, (watcher, target, positions)
+
+    @invariant()
+    def inv11_served_queues(self) -> None:
+        for watcher in self.model.sessions:
+            servers = [i for i, gw in self.gws.items() if gw.serves(watcher)]
+            assert servers, watcher  # every process serves "*" unless another holds the claim
+            for gw in self.gws.values():
+                if not gw.serves(watcher):
+                    assert not any(e.target for e in gw.queue.peek(watcher)), watcher
+
+
+TestGatewaysVersusModel = GatewaysVersusModel.TestCase
