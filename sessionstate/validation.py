@@ -109,21 +109,25 @@ def check_json(value: object, field: str, *, max_bytes: int, max_depth: int = MA
     they serialise.
     """
     size = 0
-    stack: list[tuple[object, str, int]] = [(value, field, 0)]
+    # (value, parent node, key or index in the parent, depth): a path is spelled out only
+    # for the error message, never on the way.
+    stack: list[_Node] = [(value, None, None, 0)]
     while stack:
-        item, path, depth = stack.pop()
+        node = stack.pop()
+        item, _, _, depth = node
         if isinstance(item, str):
-            refuse_surrogates(item, path)
+            if not item.isascii():
+                refuse_surrogates(item, _json_path(field, node))
             size += len(item) + 2
         elif item is None or isinstance(item, bool):
             size += 4
         elif isinstance(item, int):
             if not -MAX_JSON_INT <= item <= MAX_JSON_INT:
-                raise InvalidArgument(f"{path} is an integer out of the 64-bit range")
+                raise InvalidArgument(f"{_json_path(field, node)} is an integer out of the 64-bit range")
             size += 1
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise InvalidArgument(f"{path} must be a finite number")
+                raise InvalidArgument(f"{_json_path(field, node)} must be a finite number")
             size += 1
         elif isinstance(item, (dict, list, tuple)):
             if depth >= max_depth:
@@ -132,17 +136,38 @@ def check_json(value: object, field: str, *, max_bytes: int, max_depth: int = MA
             if isinstance(item, dict):
                 for key, child in item.items():
                     if not isinstance(key, str):
-                        raise InvalidArgument(f"{path} has a key that is not a string ({type(key).__name__})")
-                    child_path = f"{path}.{key[:64]}" if path else key[:64]
-                    refuse_surrogates(key, f"a key of {path or 'the object'}")
+                        raise InvalidArgument(
+                            f"{_json_path(field, node)} has a key that is not a string ({type(key).__name__})"
+                        )
+                    if not key.isascii():
+                        refuse_surrogates(key, f"a key of {_json_path(field, node) or 'the object'}")
                     size += len(key) + 3
-                    stack.append((child, child_path, depth + 1))
+                    stack.append((child, node, key, depth + 1))
             else:
-                stack.extend((child, f"{path}[{index}]", depth + 1) for index, child in enumerate(item))
+                stack.extend((child, node, index, depth + 1) for index, child in enumerate(item))
         else:
-            raise InvalidArgument(f"{path} is not JSON (a {type(item).__name__})")
+            raise InvalidArgument(f"{_json_path(field, node)} is not JSON (a {type(item).__name__})")
         if size > max_bytes:
             raise InvalidArgument(f"{field} is larger than {max_bytes} bytes")
+
+
+_Node = tuple[object, "_Node | None", "str | int | None", int]
+
+
+def _json_path(field: str, node: _Node) -> str:
+    """``payload.a[3].b`` for the node (keys cut at 64 characters)."""
+    keys: list[str | int] = []
+    current: _Node | None = node
+    while current is not None and current[2] is not None:
+        keys.append(current[2])
+        current = current[1]
+    path = field
+    for key in reversed(keys):
+        if isinstance(key, int):
+            path = f"{path}[{key}]"
+        else:
+            path = f"{path}.{key[:64]}" if path else key[:64]
+    return path
 
 
 def check_optional_id(value: object, field: str) -> str | None:
