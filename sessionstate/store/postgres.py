@@ -492,8 +492,10 @@ class PostgresStore:
         return [(r[0], (int(r[1]), int(r[2]), int(r[3]))) for r in rows]
 
     def cursors_behind(self) -> list[CursorRecord]:
-        """Cursors with a notice owed whose watcher exists."""
-        return self._cursors(_BEHIND, ())
+        """Cursors with a notice owed whose watcher exists. Inside a transaction (the sweep),
+        those whose target was not locked first are left out instead of locked out of key
+        order: they became owed after the lock, and their notice was queued where they froze."""
+        return self._cursors(_BEHIND, (), extend=False)
 
     def cursors_held_by(self, watcher: str) -> list[CursorRecord]:
         return self._cursors(_HELD_BY, (watcher,))
@@ -509,7 +511,9 @@ class PostgresStore:
         """Cursors whose row and whose target's head were both last updated before cutoff."""
         return self._cursors(_EXPIRED, (cutoff, cutoff))
 
-    def _cursors(self, condition: str, args: tuple[Any, ...], also_lock: Sequence[Target] = ()) -> list[CursorRecord]:
+    def _cursors(
+        self, condition: str, args: tuple[Any, ...], also_lock: Sequence[Target] = (), extend: bool = True
+    ) -> list[CursorRecord]:
         """The cursors matching ``condition``; inside a transaction their targets' heads (and
         ``also_lock``) are locked first, in key order. A cursor that started to match between
         the lock and the read (on a target not locked yet) has its head locked too, and the
@@ -524,6 +528,8 @@ class PostgresStore:
             missing = {(r.target_key, r.target_agent_id) for r in records} - self._locked - headless
             if not missing:
                 return records
+            if not extend:
+                return [r for r in records if (r.target_key, r.target_agent_id) not in missing]
             headless |= self._lock_heads(sorted(missing))
 
     def put_cursors(

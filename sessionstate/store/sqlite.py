@@ -100,10 +100,13 @@ def _access_hint(path: Path | None) -> str | None:
     "unable to open database file" for all of these)."""
     if path is None:
         return None
-    if path.exists() and not os.access(path, os.R_OK):
-        return "the file is not readable"
-    if not os.access(path.parent, os.W_OK):
-        return "its directory is not writable: SQLite needs to create the -wal and -shm files beside it"
+    try:
+        if path.exists() and not os.access(path, os.R_OK):
+            return "the file is not readable"
+        if not os.access(path.parent, os.W_OK):
+            return "its directory is not writable: SQLite needs to create the -wal and -shm files beside it"
+    except OSError:  # the path cannot even be looked at (a name too long): the error says so
+        return None
     return None
 
 
