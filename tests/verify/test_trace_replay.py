@@ -121,8 +121,8 @@ def test_a_run_inside_one_extension_transaction_writes_nothing_when_rolled_back(
 def test_tracing_is_off_without_a_path(tmp_path, monkeypatch):
     monkeypatch.delenv("SESSIONSTATE_TRACE", raising=False)
     with Gateway.open(tmp_path / "s.db") as gw:
-        assert gw._trace is None
-        assert "atomic" not in vars(gw.store)  # the store's transactions are not wrapped
+        assert gw.protocol.tracer is None
+        assert "transaction" not in vars(gw.store)  # the store's transactions are not wrapped
 
 
 # -- one-line corruptions are rejected with the rule they break ------------------------------------
@@ -372,7 +372,10 @@ def test_the_open_line_names_the_backend_and_hides_a_password():
     class Store:
         url = "postgresql://alice:secret@db.example/state"
 
-        def atomic(self) -> None:  # never entered here
+        def transaction(self) -> None:  # never entered here
+            raise AssertionError
+
+        def after_commit(self, callback: object) -> None:
             raise AssertionError
 
         def sequence_high_water(self) -> int:
