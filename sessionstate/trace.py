@@ -15,7 +15,7 @@ three of them per event and the budget is a fraction of an append.
 from __future__ import annotations
 
 import itertools
-import json
+from json.encoder import encode_basestring_ascii
 import os
 import secrets
 from functools import lru_cache
@@ -57,7 +57,9 @@ def trace_path(explicit: str | os.PathLike[str] | None) -> Path | None:
 # which the commit key alone does not when no event was committed in between.
 _process_batches = itertools.count(1)
 
-_quote = lru_cache(maxsize=65_536)(json.dumps)  # keys repeat on every event: escape each once
+# JSON string literals (ASCII, as json.dumps writes them), by the C encoder json.dumps uses.
+_escape: Callable[[str], str] = encode_basestring_ascii
+_quote = lru_cache(maxsize=65_536)(_escape)  # keys repeat on every event: escape each once
 
 
 def _pos(positions: PositionsLike | None) -> str:
@@ -150,7 +152,7 @@ class Tracer:
         if kind is not None:
             extra = f',"kind":"{kind}","actor":{_opt(actor)}'
         if delivered is not None:
-            extra += f',"delivered":{_quote(delivered)}'
+            extra += f',"delivered":{_escape(delivered)}'
         self._buffer.append(
             f'"op":"step","watcher":{_quote(watcher)},"target":{_target(target)},"trigger":"{trigger}",'
             f'"seq":{"null" if sequence is None else sequence},"before":{_pos(before)},"after":{_pos(after)},'
@@ -193,7 +195,7 @@ class Tracer:
         ``queued`` is false when the queue already held the text (R5) or when this process
         does not serve the watcher (``served`` false, R19)."""
         self._after_commit([
-            f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)},'
+            f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_escape(text)},'
             f'"queued":{"true" if queued else "false"},"served":{"true" if served else "false"}}}'
             for watcher, target, text, queued, served in handed
         ], release=True)
@@ -213,7 +215,7 @@ class Tracer:
                     if gone:
                         self._after_commit([
                             f'"op":"unqueue","watcher":{_quote(session_key)},"target":{_target(e.target)},'
-                            f'"text":{_quote(e.text)}}}'
+                            f'"text":{_escape(e.text)}}}'
                             for e in gone
                         ], release=False)
                 return result
