@@ -113,6 +113,13 @@ def _access_hint(path: Path | None) -> str | None:
 def _check_location(path: Path, create: bool) -> None:
     """Refuse, with the cause in words, a path SQLite could only fail on obscurely; make the
     parent directories of a new file only when ``create``."""
+    try:
+        _check_path(path, create)
+    except OSError as exc:  # a name too long for the file system, and the like
+        raise StorageUnavailable(f"{path}: {exc.strerror or exc}") from exc
+
+
+def _check_path(path: Path, create: bool) -> None:
     if path.is_dir():
         raise StorageUnavailable(f"{path}: is a directory, not a database file")
     if path.exists():
