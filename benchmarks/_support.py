@@ -78,6 +78,19 @@ def connect_raw(path: Path) -> sqlite3.Connection:
     return db
 
 
+_SIDE_CONNECTIONS: dict[Path, sqlite3.Connection] = {}
+
+
+def side_connection(gw: Gateway) -> sqlite3.Connection:
+    """A second connection to the gateway's file, for untimed setup writes and inspection
+    (the store keeps its own connection private); one per file, kept for the process."""
+    path = gw.store.path
+    assert path is not None
+    if path not in _SIDE_CONNECTIONS:
+        _SIDE_CONNECTIONS[path] = connect_raw(path)
+    return _SIDE_CONNECTIONS[path]
+
+
 def bulk_sessions(db: sqlite3.Connection, keys: list[str], agent: str = AGENT) -> None:
     db.execute("BEGIN IMMEDIATE")
     db.executemany(
@@ -208,18 +221,18 @@ def clear_queue(gw: Gateway) -> None:
 
 
 class LockTimer:
-    """Wraps ``store.atomic`` (instance attribute, benchmark only) and records how long each
+    """Wraps ``store.transaction`` (instance attribute, benchmark only) and records how long each
     outermost transaction was open: from BEGIN IMMEDIATE to COMMIT."""
 
     def __init__(self, store: SqliteStore) -> None:
         self.store = store
-        self.original = store.atomic
+        self.original = store.transaction
         self.durations: list[float] = []
-        store.atomic = self.atomic  # type: ignore[method-assign]
+        store.transaction = self.transaction  # type: ignore[method-assign]
 
     @contextmanager
-    def atomic(self) -> Iterator[None]:
-        outer = self.store._depth == 0
+    def transaction(self) -> Iterator[None]:
+        outer = not self.store.in_transaction
         start = time.perf_counter()
         with self.original():
             yield

@@ -3,8 +3,9 @@
 Each round copies a prepared file (untimed), then prunes it: the project's ``Gateway.prune()``
 against the same chunked SQL (2,000 rows per transaction: chunk bound, affected sessions,
 effective material written into pending cursors, pruned watermark raised, delete; then the
-expiry scan, then the free pages given back in steps of 256, one transaction each). Every outermost transaction of the project is timed from outside by wrapping
-``store.atomic`` (benchmark only); the longest one is the longest write lock.
+expiry scan, then the free pages given back in steps of 256, one transaction each).
+Every outermost transaction of the project is timed from outside by wrapping
+``store.transaction`` (benchmark only); the longest one is the longest write lock.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from _support import (
+    side_connection,
     KIND,
     TARGET,
     RawLog,
@@ -46,7 +47,7 @@ def test_record_project(benchmark, tmp_path, watchers):
     gw = open_gateway(_file(tmp_path, watchers))
 
     def setup() -> None:
-        reset_caught_up(gw.store.db)
+        reset_caught_up(side_connection(gw))
         clear_queue(gw)
 
     measure(benchmark, gw.record_event, key=f"record.w{watchers}.project", setup=setup,
@@ -61,7 +62,7 @@ def test_record_traced_project(benchmark, tmp_path, watchers):
     gw = open_gateway(_file(tmp_path, watchers), trace=tmp_path / "trace.jsonl")
 
     def setup() -> None:
-        reset_caught_up(gw.store.db)
+        reset_caught_up(side_connection(gw))
         clear_queue(gw)
 
     measure(benchmark, gw.record_event, key=f"record.w{watchers}.traced", setup=setup,
@@ -83,7 +84,7 @@ def test_record_pending_project(benchmark, tmp_path):
     gw = open_gateway(_file(tmp_path, PENDING + 1, pending_after_first=True))
 
     def setup() -> None:
-        reset_caught_up(gw.store.db, watcher=watcher_key(0))
+        reset_caught_up(side_connection(gw), watcher=watcher_key(0))
         clear_queue(gw)
 
     measure(benchmark, gw.record_event, key="record.pending.project", setup=setup,
@@ -105,7 +106,7 @@ def test_batch_project(benchmark, tmp_path):
     burst = [dict(session_key=TARGET, kind=KIND, **EVENT) for _ in range(BATCH)]
 
     def setup() -> None:
-        reset_caught_up(gw.store.db)
+        reset_caught_up(side_connection(gw))
         clear_queue(gw)
 
     result = measure(benchmark, gw.record_events, key="batch.project", setup=setup, rounds_full=40,

@@ -104,11 +104,14 @@ def test_sweep_project(benchmark, sweep_template, tmp_path):
         before = raw.execute("SELECT * FROM session_watch_cursors").fetchall()
         raw.close()
         gw = open_gateway(path)
-        gw.store.db.execute("BEGIN IMMEDIATE")
-        gw.store.db.execute("DELETE FROM session_watch_cursors")
-        gw.store.db.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?)", before)
-        gw.store.db.execute("COMMIT")
-        gw.queue._queues.clear()
+        raw = connect_raw(path)  # a second connection: the store's own is private
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("DELETE FROM session_watch_cursors")
+        raw.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?)", before)
+        raw.execute("COMMIT")
+        raw.close()
+        for session in gw.queue.sessions():
+            gw.queue.clear(session)
         state["gw"] = gw
 
     def sweep():
@@ -161,8 +164,7 @@ def test_memory_per_cursor(benchmark, tmp_path):
     for name, path in (("empty", empty), ("caught", caught), ("pending", pending)):
         held, gw = _held_bytes(path)
         sizes[name] = held
-        page = gw.store.db.execute("PRAGMA page_size").fetchone()[0]
-        sizes[name + "_file"] = gw.store.db.execute("PRAGMA page_count").fetchone()[0] * page
+        sizes[name + "_file"] = gw.store.pragma("page_count") * gw.store.pragma("page_size")
         if name == "pending":
             queued = sum(len(gw.pending_system_events(watcher_key(w))) for w in range(MEMORY_CURSORS // 100))
             assert queued == MEMORY_CURSORS

@@ -16,6 +16,7 @@ import itertools
 
 import pytest
 from _support import (
+    side_connection,
     KIND,
     TARGET,
     RawLog,
@@ -55,7 +56,7 @@ def test_event_vs_table_size(benchmark, tmp_path, rows, side):
         gw = open_gateway(path)
 
         def setup() -> None:
-            reset_caught_up(gw.store.db)
+            reset_caught_up(side_connection(gw))
             clear_queue(gw)
 
         measure(benchmark, gw.record_event, setup=setup, rounds_full=1000, args=(TARGET, KIND), kwargs=EVENT, **info)
@@ -82,7 +83,7 @@ def test_event_vs_watchers(benchmark, tmp_path, watchers, state, side):
 
         def setup() -> None:
             if state == "caught_up":
-                reset_caught_up(gw.store.db)
+                reset_caught_up(side_connection(gw))
             clear_queue(gw)
 
         measure(benchmark, gw.record_event, setup=setup, rounds_full=_rounds_for(watchers),
@@ -125,7 +126,7 @@ def test_event_vs_sessions(benchmark, tmp_path, sessions, side):
 
         def setup() -> None:
             key = next(keys)
-            reset_caught_up(gw.store.db, target=key)
+            reset_caught_up(side_connection(gw), target=key)
             clear_queue(gw)
             args[:] = [key, KIND]
 

@@ -22,8 +22,10 @@ from .errors import (
 )
 from .fencing import fence_untrusted, fenced_text, quote_untrusted
 from .gateway import Gateway
+from .keys import SessionRef
 from .notices import notice_text
 from .statemachine import Positions
+from . import tools  # noqa: F401  (the tool layer installs Gateway.call_tool; imported last)
 
 __all__ = [
     "Gateway",
@@ -34,6 +36,7 @@ __all__ = [
     "SchemaMismatch",
     "SchemaVersionError",
     "SessionExists",
+    "SessionRef",
     "SessionStateError",
     "StorageBusy",
     "StorageError",

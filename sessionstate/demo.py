@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from .config import normalize_url
-from .gateway import DAY_SECONDS, Gateway
+from .gateway import Gateway
+from .notice_protocol import DAY_SECONDS
 
 MANAGER = "agent:main:main"
 WORKER = "agent:main:subagent:worker"

@@ -7,6 +7,9 @@ from functools import lru_cache
 from .errors import InvalidArgument
 from .validation import refuse_surrogates
 
+# A registered session as the runtime names it everywhere: (session key, agent id).
+SessionRef = tuple[str, str]
+
 DEFAULT_AGENT_ID = "main"
 MAX_KEY_LENGTH = 512
 _AGENT_PREFIX = "agent:"

@@ -1,6 +1,6 @@
 """Goal and compaction producers: hooks the agent runtime calls, with templated summaries.
 
-Mixed into ``Gateway``. Summaries are one templated line and never carry the goal text or
+The producers service. Summaries are one templated line and never carry the goal text or
 the compacted content (the signal log holds metadata only).
 """
 
@@ -10,13 +10,17 @@ from typing import Any, Callable
 
 from .errors import InvalidArgument
 from .keys import check_key
+from .notice_protocol import NoticeProtocol
 from .validation import check_count, check_line, check_optional_id
 
 GOAL_CHANGES = ("created", "updated", "cleared")
 
 
-class ProducersMixin:
-    record_event: Callable[..., int | None]
+class Producers:
+    """Turns runtime hooks into ``goal_changed`` and ``compacted`` events."""
+
+    def __init__(self, protocol: NoticeProtocol) -> None:
+        self.protocol = protocol
 
     def goal_changed(
         self,
@@ -34,7 +38,7 @@ class ProducersMixin:
         if actor_id is not None:
             check_key(actor_id, "actor id")  # before it is formatted into the summary
         by = f" by {actor_id}" if actor_id else f" by {actor_type}" if isinstance(actor_type, str) else ""
-        return self.record_event(
+        return self.protocol.record_event(
             session_key, "goal_changed", actor_type=actor_type, actor_id=actor_id,
             agent_id=agent_id, summary=f"goal {change}{by}"[:200], occurred_at=occurred_at,
         )
@@ -59,7 +63,7 @@ class ProducersMixin:
             if value is not None:
                 check_count(value, "message counts")
         detail = f": {messages_before} -> {messages_after} messages" if None not in counts else ""
-        return self.record_event(
+        return self.protocol.record_event(
             session_key, "compacted", actor_type=actor_type, actor_id=actor_id, agent_id=agent_id,
             summary=f"history compacted{detail}", dedupe_key=f"compacted:{op_id}",
             occurred_at=occurred_at,

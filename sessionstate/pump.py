@@ -14,13 +14,21 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .serving import HEARTBEAT_SECONDS
+from .serving import HEARTBEAT_SECONDS, Serving
+from .store import Store
 from .store.sqlite import BUSY_TIMEOUT_MS
 
-if TYPE_CHECKING:
-    from .gateway import Gateway
+
+class Pumped(Protocol):
+    """What the pump needs of the gateway it serves (``Gateway`` satisfies it)."""
+
+    store: Store
+    closed: bool
+
+    @property
+    def serving(self) -> Serving: ...
 
 log = logging.getLogger("sessionstate")
 
@@ -31,7 +39,7 @@ MAX_POLL_SECONDS = 0.25
 class ChangePump:
     def __init__(
         self,
-        gateway: "Gateway",
+        gateway: Pumped,
         path: Path,
         *,
         min_interval: float = MIN_POLL_SECONDS,
@@ -71,7 +79,7 @@ class ChangePump:
             return False
         self._version = version
         self.changes += 1
-        with self._gateway._lock:
+        with self._gateway.store.lock:
             if not self._gateway.closed:
                 self._gateway.serving.sweep()
         return True
@@ -84,7 +92,7 @@ class ChangePump:
                 interval = self._min if self.poll_once() else min(interval * 2, self._max)
                 if time.monotonic() >= next_heartbeat:
                     next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
-                    with self._gateway._lock:
+                    with self._gateway.store.lock:
                         if not self._gateway.closed:
                             self._gateway.serving.heartbeat()
             except Exception:  # a failed sweep must not end the pump; the next one retries
@@ -92,16 +100,15 @@ class ChangePump:
                 interval = self._max
 
 
-def start_pump(gateway: "Gateway") -> ChangePump:
+def start_pump(gateway: Pumped) -> ChangePump:
     """Register ``gateway`` as a server and start its pump (file databases only)."""
     from .errors import InvalidArgument
 
-    path = gateway.store.path
+    path = getattr(gateway.store, "path", None)  # the SQLite backend's file
     if path is None:
         raise InvalidArgument("the change pump needs a database file (an in-memory database has one connection)")
-    with gateway._lock:
+    with gateway.store.lock:
         gateway.serving.register()
     pump = ChangePump(gateway, path)
-    gateway._pump = pump
     pump.start()
     return pump

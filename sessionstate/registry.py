@@ -1,26 +1,23 @@
-"""Gateway methods for the session registry's runtime side: metadata, routes, model override.
+"""The registry service: the session registry's runtime side (metadata, routes, model
+override, the parent chain the visibility rules walk).
 
-Mixed into ``Gateway``. ``register_session`` is ``create_session`` plus a metadata row, in one
+``register_session`` is ``create_session`` plus a metadata row, in one
 transaction; sessions made by plain ``create_session`` read as the defaults (no session id,
 not sandboxed, spawn depth from the parent chain) until something writes their metadata.
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .errors import InvalidArgument, UnknownSession
-from .keys import check_key, resolve_agent_id
+from .keys import SessionRef, check_key, resolve_agent_id
 from .locking import locked
-from .store.session_meta import MetaRecord, SessionMetaStore
+from .notice_protocol import NoticeProtocol
+from .store import MetaRecord, SessionRecord, Store
 from .validation import check_line
 
-if TYPE_CHECKING:
-    from .store import SqliteStore
-
-Target = tuple[str, str]
 MAX_MODEL_LENGTH = 200
 MAX_ROUTE_LENGTH = 256
 MAX_CHAIN = 64
@@ -30,18 +27,13 @@ def check_optional_line(value: object, field: str, max_length: int) -> str | Non
     return None if value is None else check_line(value, field, max_length)
 
 
-class RegistryMixin:
-    store: "SqliteStore"
-    clock: Callable[[], float]
-    _lock: threading.RLock
+class Registry:
+    """Owns the ``session_meta`` table; creates sessions through the notice protocol."""
 
-    # Provided by Gateway.
-    create_session: Callable[..., None]
-    _resolve: Callable[[Any, Any], Target]
-
-    @property
-    def _meta(self) -> SessionMetaStore:
-        return SessionMetaStore(self.store)
+    def __init__(self, store: Store, clock: Callable[[], float], protocol: NoticeProtocol) -> None:
+        self.store = store
+        self.clock = clock
+        self.protocol = protocol
 
     @locked
     def register_session(
@@ -74,10 +66,10 @@ class RegistryMixin:
         if sandboxed is None:
             sandboxed = parent_meta.sandboxed if parent_meta else False
         session_id = uuid.uuid4().hex
-        with self.store.atomic():
-            self.create_session(key, agent_id=agent_id, kind=kind, parent=parent, label=label, run_id=run_id)
-            agent = resolve_agent_id(key, agent_id) or self._resolve(key, agent_id)[1]
-            self._meta.insert(MetaRecord(
+        with self.store.transaction():
+            self.protocol.create_session(key, agent_id=agent_id, kind=kind, parent=parent, label=label, run_id=run_id)
+            agent = resolve_agent_id(key, agent_id) or self.protocol.resolve(key, agent_id)[1]
+            self.store.meta.insert(MetaRecord(
                 key, agent, session_id, channel=channel, model=model, thinking=thinking,
                 runtime=runtime, sandboxed=sandboxed, spawn_depth=depth,
                 last_activity_at=self.clock(),
@@ -87,45 +79,69 @@ class RegistryMixin:
     @locked
     def session_meta(self, key: str, agent_id: str | None = None) -> MetaRecord:
         """The session's metadata (defaults when it has no row)."""
-        target = self._resolve(key, agent_id)
-        return self._meta_of(target)
+        target = self.protocol.resolve(key, agent_id)
+        return self.meta_of(target)
 
-    def _meta_of(self, target: Target) -> MetaRecord:
-        record = self._meta.get(*target)
+    @locked
+    def list_sessions(self) -> list[SessionRecord]:
+        """Every session, oldest first."""
+        return self.store.list_sessions()
+
+    @locked
+    def session_record(self, target: SessionRef) -> SessionRecord | None:
+        return self.store.get_session(*target)
+
+    @locked
+    def all_meta(self) -> dict[SessionRef, MetaRecord]:
+        """Every stored metadata row (sessions without one are absent: see ``meta_of``)."""
+        return self.store.meta.all()
+
+    @locked
+    def insert_meta(self, record: MetaRecord) -> None:
+        """A new session's row (inside the transaction that creates the session)."""
+        self.store.meta.insert(record)
+
+    @locked
+    def meta_of(self, target: SessionRef) -> MetaRecord:
+        record = self.store.meta.get(*target)
         if record is not None:
             return record
         return MetaRecord.defaults(*target)._replace(spawn_depth=self._chain_depth(target))
 
-    def _parent_of(self, target: Target) -> Target | None:
+    @locked
+    def parent_of(self, target: SessionRef) -> SessionRef | None:
         row = self.store.get_session(*target)
         if row is None or row.parent_key is None or row.parent_agent_id is None:
             return None
         return (row.parent_key, row.parent_agent_id)
 
-    def _chain_depth(self, target: Target) -> int:
-        depth, current = 0, self._parent_of(target)
+    def _chain_depth(self, target: SessionRef) -> int:
+        depth, current = 0, self.parent_of(target)
         while current is not None and depth < MAX_CHAIN:
             depth += 1
-            current = self._parent_of(current)
+            current = self.parent_of(current)
         return depth
 
-    def _ensure_meta(self, target: Target) -> MetaRecord:
+    @locked
+    def ensure_meta(self, target: SessionRef) -> MetaRecord:
         """The session's row, inserted with the defaults first if missing (inside a transaction)."""
-        record = self._meta.get(*target)
+        record = self.store.meta.get(*target)
         if record is None:
-            record = self._meta_of(target)._replace(session_id=uuid.uuid4().hex, last_activity_at=self.clock())
-            self._meta.insert(record)
+            record = self.meta_of(target)._replace(session_id=uuid.uuid4().hex, last_activity_at=self.clock())
+            self.store.meta.insert(record)
         return record
 
-    def _update_meta(self, target: Target, **fields: Any) -> None:
-        with self.store.atomic():
-            self._ensure_meta(target)
-            self._meta.update(*target, **fields)
+    @locked
+    def update_meta(self, target: SessionRef, **fields: Any) -> None:
+        with self.store.transaction():
+            self.ensure_meta(target)
+            self.store.meta.update(*target, **fields)
 
-    def resolve_session_id(self, session_id: str) -> Target:
+    @locked
+    def resolve_session_id(self, session_id: str) -> SessionRef:
         """(key, agent id) of the session with this session id, or ``UnknownSession``."""
         check_key(session_id, "session id")
-        record = self._meta.by_session_id(session_id)
+        record = self.store.meta.by_session_id(session_id)
         if record is None:
             raise UnknownSession(f"no session with session id {session_id!r}")
         return (record.session_key, record.agent_id)
@@ -133,15 +149,15 @@ class RegistryMixin:
     @locked
     def set_model_override(self, key: str, model: str | None, *, agent_id: str | None = None) -> None:
         """Set the session's model override; ``None`` (or ``"default"``) clears it."""
-        target = self._resolve(key, agent_id)
+        target = self.protocol.resolve(key, agent_id)
         if model is not None:
             check_line(model, "model", MAX_MODEL_LENGTH)
-        self._update_meta(target, model_override=None if model in (None, "default") else model)
+        self.update_meta(target, model_override=None if model in (None, "default") else model)
 
     @locked
     def set_route(self, key: str, channel: str, to: str | None = None, *, agent_id: str | None = None) -> None:
         """Store where replies to the session go (``lastChannel``/``lastTo``); announces reuse it."""
-        target = self._resolve(key, agent_id)
+        target = self.protocol.resolve(key, agent_id)
         check_line(channel, "channel", MAX_ROUTE_LENGTH)
         check_optional_line(to, "to", MAX_ROUTE_LENGTH)
-        self._update_meta(target, last_channel=channel, last_to=to)
+        self.update_meta(target, last_channel=channel, last_to=to)

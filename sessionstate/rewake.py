@@ -15,22 +15,21 @@ from __future__ import annotations
 import heapq
 from typing import Callable
 
+from .keys import SessionRef
 from .wake import WAKE_COALESCE_SECONDS, WakeCoalescer
-
-Target = tuple[str, str]
 
 
 class Rewaker:
-    def __init__(self, wakes: WakeCoalescer, still_pending: Callable[[str, Target], bool]) -> None:
+    def __init__(self, wakes: WakeCoalescer, still_pending: Callable[[str, SessionRef], bool]) -> None:
         self._wakes = wakes
         self._still_pending = still_pending
-        self._heaps: dict[Target, list[tuple[float, str]]] = {}
-        self._tracked: dict[Target, set[str]] = {}
+        self._heaps: dict[SessionRef, list[tuple[float, str]]] = {}
+        self._tracked: dict[SessionRef, set[str]] = {}
 
     def active(self) -> bool:
         return bool(self._heaps)
 
-    def track(self, watcher: str, target: Target) -> None:
+    def track(self, watcher: str, target: SessionRef) -> None:
         """A notice for (watcher, target) entered the queue and its wake was tried."""
         last = self._wakes.last(watcher)
         if last is None:
@@ -40,7 +39,7 @@ class Rewaker:
             tracked.add(watcher)
             heapq.heappush(self._heaps.setdefault(target, []), (last, watcher))
 
-    def on_material(self, target: Target, actor_id: str | None, now: float) -> int:
+    def on_material(self, target: SessionRef, actor_id: str | None, now: float) -> int:
         """A notifying event on ``target`` by ``actor_id``; returns how many watchers it woke."""
         heap = self._heaps.get(target)
         if not heap:

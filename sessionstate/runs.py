@@ -1,6 +1,7 @@
-"""Gateway methods for child runs: start, finish (once), steer, kill, announce.
+"""The runs service: child runs, with the runner and the executor: start, finish (once),
+steer, kill, announce.
 
-Mixed into ``Gateway``. A run is a row in ``agent_runs`` plus a background job in the
+A run is a row in ``agent_runs`` plus a background job in the
 ``RunExecutor``. Its end is recorded exactly once: the row's compare-and-set from ``running``
 decides which of completion, failure, timeout or kill wins, and the signal-log event carries
 the dedupe key ``run-terminal:<runId>`` as a second guard (spec R10). Run events are
@@ -11,17 +12,19 @@ its next turn that names the requester's stored reply route.
 from __future__ import annotations
 
 import logging
-import threading
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .errors import InvalidArgument, SessionStateError, UnknownSession
 from .fencing import fence_untrusted, quote_untrusted
-from .keys import check_key
+from .keys import SessionRef, check_key
 from .locking import locked
 from .runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
+from .notice_protocol import NoticeProtocol
+from .registry import Registry
 from .runner.executor import RunExecutor
-from .store.runs import COMPLETED, FAILED, RunRecord, RunStore
+from .runner.scripted import ScriptedRunner
+from .store import COMPLETED, FAILED, RunRecord, Store
+from .transcript_api import Transcripts
 from .validation import (
     MAX_COUNT,
     MAX_ID_LENGTH,
@@ -33,19 +36,15 @@ from .validation import (
     check_text,
 )
 
-if TYPE_CHECKING:
-    from .store import SqliteStore
-    from .store.session_meta import MetaRecord
 
 log = logging.getLogger("sessionstate")
-Target = tuple[str, str]
 OUTCOMES = ("completed", "error", "timeout", "cancelled")
 ANNOUNCE_TEXT_CHARS = 1000
 MAX_RESULT_CHARS = 1_000_000  # a run's result text, as a transcript message
 MAX_GUIDANCE_CHARS = 1_000_000
 
 
-def _check_target(value: object, field: str) -> Target:
+def _check_target(value: object, field: str) -> SessionRef:
     if not isinstance(value, tuple) or len(value) != 2:
         raise InvalidArgument(f"{field} must be a (session key, agent id) pair")
     return check_key(value[0], f"{field} key"), check_key(value[1], f"{field} agent id")
@@ -74,54 +73,62 @@ def announce_text(run: RunRecord, outcome: str, text: str | None, route: tuple[s
     return f"[Sub-agent result] {name} (run {run.run_id}) {head}{via}"
 
 
-class RunsMixin:
-    store: "SqliteStore"
-    clock: Callable[[], float]
-    _lock: threading.RLock
-    _meta_of: Callable[[Target], "MetaRecord"]
-    _update_meta: Callable[..., None]
-    record_event: Callable[..., int | None]
-    append_message: Callable[..., int]
-    enqueue_system_event: Callable[[str, str], bool]
-    session_exists: Callable[..., bool]
-    _wakes: Any
-    transaction: Callable[[], AbstractContextManager["SqliteStore"]]  # Gateway provides it
+class Runs:
+    """Owns the ``agent_runs`` table, the runner (a ``ScriptedRunner`` unless configured) and
+    the background executor; records run ends through the notice protocol."""
 
-    if TYPE_CHECKING:  # AgentRuntimeMixin provides it, as a read-only property
-
-        @property
-        def runner(self) -> AgentRunner: ...
-
-    @property
-    def _runs(self) -> RunStore:
-        return RunStore(self.store)
-
-    _run_executor: RunExecutor | None
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float],
+        protocol: NoticeProtocol,
+        registry: Registry,
+        transcripts: Transcripts,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.protocol = protocol
+        self.registry = registry
+        self.transcripts = transcripts
+        self._runner: AgentRunner | None = None  # a ScriptedRunner is made on first use
+        self._executor: RunExecutor | None = None  # threads start only once a run does
 
     @property
-    def run_executor(self) -> RunExecutor:
-        if self._run_executor is None:  # threads start only once a run does
-            self._run_executor = RunExecutor()
-        return self._run_executor
+    def runner(self) -> AgentRunner:
+        if self._runner is None:
+            self._runner = ScriptedRunner()
+        return self._runner
+
+    @runner.setter
+    def runner(self, runner: AgentRunner) -> None:
+        if not callable(getattr(runner, "run_turn", None)):
+            raise InvalidArgument("runner must have a run_turn(request, ctx) method")
+        self._runner = runner
+
+    @property
+    def executor(self) -> RunExecutor:
+        if self._executor is None:
+            self._executor = RunExecutor()
+        return self._executor
 
     # -- reading ------------------------------------------------------------------------------
 
     @locked
     def get_run(self, run_id: str) -> RunRecord | None:
-        return self._runs.get(check_line(run_id, "run id", MAX_ID_LENGTH))
+        return self.store.runs.get(check_line(run_id, "run id", MAX_ID_LENGTH))
 
     @locked
-    def runs_of(self, requester: Target, limit: int = 50) -> list[RunRecord]:
+    def runs_of(self, requester: SessionRef, limit: int = 50) -> list[RunRecord]:
         target = _check_target(requester, "requester")
-        return self._runs.by_requester(*target, check_count(limit, "limit"))
+        return self.store.runs.by_requester(*target, check_count(limit, "limit"))
 
     @locked
-    def runs_of_child(self, child: Target) -> list[RunRecord]:
-        return self._runs.by_child(*_check_target(child, "child"))
+    def runs_of_child(self, child: SessionRef) -> list[RunRecord]:
+        return self.store.runs.by_child(*_check_target(child, "child"))
 
     @locked
     def active_runs(self) -> list[RunRecord]:
-        return self._runs.active()
+        return self.store.runs.active()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -148,7 +155,7 @@ class RunsMixin:
             if not ctx.cancelled:  # a late result after a kill or timeout is dropped
                 self._finish_quietly(run.run_id, "completed", result.text, usage=(result.input_tokens, result.output_tokens))
 
-        self.run_executor.start(
+        self.executor.start(
             run.run_id, job, timeout=timeout,
             on_timeout=lambda: self._finish_quietly(run.run_id, "timeout", None, actor_type="system"),
         )
@@ -189,23 +196,23 @@ class RunsMixin:
             raise InvalidArgument("usage must be an (input tokens, output tokens) pair")
         for name, count in zip(("input tokens", "output tokens"), usage):
             check_count(count, name, MAX_COUNT // 2)
-        run = self._runs.get(run_id)
+        run = self.store.runs.get(run_id)
         if run is None or run.status != "running":
             return False
         now = self.clock()
         failed = outcome != "completed"
-        with self.transaction():  # the run row and its event commit together; notices after (R9)
-            if not self._runs.finish(run_id, FAILED if failed else COMPLETED, outcome if failed else None, text, now):
+        with self.store.transaction():  # the run row and its event commit together; notices after (R9)
+            if not self.store.runs.finish(run_id, FAILED if failed else COMPLETED, outcome if failed else None, text, now):
                 return False
             if not failed and text:
-                self.append_message(
+                self.transcripts.append_message(
                     run.child_key, "assistant", text, agent_id=run.child_agent_id,
                     actor_id=run.child_key, input_tokens=usage[0], output_tokens=usage[1],
                     provenance={"kind": "run_result", "runId": run_id},
                 )
             summary = {"completed": "run completed", "error": "run failed", "timeout": "run timed out",
                        "cancelled": "run cancelled"}[outcome]
-            self.record_event(
+            self.protocol.record_event(
                 run.child_key, "run_failed" if failed else "run_completed", agent_id=run.child_agent_id,
                 actor_type=actor_type, actor_id=actor_id if actor_id is not None else (run.child_key if actor_type == "agent" else None),
                 run_id=run_id, summary=f"{summary} ({run_id})"[:200],
@@ -220,17 +227,18 @@ class RunsMixin:
         requester = (run.requester_key, run.requester_agent_id)
         if self.store.get_session(*requester) is None:
             return  # the requester is gone: nobody to tell
-        meta = self._meta_of(requester)
+        meta = self.registry.meta_of(requester)
         route = (meta.last_channel, meta.last_to) if meta.last_channel else (run.announce_channel, run.announce_to)
         try:
-            self.enqueue_system_event(run.requester_key, announce_text(run, outcome, text, route))
+            self.protocol.enqueue_system_event(run.requester_key, announce_text(run, outcome, text, route))
         except UnknownSession:  # an unqualified requester key shared by several agents
             return
         if meta.yielded_at is not None:
             # The requester ended its turn with sessions_yield to wait for this: wake it
             # even when it is a sub-agent (R12 concerns stale notices, not results).
-            self._update_meta(requester, yielded_at=None)
-            self._wakes.wake(run.requester_key, f"subagent-result: {run.run_id}")
+            self.registry.update_meta(requester, yielded_at=None)
+            key, reason = run.requester_key, f"subagent-result: {run.run_id}"
+            self.store.after_commit(lambda: self.protocol.wakes.wake(key, reason))
 
     @locked
     def kill_run(self, run_id: str, *, actor_id: str | None = None, announce: bool = False) -> bool:
@@ -238,7 +246,7 @@ class RunsMixin:
         check_line(run_id, "run id", MAX_ID_LENGTH)
         ended = self.finish_run(run_id, "cancelled", actor_type="agent" if actor_id else "system",
                                 actor_id=actor_id, announce=announce)
-        ctx = self.run_executor.context(run_id)
+        ctx = self.executor.context(run_id)
         if ctx is not None:
             ctx.cancel("cancelled")
         return ended
@@ -249,34 +257,45 @@ class RunsMixin:
         check_line(run_id, "run id", MAX_ID_LENGTH)
         check_text(guidance, "guidance", MAX_GUIDANCE_CHARS, allow_empty=False)
         check_key(sender, "sender")
-        run = self._runs.get(run_id)
+        run = self.store.runs.get(run_id)
         if run is None or run.status != "running":
             return False
         prompt = fence_untrusted(guidance, f"Steering from {sender} via subagents; isUser=false")
-        with self.store.atomic():
-            self.append_message(
+        with self.store.transaction():
+            self.transcripts.append_message(
                 run.child_key, "user", prompt, agent_id=run.child_agent_id, actor_type="agent",
                 actor_id=sender, provenance={"kind": "steer", "sourceSessionKey": sender, "runId": run_id, "isUser": False},
             )
-            self._runs.note_steered(run_id)
-        ctx = self.run_executor.context(run_id)
+            self.store.runs.note_steered(run_id)
+        ctx = self.executor.context(run_id)
         if ctx is not None:
             ctx.steer(prompt)
         return True
 
     def wait_for_runs(self, timeout: float = 10.0) -> bool:
         """Wait (without the lock) until no background job runs; ``False`` on timeout."""
-        return self.run_executor.wait_idle(check_seconds(timeout, "timeout"))
+        return self.executor.wait_idle(check_seconds(timeout, "timeout"))
 
     def stop_runs(self, timeout: float = 5.0) -> list[str]:
         """Shutdown: cancel every run this database still has running (``run_failed``,
         ``cancelled``, no announce), then wait for the jobs. Returns the runs it ended."""
         timeout = check_seconds(timeout, "timeout")
-        with self._lock:
-            ended = [r.run_id for r in self._runs.active() if self.kill_run(r.run_id)]
-        for job in self.run_executor.active():
-            ctx = self.run_executor.context(job)
+        with self.store.lock:
+            ended = [r.run_id for r in self.store.runs.active() if self.kill_run(r.run_id)]
+        for job in self.executor.active():
+            ctx = self.executor.context(job)
             if ctx is not None:
                 ctx.cancel("shutdown")
-        self.run_executor.wait_idle(timeout)
+        self.executor.wait_idle(timeout)
         return ended
+
+    # -- rows for the tool layer ------------------------------------------------------------
+
+    @locked
+    def insert(self, record: RunRecord) -> None:
+        """A new run's row (inside the transaction that creates its child session)."""
+        self.store.runs.insert(record)
+
+    @locked
+    def active_by_requester(self, requester: SessionRef) -> list[RunRecord]:
+        return self.store.runs.active_by_requester(*requester)

@@ -1,7 +1,7 @@
 """Which sessions this gateway process serves, and keeping its queue in step with other
 processes' commits (spec section 6a, R18-R22).
 
-A ``Serving`` belongs to one ``Gateway``. It answers ``serves(W)`` from memory (the hot path
+A ``Serving`` belongs to one notice protocol service (``NoticeProtocol.serving``). It answers ``serves(W)`` from memory (the hot path
 asks it for every notice), holds this server's claims, and runs the incremental sweep that
 the change pump (``pump.py``) triggers. Every method is called with the gateway lock held.
 """
@@ -14,15 +14,14 @@ import os
 import socket
 import time
 import uuid
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from .errors import InvalidArgument
-from .keys import check_key
-from .notices import notice_text
-from .store import serving as sql
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
+from .keys import SessionRef, check_key
+from .notices import SystemEventQueue, notice_text
+from .rewake import Rewaker
+from .store import Store
+from .store.records import PendingCursor
 
 log = logging.getLogger("sessionstate")
 
@@ -30,7 +29,20 @@ HEARTBEAT_SECONDS = 5.0
 LEASE_SECONDS = 15.0
 SERVE_ALL = ("*",)
 
-Target = tuple[str, str]
+
+
+class NoticeSink(Protocol):
+    """What serving needs of the notice protocol service (which satisfies it)."""
+
+    store: Store
+    clock: Callable[[], float]
+    queue: SystemEventQueue
+    stats: dict[str, int]
+    rewaker: Rewaker
+
+    def queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None: ...
+
+    def resolve_any_agent(self, key: str) -> None: ...
 
 
 def check_patterns(patterns: object) -> tuple[str, ...]:
@@ -45,8 +57,8 @@ def check_patterns(patterns: object) -> tuple[str, ...]:
 class Serving:
     """R19-R20 for one gateway; the sweep of R22."""
 
-    def __init__(self, gateway: "Gateway", patterns: Sequence[str] = SERVE_ALL) -> None:
-        self._gateway = gateway
+    def __init__(self, sink: NoticeSink, patterns: Sequence[str] = SERVE_ALL) -> None:
+        self._sink = sink
         self.patterns = check_patterns(patterns)
         self.server_id: str | None = None  # set when the pump registers this server
         self._mine: set[str] = set()
@@ -67,7 +79,7 @@ class Serving:
         """R23: the durable wake slot: one statement, its own implicit transaction (or part of
         the caller's). Not a store transaction: it is no protocol step, and the protocol
         trace sees store transactions only."""
-        return sql.take_wake_slot(self._gateway.store.db, watcher, now, window)
+        return self._sink.store.serving.take_wake_slot(watcher, now, window)
 
     # -- R19: who serves W --------------------------------------------------------------------
 
@@ -85,21 +97,21 @@ class Serving:
 
     def register(self) -> None:
         """Become a server: a heartbeat row, the claims as they stand, the sweep watermarks."""
-        store = self._gateway.store
+        store = self._sink.store
         self.server_id = uuid.uuid4().hex
-        with store.atomic():
-            sql.register_server(store.db, self.server_id, os.getpid(), socket.gethostname(), time.time())
-            self._elsewhere = sql.all_claims(store.db)
-            self._after_sequence, self._after_stamp = sql.watermarks(store.db)
+        with store.transaction():
+            store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), time.time())
+            self._elsewhere = store.serving.all_claims()
+            self._after_sequence, self._after_stamp = store.serving.watermarks()
         self._mine.clear()
         self.reconcile(list(self._elsewhere))  # notices queued before it knew the claims
 
     def unregister(self) -> None:
         if self.server_id is None:
             return
-        store = self._gateway.store
-        with store.atomic():
-            sql.remove_server(store.db, self.server_id, self._gateway.clock())
+        store = self._sink.store
+        with store.transaction():
+            store.serving.remove_server(self.server_id, self._sink.clock())
         self.server_id = None
         self._mine.clear()
 
@@ -107,30 +119,30 @@ class Serving:
         """Refresh this server's heartbeat and remove servers whose lease ran out (R20)."""
         if self.server_id is None:
             return
-        store = self._gateway.store
+        store = self._sink.store
         now = time.time()
-        with store.atomic():
-            alive = sql.heartbeat(store.db, self.server_id, now)
+        with store.transaction():
+            alive = store.serving.heartbeat(self.server_id, now)
             if not alive:  # another process found us dead (a long stall): start afresh
-                sql.register_server(store.db, self.server_id, os.getpid(), socket.gethostname(), now)
+                store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), now)
                 for key in self._mine:
-                    sql.claim(store.db, key, self.server_id, self._gateway.clock())
-            for dead in sql.dead_servers(store.db, now - LEASE_SECONDS):
+                    store.serving.claim(key, self.server_id, self._sink.clock())
+            for dead in store.serving.dead_servers(now - LEASE_SECONDS):
                 if dead != self.server_id:
                     log.warning("gateway server %s missed its lease; its sessions are released", dead)
-                    sql.remove_server(store.db, dead, self._gateway.clock())
+                    store.serving.remove_server(dead, self._sink.clock())
 
     # -- R20: claims --------------------------------------------------------------------------
 
     def attach(self, key: str) -> int:
         """Claim ``key`` for this server (the last attach wins); returns the claim generation."""
         check_key(key)
-        gateway = self._gateway
-        gateway._resolve_any_agent(key)
+        sink = self._sink
+        sink.resolve_any_agent(key)
         if self.server_id is None:
             raise InvalidArgument("attach needs the change pump: open the gateway with pump=True")
-        with gateway.store.atomic():
-            generation = sql.claim(gateway.store.db, key, self.server_id, gateway.clock())
+        with sink.store.transaction():
+            generation = sink.store.serving.claim(key, self.server_id, sink.clock())
         self._mine.add(key)
         self._elsewhere.pop(key, None)
         self.reconcile([key])
@@ -138,11 +150,11 @@ class Serving:
 
     def detach(self, key: str) -> bool:
         check_key(key)
-        gateway = self._gateway
+        sink = self._sink
         if self.server_id is None or key not in self._mine:
             return False
-        with gateway.store.atomic():
-            sql.unclaim(gateway.store.db, key, self.server_id, gateway.clock())
+        with sink.store.transaction():
+            sink.store.serving.unclaim(key, self.server_id, sink.clock())
         self._mine.discard(key)
         self.reconcile([key])
         return True
@@ -158,24 +170,24 @@ class Serving:
         Returns how many notices it queued. Reads one snapshot through the partial index and
         the change log (never the whole cursor table, except after a change-log gap).
         """
-        gateway = self._gateway
-        db = gateway.store.db
-        snap = sql.read_sweep(db, self._after_sequence, self._after_stamp, self._kinds)
+        sink = self._sink
+        serving = sink.store.serving
+        snap = serving.read_sweep(self._after_sequence, self._after_stamp, self._kinds)
         for key in snap.changed_watchers:
             self._refresh_claim(key)
         if snap.gap:
             log.warning("change log trimmed past this server's stamp: resynchronising every watcher")
-            watchers = {p.watcher for p in sql.all_pending(db)} | set(gateway.queue.sessions())
+            watchers = {p.watcher for p in serving.all_pending()} | set(sink.queue.sessions())
             queued = self.reconcile(watchers)
         else:
             queued = self._queue_pending(p for p in snap.frozen if self.serves(p.watcher))
             queued += self.reconcile(snap.changed_watchers)
-        if gateway.rewaker.active():  # R23: other processes' material events re-wake too
-            now = gateway.clock()
-            for key, agent_id, actor_id in sql.notifying_events_after(
-                db, self._after_sequence, snap.log_sequence, self._kinds
+        if sink.rewaker.active():  # R23: other processes' material events re-wake too
+            now = sink.clock()
+            for key, agent_id, actor_id in serving.notifying_events_after(
+                self._after_sequence, snap.log_sequence, self._kinds
             ):
-                gateway.rewaker.on_material((key, agent_id), actor_id, now)
+                sink.rewaker.on_material((key, agent_id), actor_id, now)
         # Advanced only once the sweep succeeded: a failed one is redone by the next.
         self._after_sequence, self._after_stamp = snap.log_sequence, snap.change_stamp
         self.sweeps += 1
@@ -184,34 +196,34 @@ class Serving:
     def reconcile(self, watchers: Iterable[str]) -> int:
         """Make each watcher's queued notices here equal the ones its durable cursors owe
         (none when this process does not serve it); plain lines stay."""
-        gateway = self._gateway
+        sink = self._sink
         queued = 0
         for watcher in watchers:
-            owed = sql.pending_held_by(gateway.store.db, watcher) if self.serves(watcher) else []
+            owed = sink.store.serving.pending_held_by(watcher) if self.serves(watcher) else []
             wanted = {(p.target_key, p.target_agent_id): notice_text(p.target_key, p.last_seen) for p in owed}
-            for entry in gateway.queue.peek(watcher):
+            for entry in sink.queue.peek(watcher):
                 if entry.target is not None and wanted.get(entry.target) != entry.text:
-                    gateway.queue.remove(watcher, [entry.text])
+                    sink.queue.remove(watcher, [entry.text])
             queued += self._queue_pending(owed)
         return queued
 
-    def _queue_pending(self, pending: Iterable[sql.PendingCursor]) -> int:
+    def _queue_pending(self, pending: Iterable[PendingCursor]) -> int:
         """R18 for the given pending cursors: queue the notice for L, replacing a stale text."""
-        gateway = self._gateway
+        sink = self._sink
         notices = []
         for p in pending:
             target = (p.target_key, p.target_agent_id)
             text = notice_text(p.target_key, p.last_seen)
-            stale = [e.text for e in gateway.queue.peek(p.watcher) if e.target == target and e.text != text]
+            stale = [e.text for e in sink.queue.peek(p.watcher) if e.target == target and e.text != text]
             if stale:
-                gateway.queue.remove(p.watcher, stale)
+                sink.queue.remove(p.watcher, stale)
             notices.append((p.watcher, target, p.last_seen))
-        before = gateway.stats["notices_enqueued"]
-        gateway._queue_notices(notices)
-        return gateway.stats["notices_enqueued"] - before
+        before = sink.stats["notices_enqueued"]
+        sink.queue_notices(notices)
+        return sink.stats["notices_enqueued"] - before
 
     def _refresh_claim(self, key: str) -> None:
-        holder = sql.claimant(self._gateway.store.db, key)
+        holder = self._sink.store.serving.claimant(key)
         if holder is None:
             self._elsewhere.pop(key, None)
             self._mine.discard(key)

@@ -15,12 +15,12 @@ three of them per event and the budget is a fraction of an append.
 from __future__ import annotations
 
 import itertools
-import json
+from json.encoder import encode_basestring_ascii
 import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy.engine import make_url
 
@@ -38,7 +38,9 @@ class TracedStore(Protocol):
 
     url: str
 
-    def atomic(self) -> Any: ...
+    def transaction(self) -> Any: ...
+
+    def after_commit(self, callback: Callable[[], object]) -> None: ...
 
     def sequence_high_water(self) -> int: ...
 
@@ -55,7 +57,9 @@ def trace_path(explicit: str | os.PathLike[str] | None) -> Path | None:
 # which the commit key alone does not when no event was committed in between.
 _process_batches = itertools.count(1)
 
-_quote = lru_cache(maxsize=65_536)(json.dumps)  # keys repeat on every event: escape each once
+# JSON string literals (ASCII, as json.dumps writes them), by the C encoder json.dumps uses.
+_escape: Callable[[str], str] = encode_basestring_ascii
+_quote = lru_cache(maxsize=65_536)(_escape)  # keys repeat on every event: escape each once
 
 
 def _pos(positions: PositionsLike | None) -> str:
@@ -88,13 +92,14 @@ class Tracer:
         self._held: list[str] = []  # a committed batch waiting for its notices
         self._tx = 0
         self._commit_key = 0
+        self._pending_key = 0  # the commit key of the transaction being committed
         # A gateway instance, not only a process: one process may open several gateways.
         self._head = f'{{"v":{TRACE_VERSION},"pid":{os.getpid()},"gw":"{secrets.token_hex(4)}",'
-        inner_atomic = store.atomic
+        inner_transaction = store.transaction
         # The store's transactions are where "after the commit" is decided, also for the
         # transactions that extensions open on the store directly: wrap them (on this store
         # instance only; an untraced store keeps its plain method and pays nothing).
-        setattr(store, "atomic", lambda: _TracedTransaction(self, inner_atomic()))
+        setattr(store, "transaction", lambda: _TracedTransaction(self, inner_transaction()))
         if queue is not None:
             self._observe_queue(queue)
         url = make_url(store.url)  # the database's name goes on record, never a password
@@ -147,7 +152,7 @@ class Tracer:
         if kind is not None:
             extra = f',"kind":"{kind}","actor":{_opt(actor)}'
         if delivered is not None:
-            extra += f',"delivered":{_quote(delivered)}'
+            extra += f',"delivered":{_escape(delivered)}'
         self._buffer.append(
             f'"op":"step","watcher":{_quote(watcher)},"target":{_target(target)},"trigger":"{trigger}",'
             f'"seq":{"null" if sequence is None else sequence},"before":{_pos(before)},"after":{_pos(after)},'
@@ -190,7 +195,7 @@ class Tracer:
         ``queued`` is false when the queue already held the text (R5) or when this process
         does not serve the watcher (``served`` false, R19)."""
         self._after_commit([
-            f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_quote(text)},'
+            f'"op":"notice","watcher":{_quote(watcher)},"target":{_target(target)},"text":{_escape(text)},'
             f'"queued":{"true" if queued else "false"},"served":{"true" if served else "false"}}}'
             for watcher, target, text, queued, served in handed
         ], release=True)
@@ -210,7 +215,7 @@ class Tracer:
                     if gone:
                         self._after_commit([
                             f'"op":"unqueue","watcher":{_quote(session_key)},"target":{_target(e.target)},'
-                            f'"text":{_quote(e.text)}}}'
+                            f'"text":{_escape(e.text)}}}'
                             for e in gone
                         ], release=False)
                 return result
@@ -272,6 +277,12 @@ class Tracer:
         self._commit_key = self._store.sequence_high_water()
         self._write(bodies, self._tx, self._commit_key)
 
+    def _flush_committed(self) -> None:
+        """The first after-commit callback of an outermost transaction: its batch goes out
+        before the notices the other callbacks hand over (``notices``)."""
+        if self._buffer:
+            self._flush(self._pending_key)
+
     def _release_held(self) -> None:
         if self._held:
             lines, self._held = self._held, []
@@ -320,6 +331,7 @@ class _TracedTransaction:
             tracer._last_sequence = 0
             tracer._notices_follow = False
             tracer._release_held()  # defensive: a held batch whose notices never came
+            tracer._store.after_commit(tracer._flush_committed)
         tracer._depth += 1
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -333,6 +345,7 @@ class _TracedTransaction:
                 # any process has a key <= this one, every later one >= (spec 15.2). When the
                 # transaction assigned sequences, its last one is that mark: no read needed.
                 commit_key = tracer._last_sequence or tracer._store.sequence_high_water()
+                tracer._pending_key = commit_key
             except BaseException as error:
                 del tracer._buffer[:]
                 self._inner.__exit__(type(error), error, error.__traceback__)

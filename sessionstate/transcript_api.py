@@ -1,26 +1,22 @@
-"""Gateway methods for transcripts: append messages, human turns, recent user messages.
+"""The transcripts service: append messages, human turns, recent user messages.
 
-Mixed into ``Gateway``. Transcripts live in the database (``store/transcripts.py``); the
+Transcripts live in the database (``store/transcripts.py``); the
 signal log never holds message content, so a human turn writes both: the message here and a
 ``human_direct_message`` event (metadata and a one-line summary) through ``record_event``.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .errors import InvalidArgument
 from .locking import locked
-from .store.transcripts import MessageRecord, TranscriptStore
-from .keys import check_key
+from .keys import SessionRef, check_key
+from .notice_protocol import NoticeProtocol
+from .registry import Registry
+from .store import MessageRecord, Store
 from .validation import MAX_COUNT, check_actor_type, check_count, check_json, check_text
 
-if TYPE_CHECKING:
-    from .store import SqliteStore
-    from .store.session_meta import MetaRecord, SessionMetaStore
-
-Target = tuple[str, str]
 ROLES = ("user", "assistant", "tool", "system")
 MAX_MESSAGE_CHARS = 1_000_000
 # provenance, tool calls and tool results: each at most this much JSON (and MAX_JSON_DEPTH deep)
@@ -28,23 +24,14 @@ MAX_MESSAGE_DATA_BYTES = 1_000_000
 DEFAULT_ACTOR = {"user": "human", "assistant": "agent", "tool": "agent", "system": "system"}
 
 
-class TranscriptMixin:
-    store: "SqliteStore"
-    clock: Callable[[], float]
-    _lock: threading.RLock
-    _resolve: Callable[[Any, Any], Target]
-    _ensure_meta: Callable[[Target], "MetaRecord"]
-    if TYPE_CHECKING:  # RegistryMixin provides it, as a read-only property
+class Transcripts:
+    """Owns the ``session_messages`` table; records human turns through the notice protocol."""
 
-        @property
-        def _meta(self) -> SessionMetaStore: ...
-
-    record_event: Callable[..., int | None]
-    set_route: Callable[..., None]
-
-    @property
-    def _transcripts(self) -> TranscriptStore:
-        return TranscriptStore(self.store)
+    def __init__(self, store: Store, clock: Callable[[], float], protocol: NoticeProtocol, registry: Registry) -> None:
+        self.store = store
+        self.clock = clock
+        self.protocol = protocol
+        self.registry = registry
 
     @locked
     def append_message(
@@ -63,7 +50,7 @@ class TranscriptMixin:
         output_tokens: int = 0,
     ) -> int:
         """Append one transcript message; returns its id. Usage adds to the session's counters."""
-        target = self._resolve(session_key, agent_id)
+        target = self.protocol.resolve(session_key, agent_id)
         if not isinstance(role, str) or role not in ROLES:
             raise InvalidArgument(f"role must be one of {list(ROLES)}")
         check_text(text, "text", MAX_MESSAGE_CHARS)
@@ -79,16 +66,16 @@ class TranscriptMixin:
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             check_count(value, name, MAX_COUNT // 2)  # the session's counters add them up
         now = self.clock()
-        with self.store.atomic():
-            self._ensure_meta(target)
-            message_id = self._transcripts.append(
+        with self.store.transaction():
+            self.registry.ensure_meta(target)
+            message_id = self.store.transcripts.append(
                 *target, role, text, actor_type=actor_type, actor_id=actor_id, provenance=provenance,
                 tool_calls=tool_calls, tool_result=tool_result, input_tokens=input_tokens,
                 output_tokens=output_tokens, created_at=now,
             )
-            self._meta.update(*target, last_activity_at=now)
+            self.store.meta.update(*target, last_activity_at=now)
             if input_tokens or output_tokens:
-                self._meta.add_usage(*target, input_tokens, output_tokens)
+                self.store.meta.add_usage(*target, input_tokens, output_tokens)
         return message_id
 
     @locked
@@ -103,18 +90,18 @@ class TranscriptMixin:
     ) -> int | None:
         """A human's turn typed straight into the session: transcript row, stored reply route,
         and a ``human_direct_message`` event (watchers get one notice). Returns its sequence."""
-        target = self._resolve(session_key, agent_id)
+        target = self.protocol.resolve(session_key, agent_id)
         check_text(text, "text", MAX_MESSAGE_CHARS)
-        with self.store.atomic():  # route and message together; the event after the commit (R9)
+        with self.store.transaction():  # route and message together; the event after the commit (R9)
             if channel is not None:
-                self.set_route(target[0], channel, sender, agent_id=target[1])
+                self.registry.set_route(target[0], channel, sender, agent_id=target[1])
             self.append_message(
                 target[0], "user", text, agent_id=target[1], actor_type="human",
                 provenance={"kind": "human", "isUser": True, "channel": channel},
             )
         via = f" via {channel}" if channel else ""
         payload = {"channel": channel, "turns": 1} if channel else {"turns": 1}
-        return self.record_event(
+        return self.protocol.record_event(
             target[0], "human_direct_message", agent_id=target[1], actor_type="human",
             summary=f"human message{via}"[:200], payload=payload,
         )
@@ -125,11 +112,27 @@ class TranscriptMixin:
         first, exactly as delivered (inter-session headers included): the upstream monitor's
         self-echo check compares external prompts with these."""
         check_count(limit, "limit")
-        target = self._resolve(session_key, agent_id)
-        return self._transcripts.recent_texts(*target, "user", limit)
+        target = self.protocol.resolve(session_key, agent_id)
+        return self.store.transcripts.recent_texts(*target, "user", limit)
 
     @locked
     def transcript(self, session_key: str, *, limit: int = 1000, agent_id: str | None = None) -> list[MessageRecord]:
         """The newest ``limit`` messages, oldest first."""
         check_count(limit, "limit")
-        return self._transcripts.recent(*self._resolve(session_key, agent_id), limit)
+        return self.store.transcripts.recent(*self.protocol.resolve(session_key, agent_id), limit)
+
+    # -- reads for the tool layer ---------------------------------------------------------------
+
+    @locked
+    def recent(self, target: SessionRef, limit: int) -> list[MessageRecord]:
+        """The newest ``limit`` messages of a resolved session, oldest first."""
+        return self.store.transcripts.recent(*target, limit)
+
+    @locked
+    def first_text(self, target: SessionRef, role: str) -> str | None:
+        return self.store.transcripts.first_text(*target, role)
+
+    @locked
+    def stats(self, target: SessionRef) -> tuple[int, float | None]:
+        """(message count, newest message time) of a resolved session."""
+        return self.store.transcripts.stats(*target)

@@ -1,4 +1,5 @@
-"""Hypothesis profiles: `ci` (default, fast) and `fuzz` (long, for maintainers).
+"""Hypothesis profiles: `ci` (default, fast) and `fuzz` (long, for maintainers); the backend
+fixtures every database test takes (tests/backends.py).
 
 Select with HYPOTHESIS_PROFILE=fuzz ./dev test tests/gateway/test_stateful.py
 """
@@ -6,9 +7,12 @@ Select with HYPOTHESIS_PROFILE=fuzz ./dev test tests/gateway/test_stateful.py
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.backends import Backend, backend_params
 
 settings.register_profile(
     "ci",
@@ -27,6 +31,14 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(params=backend_params())
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each storage backend in turn (tests/backends.py)."""
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.fixture
-def db_url(tmp_path):
-    return f"sqlite:///{tmp_path / 'state.db'}"
+def db_url(backend: Backend) -> Iterator[str]:
+    """A fresh empty database of the current backend."""
+    with backend.database() as url:
+        yield url

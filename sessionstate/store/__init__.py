@@ -1,25 +1,61 @@
 """Durable storage: the only package that speaks SQL.
 
-``SqliteStore`` is the embedded default; a PostgreSQL store would offer the same methods
-(the gateway and the protocol never see SQL).
+``contract`` states what any backend provides (``typing.Protocol``s and the rules its queries
+carry); ``records`` the rows that cross the boundary; ``factory.open_store`` picks the backend
+from the URL's scheme. ``SqliteStore`` is the embedded default.
 """
 
-from .sqlite import (
-    DEFAULT_SYNCHRONOUS,
+from .contract import (
+    CursorTable,
+    MetadataTable,
+    RunTable,
+    SessionTable,
+    SignalLog,
+    Store,
+    TranscriptTable,
+    Transactions,
+    UpstreamLinkTable,
+)
+from .factory import BACKENDS, open_store
+from .records import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
     CursorRecord,
     EventRecord,
     Head,
+    MessageRecord,
+    MetaRecord,
+    RunRecord,
     SessionRecord,
-    SqliteStore,
-    sqlite_path,
+    UpstreamLink,
 )
+from .sqlite import DEFAULT_SYNCHRONOUS, SqliteStore, sqlite_path
 
 __all__ = [
+    "BACKENDS",
+    "COMPLETED",
+    "FAILED",
+    "RUNNING",
     "DEFAULT_SYNCHRONOUS",
     "CursorRecord",
+    "CursorTable",
     "EventRecord",
     "Head",
+    "MessageRecord",
+    "MetaRecord",
+    "MetadataTable",
+    "RunRecord",
+    "RunTable",
     "SessionRecord",
+    "SessionTable",
+    "SignalLog",
     "SqliteStore",
+    "Store",
+    "TranscriptTable",
+    "Transactions",
+    "UpstreamLink",
+    "UpstreamLinkTable",
+    "open_store",
     "sqlite_path",
 ]

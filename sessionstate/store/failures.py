@@ -1,7 +1,7 @@
 """Driver and file-system failures, translated into the package's storage errors.
 
 The store is the only place that sees ``sqlite3``, SQLAlchemy and ``OSError``: every public
-store method, every transaction (``SqliteStore.atomic``) and the open itself turn them into a
+store method, every transaction (``SqliteStore.transaction``) and the open itself turn them into a
 ``StorageError`` subclass whose message names the database and the cause. Callers above the
 store (the gateway's best-effort recording, the tools, the CLI) only ever see those.
 """
@@ -52,9 +52,9 @@ def translated(cls: type[_T]) -> type[_T]:
     """Class decorator: every public method of ``cls`` raises ``StorageError`` instead of a
     driver error.
 
-    The instance finds its database through ``storage_error`` (a ``SqliteStore``) or through
-    ``self.store`` (the per-feature stores). Methods named in ``cls.HOT_PATH`` are left bare:
-    they run only inside ``atomic()``, which translates for them at no cost per call.
+    The instance translates through its own ``storage_error`` (a ``SqliteStore``, or a
+    feature table given the store's). Methods named in ``cls.HOT_PATH`` are left bare:
+    they run only inside ``transaction()``, which translates for them at no cost per call.
     """
     hot = set(getattr(cls, "HOT_PATH", ()))
     for name, value in list(vars(cls).items()):
@@ -70,7 +70,6 @@ def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         except DRIVER_ERRORS as exc:
-            owner = getattr(self, "store", self)
-            raise owner.storage_error(exc) from exc
+            raise self.storage_error(exc) from exc
 
     return wrapper

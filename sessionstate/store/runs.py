@@ -10,19 +10,18 @@ All SQL for runs lives in this module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+import sqlite3
+from collections.abc import Callable
+from typing import Any, Optional
 
 from sqlalchemy import DDL, Index, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
 from .failures import translated
+from .records import COMPLETED, FAILED, RUNNING, RunRecord
 
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
-
-RUNNING = "running"
-COMPLETED = "completed"
-FAILED = "failed"
+__all__ = ["COMPLETED", "FAILED", "RUNNING", "RunRecord", "RunRow", "SqliteRunTable"]
 
 
 class RunRow(SQLModel, table=True):
@@ -67,28 +66,6 @@ event.listen(
 )
 
 
-class RunRecord(NamedTuple):
-    run_id: str
-    requester_key: str
-    requester_agent_id: str
-    child_key: str
-    child_agent_id: str
-    runtime: str
-    task: str
-    label: str | None
-    model: str | None
-    thinking: str | None
-    thread: bool
-    context: str
-    timeout_seconds: float | None
-    status: str
-    outcome: str | None
-    result_text: str | None
-    announce_channel: str | None
-    announce_to: str | None
-    steer_count: int
-    created_at: float
-    ended_at: float | None
 
 
 _COLUMNS = (
@@ -122,42 +99,43 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
 
 
 @translated
-class RunStore:
-    """Run rows on the gateway's connection; callers hold the gateway lock."""
+class SqliteRunTable:
+    """Run rows on the store's connection; callers hold the store's lock."""
 
-    def __init__(self, store: "SqliteStore") -> None:
-        self.store = store
+    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
+        self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
 
     def insert(self, record: RunRecord) -> None:
         values = list(record)
         values[10] = int(record.thread)
-        self.store.db.execute(INSERT_SQL, values)
+        self._db.execute(INSERT_SQL, values)
 
     def get(self, run_id: str) -> RunRecord | None:
-        row = self.store.db.execute(GET_SQL, (run_id,)).fetchone()
+        row = self._db.execute(GET_SQL, (run_id,)).fetchone()
         return _record(row) if row else None
 
     def by_child(self, key: str, agent_id: str) -> list[RunRecord]:
-        return [_record(r) for r in self.store.db.execute(BY_CHILD_SQL, (key, agent_id)).fetchall()]
+        return [_record(r) for r in self._db.execute(BY_CHILD_SQL, (key, agent_id)).fetchall()]
 
     def by_requester(self, key: str, agent_id: str, limit: int) -> list[RunRecord]:
-        rows = self.store.db.execute(BY_REQUESTER_SQL, (key, agent_id, limit)).fetchall()
+        rows = self._db.execute(BY_REQUESTER_SQL, (key, agent_id, limit)).fetchall()
         return [_record(r) for r in rows]
 
     def active_by_requester(self, key: str, agent_id: str) -> list[RunRecord]:
-        rows = self.store.db.execute(ACTIVE_BY_REQUESTER_SQL, (key, agent_id)).fetchall()
+        rows = self._db.execute(ACTIVE_BY_REQUESTER_SQL, (key, agent_id)).fetchall()
         return [_record(r) for r in rows]
 
     def active(self) -> list[RunRecord]:
-        return [_record(r) for r in self.store.db.execute(ACTIVE_SQL).fetchall()]
+        return [_record(r) for r in self._db.execute(ACTIVE_SQL).fetchall()]
 
     def finish(self, run_id: str, status: str, outcome: str | None, result_text: str | None, now: float) -> bool:
         """The one terminal write; ``False`` when the run already ended (or is gone)."""
-        cur = self.store.db.execute(FINISH_SQL, (status, outcome, result_text, now, run_id))
+        cur = self._db.execute(FINISH_SQL, (status, outcome, result_text, now, run_id))
         return cur.rowcount == 1
 
     def note_steered(self, run_id: str) -> bool:
-        return self.store.db.execute(STEERED_SQL, (run_id,)).rowcount == 1
+        return self._db.execute(STEERED_SQL, (run_id,)).rowcount == 1
 
     def dump(self) -> list[tuple[Any, ...]]:
-        return self.store.db.execute("SELECT * FROM agent_runs ORDER BY run_id").fetchall()
+        return self._db.execute("SELECT * FROM agent_runs ORDER BY run_id").fetchall()

@@ -15,13 +15,15 @@ or own the connection they pass (the pump's).
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Iterable, Optional
 
 from sqlalchemy import Column, Integer
 from sqlmodel import Field, SQLModel
 
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
+from ..errors import StorageError
+from .failures import translated
+from .records import PendingCursor, SweepSnapshot
 
 # Keep this many change rows; a pump further behind resynchronises (R22).
 CHANGE_LOG_KEEP = 10_000
@@ -63,11 +65,6 @@ class WakeSlotRow(SQLModel, table=True):
     woken_at: float
 
 
-class PendingCursor(NamedTuple):
-    watcher: str
-    target_key: str
-    target_agent_id: str
-    last_seen: int
 
 
 # A freeze sets N to the sequence of an event on the cursor's target, so the cursors frozen
@@ -113,12 +110,6 @@ def pending_held_by(db: sqlite3.Connection, watcher: str) -> list[PendingCursor]
     return [PendingCursor(*r) for r in db.execute(PENDING_HELD_BY_SQL, (watcher,)).fetchall()]
 
 
-class SweepSnapshot(NamedTuple):
-    log_sequence: int
-    change_stamp: int
-    frozen: list[PendingCursor]
-    changed_watchers: list[str]
-    gap: bool  # the change log was trimmed past the previous stamp
 
 
 def read_sweep(
@@ -269,3 +260,58 @@ def notifying_events_after(
 
 def _int(row: tuple[object, ...] | None) -> int:
     return int(row[0]) if row and row[0] is not None else 0  # type: ignore[call-overload]
+
+
+@translated
+class SqliteServingTable:
+    """The functions above on the store's connection (the pump's own connection uses the
+    functions directly); callers hold the store's lock."""
+
+    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
+        self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
+
+    def note_cursor_changes(self, watchers: Iterable[str], now: float) -> None:
+        note_cursor_changes(self._db, watchers, now)
+
+    def pending_held_by(self, watcher: str) -> list[PendingCursor]:
+        return pending_held_by(self._db, watcher)
+
+    def read_sweep(self, after_sequence: int, after_stamp: int, kinds: tuple[str, ...]) -> SweepSnapshot:
+        return read_sweep(self._db, after_sequence, after_stamp, kinds)
+
+    def watermarks(self) -> tuple[int, int]:
+        return watermarks(self._db)
+
+    def all_pending(self) -> list[PendingCursor]:
+        return all_pending(self._db)
+
+    def register_server(self, server_id: str, pid: int, host: str, now: float) -> None:
+        register_server(self._db, server_id, pid, host, now)
+
+    def heartbeat(self, server_id: str, now: float) -> bool:
+        return heartbeat(self._db, server_id, now)
+
+    def dead_servers(self, older_than: float) -> list[str]:
+        return dead_servers(self._db, older_than)
+
+    def remove_server(self, server_id: str, now: float) -> list[str]:
+        return remove_server(self._db, server_id, now)
+
+    def claim(self, key: str, server_id: str, now: float) -> int:
+        return claim(self._db, key, server_id, now)
+
+    def unclaim(self, key: str, server_id: str, now: float) -> bool:
+        return unclaim(self._db, key, server_id, now)
+
+    def claimant(self, key: str) -> tuple[str, int] | None:
+        return claimant(self._db, key)
+
+    def all_claims(self) -> dict[str, str]:
+        return all_claims(self._db)
+
+    def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
+        return take_wake_slot(self._db, watcher, now, window)
+
+    def notifying_events_after(self, after: int, upto: int, kinds: tuple[str, ...]) -> list[tuple[str, str, str | None]]:
+        return notifying_events_after(self._db, after, upto, kinds)

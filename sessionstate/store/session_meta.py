@@ -11,15 +11,16 @@ All SQL for this table lives in this module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+import sqlite3
+from collections.abc import Callable
+from typing import Any, Optional
 
 from sqlalchemy import DDL, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
 from .failures import translated
-
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
+from .records import MetaRecord
 
 
 class SessionMetaRow(SQLModel, table=True):
@@ -55,27 +56,6 @@ event.listen(
 )
 
 
-class MetaRecord(NamedTuple):
-    session_key: str
-    agent_id: str
-    session_id: str | None
-    channel: str | None = None
-    model: str | None = None
-    model_override: str | None = None
-    thinking: str | None = None
-    runtime: str | None = None
-    sandboxed: bool = False
-    spawn_depth: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    last_channel: str | None = None
-    last_to: str | None = None
-    yielded_at: float | None = None
-    last_activity_at: float | None = None
-
-    @classmethod
-    def defaults(cls, key: str, agent_id: str) -> "MetaRecord":
-        return cls(key, agent_id, None)
 
 
 _COLUMNS = (
@@ -105,40 +85,41 @@ def _record(row: tuple[Any, ...]) -> MetaRecord:
 
 
 @translated
-class SessionMetaStore:
-    """Meta rows on the gateway's connection; callers hold the gateway lock."""
+class SqliteMetadataTable:
+    """Meta rows on the store's connection; callers hold the store's lock."""
 
-    def __init__(self, store: "SqliteStore") -> None:
-        self.store = store
+    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
+        self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
 
     def get(self, key: str, agent_id: str) -> MetaRecord | None:
-        row = self.store.db.execute(GET_SQL, (key, agent_id)).fetchone()
+        row = self._db.execute(GET_SQL, (key, agent_id)).fetchone()
         return _record(row) if row else None
 
     def by_session_id(self, session_id: str) -> MetaRecord | None:
-        row = self.store.db.execute(BY_ID_SQL, (session_id,)).fetchone()
+        row = self._db.execute(BY_ID_SQL, (session_id,)).fetchone()
         return _record(row) if row else None
 
     def all(self) -> dict[tuple[str, str], MetaRecord]:
-        return {(r[0], r[1]): _record(r) for r in self.store.db.execute(ALL_SQL).fetchall()}
+        return {(r[0], r[1]): _record(r) for r in self._db.execute(ALL_SQL).fetchall()}
 
     def insert(self, record: MetaRecord) -> None:
         values = list(record)
         values[8] = int(record.sandboxed)
-        self.store.db.execute(INSERT_SQL, values)
+        self._db.execute(INSERT_SQL, values)
 
     def update(self, key: str, agent_id: str, **fields: Any) -> None:
         unknown = set(fields) - UPDATABLE
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in sorted(fields))
-        self.store.db.execute(
+        self._db.execute(
             f"UPDATE session_meta SET {assignments} WHERE session_key = ? AND agent_id = ?",
             [fields[name] for name in sorted(fields)] + [key, agent_id],
         )
 
     def add_usage(self, key: str, agent_id: str, input_tokens: int, output_tokens: int) -> None:
-        self.store.db.execute(ADD_USAGE_SQL, (input_tokens, output_tokens, key, agent_id))
+        self._db.execute(ADD_USAGE_SQL, (input_tokens, output_tokens, key, agent_id))
 
     def dump(self) -> list[tuple[Any, ...]]:
-        return self.store.db.execute(f"SELECT * FROM session_meta ORDER BY session_key, agent_id").fetchall()
+        return self._db.execute(f"SELECT * FROM session_meta ORDER BY session_key, agent_id").fetchall()

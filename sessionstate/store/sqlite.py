@@ -9,10 +9,13 @@ material)`` tuples: the store knows nothing of the protocol's states.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any
 
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import URL, make_url
@@ -20,11 +23,14 @@ from sqlalchemy.engine import URL, make_url
 from ..errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
 from . import bootstrap, schema, tables  # noqa: F401  (tables registers every table module)
 from .failures import DRIVER_ERRORS, storage_error, translated
+from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord
+from .runs import SqliteRunTable
+from .serving import SqliteServingTable
+from .session_meta import SqliteMetadataTable
+from .transcripts import SqliteTranscriptTable
+from .upstream_links import SqliteUpstreamLinkTable
 
-PositionsTuple = tuple[int, int, int]
-# Told what a pruning chunk wrote: (key, agent, pruned watermark) per session and
-# (watcher, target key, target agent, positions) per pending cursor of those sessions.
-PruneObserver = Callable[[list[tuple[str, str, int]], list[tuple[str, str, str, PositionsTuple]], int], None]
+log = logging.getLogger("sessionstate")
 
 # Durability: WAL with synchronous=NORMAL survives any crash of the process (SIGKILL
 # included); after a power loss or OS crash the last transactions may roll back. FULL
@@ -51,43 +57,6 @@ CAUGHT_UP_WATCHERS_SQL = (
 )
 
 
-class CursorRecord(NamedTuple):
-    watcher: str
-    target_key: str
-    target_agent_id: str
-    positions: PositionsTuple
-    updated_at: float
-
-
-class EventRecord(NamedTuple):
-    sequence: int
-    session_key: str
-    agent_id: str
-    kind: str
-    actor_type: str
-    actor_id: str | None
-    run_id: str | None
-    summary: str
-    payload: str | None
-    occurred_at: float
-    recorded_at: float
-    dedupe_key: str | None
-
-
-class SessionRecord(NamedTuple):
-    session_key: str
-    agent_id: str
-    kind: str
-    parent_key: str | None
-    parent_agent_id: str | None
-    label: str | None
-    created_at: float
-    updated_at: float
-
-
-class Head(NamedTuple):
-    last_sequence: int
-    pruned_max_sequence: int
 
 
 def parse_sqlite_url(url: str) -> URL:
@@ -162,10 +131,10 @@ class SqliteStore:
     One connection for the store's life, also for an in-memory database (``sqlite://``): the
     schema is created on it, so in-memory and file stores keep the same contract. Every
     public method raises a ``StorageError`` subclass, never a driver error; the ``HOT_PATH``
-    methods run only inside ``atomic()``, which translates for them.
+    methods run only inside ``transaction()``, which translates for them.
     """
 
-    HOT_PATH = ("append_event", "caught_up_watchers", "put_cursors", "atomic")
+    HOT_PATH = ("append_event", "caught_up_watchers", "put_cursors", "transaction", "after_commit")
 
     def __init__(
         self,
@@ -199,7 +168,7 @@ class SqliteStore:
             # The gateway's lock serialises every use; runner threads share the connection.
             params["check_same_thread"] = False
             db = sqlite3.connect(*args, **params)  # type: ignore[call-overload]  # keys from the URL
-            db.isolation_level = None  # transactions are explicit: see atomic()
+            db.isolation_level = None  # transactions are explicit: see transaction()
             bootstrap.prepare(db, self.where)
             if path is not None and _scalar(db.execute("PRAGMA journal_mode")) != "wal":
                 db.execute("PRAGMA journal_mode = WAL")
@@ -216,7 +185,17 @@ class SqliteStore:
                     error = type(error)(f"{error.message} ({hint})")
                 raise error from exc
             raise
-        self.db: sqlite3.Connection = db
+        self._db: sqlite3.Connection = db
+        # after_commit callbacks of the open transaction, in registration order; each
+        # savepoint remembers where its own start (a rollback drops only those).
+        self._after_commit: list[Callable[[], object]] = []
+        # The gateway's runner threads share this one connection: the lock serialises them.
+        self.lock = threading.RLock()
+        self.meta = SqliteMetadataTable(db, self.storage_error)
+        self.runs = SqliteRunTable(db, self.storage_error)
+        self.transcripts = SqliteTranscriptTable(db, self.storage_error)
+        self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
+        self.serving = SqliteServingTable(db, self.storage_error)
         self._build_statements(sorted(notifying_kinds))
 
     def storage_error(self, exc: BaseException) -> StorageError:
@@ -249,21 +228,44 @@ class SqliteStore:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self.db.close()
+            self._db.close()
 
-    def atomic(self) -> "_Transaction":
-        """One transaction (a savepoint when nested); rolls back and re-raises on error."""
+    def transaction(self) -> "_Transaction":
+        """The unit of work: holds ``lock``; ``BEGIN IMMEDIATE``/``COMMIT`` at depth 0, a
+        savepoint when nested; rolls back (the savepoint only, when nested) and re-raises on
+        error, a driver error as ``StorageError``."""
         return _Transaction(self)
+
+    def after_commit(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` after the outermost commit (at once outside a transaction);
+        dropped if the transaction, or the savepoint it was registered in, rolls back."""
+        if self._depth:
+            self._after_commit.append(callback)
+        else:
+            callback()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def pragma(self, name: str, value: int | None = None) -> Any:
+        """A SQLite ``PRAGMA`` on this store's connection: its value, or with ``value`` set
+        it first (SQLite-specific tuning and tests; not part of the store contract)."""
+        if not name.isidentifier():
+            raise ValueError(f"not a pragma name: {name!r}")
+        statement = f"PRAGMA {name}" if value is None else f"PRAGMA {name} = {int(value)}"
+        row = self._db.execute(statement).fetchone()
+        return row if row is None or len(row) != 1 else row[0]  # one column: its value
 
     # -- sessions ---------------------------------------------------------------------------
 
     def insert_session(self, record: SessionRecord) -> None:
-        self.db.execute(
+        self._db.execute(
             "INSERT INTO sessions (session_key, agent_id, kind, parent_key, parent_agent_id,"
             " label, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             record,
         )
-        self.db.execute(
+        self._db.execute(
             "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
             " pruned_max_sequence, updated_at) VALUES (?, ?, 0, 0, ?)"
             " ON CONFLICT (session_key, agent_id) DO NOTHING",
@@ -271,7 +273,7 @@ class SqliteStore:
         )
 
     def get_session(self, key: str, agent_id: str) -> SessionRecord | None:
-        row = self.db.execute(
+        row = self._db.execute(
             "SELECT session_key, agent_id, kind, parent_key, parent_agent_id, label,"
             " created_at, updated_at FROM sessions WHERE session_key = ? AND agent_id = ?",
             (key, agent_id),
@@ -279,13 +281,13 @@ class SqliteStore:
         return SessionRecord(*row) if row else None
 
     def agents_with_session_key(self, key: str) -> list[str]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             "SELECT agent_id FROM sessions WHERE session_key = ? ORDER BY agent_id", (key,)
         ).fetchall()
         return [r[0] for r in rows]
 
     def list_sessions(self) -> list[SessionRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             "SELECT session_key, agent_id, kind, parent_key, parent_agent_id, label,"
             " created_at, updated_at FROM sessions ORDER BY created_at, session_key"
         ).fetchall()
@@ -295,16 +297,16 @@ class SqliteStore:
         """Remove a session's events, head and registry row, and unlink its children;
         returns the number of events removed."""
         args = (key, agent_id)
-        removed = self.db.execute(
+        removed = self._db.execute(
             "DELETE FROM session_state_events WHERE session_key = ? AND agent_id = ?", args
         ).rowcount
-        self.db.execute(
+        self._db.execute(
             "DELETE FROM session_state_heads WHERE session_key = ? AND agent_id = ?", args
         )
-        self.db.execute("DELETE FROM sessions WHERE session_key = ? AND agent_id = ?", args)
+        self._db.execute("DELETE FROM sessions WHERE session_key = ? AND agent_id = ?", args)
         # Its children lose their parent link: a later session with the same key is not their
         # parent (left dangling, the link would re-bind to it and could close a cycle).
-        self.db.execute(
+        self._db.execute(
             "UPDATE sessions SET parent_key = NULL, parent_agent_id = NULL"
             " WHERE parent_key = ? AND parent_agent_id = ?",
             args,
@@ -330,10 +332,10 @@ class SqliteStore:
         """Append one event and bump its head; ``(sequence, inserted)``.
 
         A dedupe key already in the log returns the existing sequence and bumps nothing.
-        Must run inside ``atomic()``; raises ``UnknownSession`` (rolling back with it) when
+        Must run inside ``transaction()``; raises ``UnknownSession`` (rolling back with it) when
         the session has no head row.
         """
-        db = self.db
+        db = self._db
         if dedupe_key is not None:
             # Looked up first, not left to ON CONFLICT: a conflicting INSERT would still
             # consume an AUTOINCREMENT value. The write lock (BEGIN IMMEDIATE) makes it safe.
@@ -359,7 +361,7 @@ class SqliteStore:
         return sequence, True
 
     def head(self, key: str, agent_id: str) -> Head | None:
-        row = self.db.execute(
+        row = self._db.execute(
             "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
             " WHERE session_key = ? AND agent_id = ?",
             (key, agent_id),
@@ -367,7 +369,7 @@ class SqliteStore:
         return Head(*row) if row else None
 
     def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             "SELECT sequence, session_key, agent_id, kind, actor_type, actor_id, run_id,"
             " summary, payload, occurred_at, recorded_at, dedupe_key FROM session_state_events"
             " WHERE session_key = ? AND agent_id = ? AND sequence > ?"
@@ -379,7 +381,7 @@ class SqliteStore:
     def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
         """The reconciliation page: only the columns ``changesSince`` shows, as plain tuples
         ``(sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload)``."""
-        return self.db.execute(
+        return self._db.execute(
             "SELECT sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload"
             " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
             " ORDER BY sequence LIMIT ?",
@@ -387,25 +389,25 @@ class SqliteStore:
         ).fetchall()
 
     def earliest_sequence(self, key: str, agent_id: str) -> int | None:
-        return _scalar(self.db.execute(
+        return _scalar(self._db.execute(
             "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
             (key, agent_id),
         ))
 
     def sequence_high_water(self) -> int:
         """The largest sequence ever assigned (pruned or deleted ones included); 0 before any."""
-        value = _scalar(self.db.execute(
+        value = _scalar(self._db.execute(
             "SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'"
         ))
         return int(value or 0)
 
     def event_count(self) -> int:
-        return int(_scalar(self.db.execute("SELECT count(*) FROM session_state_events")))
+        return int(_scalar(self._db.execute("SELECT count(*) FROM session_state_events")))
 
     # -- cursors ----------------------------------------------------------------------------
 
     def cursor(self, watcher: str, target_key: str, target_agent_id: str) -> CursorRecord | None:
-        row = self.db.execute(
+        row = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.watcher_session_key = ? AND c.target_session_key = ?"
             " AND c.target_agent_id = ?",
@@ -415,12 +417,12 @@ class SqliteStore:
 
     def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
         """Watchers of a target whose cursor is caught up (the partial index serves this)."""
-        rows = self.db.execute(CAUGHT_UP_WATCHERS_SQL, (target_key, target_agent_id)).fetchall()
+        rows = self._db.execute(CAUGHT_UP_WATCHERS_SQL, (target_key, target_agent_id)).fetchall()
         return [(r[0], (r[1], r[2], r[3])) for r in rows]
 
     def cursors_behind(self) -> list[CursorRecord]:
         """Cursors with a notice owed (effective material > last_seen) whose watcher exists."""
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.notified_sequence > c.last_seen_sequence"
             " AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key)"
@@ -429,7 +431,7 @@ class SqliteStore:
         return [_cursor_record(r) for r in rows]
 
     def cursors_held_by(self, watcher: str) -> list[CursorRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.watcher_session_key = ? ORDER BY c.target_session_key, c.target_agent_id",
             (watcher,),
@@ -437,7 +439,7 @@ class SqliteStore:
         return [_cursor_record(r) for r in rows]
 
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " WHERE c.watcher_session_key = ?"
             " OR (c.target_session_key = ? AND c.target_agent_id = ?)"
@@ -447,7 +449,7 @@ class SqliteStore:
         return [_cursor_record(r) for r in rows]
 
     def all_cursors(self) -> list[CursorRecord]:
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
         ).fetchall()
@@ -455,7 +457,7 @@ class SqliteStore:
 
     def expired_cursors(self, cutoff: float) -> list[CursorRecord]:
         """Cursors whose row and whose target's head were both last updated before cutoff."""
-        rows = self.db.execute(
+        rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
             " LEFT JOIN session_state_heads h ON h.session_key = c.target_session_key"
             " AND h.agent_id = c.target_agent_id"
@@ -479,7 +481,7 @@ class SqliteStore:
         ]
         deletes = [(w, target_key, target_agent_id) for w, p in changes if p is None]
         if upserts:
-            self.db.executemany(
+            self._db.executemany(
                 "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key,"
                 " target_agent_id, last_seen_sequence, notified_sequence, material_sequence,"
                 " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -491,7 +493,7 @@ class SqliteStore:
                 upserts,
             )
         if deletes:
-            self.db.executemany(
+            self._db.executemany(
                 "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?"
                 " AND target_session_key = ? AND target_agent_id = ?",
                 deletes,
@@ -516,7 +518,7 @@ class SqliteStore:
         pending cursors is written into their rows (R7) and the affected sessions' pruned
         watermark is raised (R13).
         """
-        db = self.db
+        db = self._db
         # Every sequence <= beyond is over the row cap (None: the cap is not reached).
         beyond = _scalar(db.execute(
             "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
@@ -553,8 +555,8 @@ class SqliteStore:
     ) -> int:
         # The hint keeps each chunk on its range: left alone, the planner prefers walking the
         # whole (session, sequence) index to serve the GROUP BY, which reads every row.
-        db = self.db
-        with self.atomic():
+        db = self._db
+        with self.transaction():
             affected = db.execute(
                 f"SELECT session_key, agent_id, max(sequence) FROM session_state_events {index_hint}"
                 f" WHERE {where} GROUP BY session_key, agent_id",
@@ -607,13 +609,13 @@ class SqliteStore:
         chunk. In WAL mode the file shrinks when the WAL is checkpointed: a passive checkpoint
         (it never waits for the write lock) follows the steps.
         """
-        db = self.db
+        db = self._db
         if self._depth or _scalar(db.execute("PRAGMA auto_vacuum")) != AUTO_VACUUM_INCREMENTAL:
             return 0
         reclaimed = 0
         free = int(_scalar(db.execute("PRAGMA freelist_count")))
         while free:
-            with self.atomic():
+            with self.transaction():
                 # The pragma frees one page per result row it steps to, and ``execute`` steps
                 # once: so one page per statement (closing the cursor ends the statement).
                 for _ in range(min(free, step_pages)):
@@ -633,7 +635,7 @@ class SqliteStore:
         vacuum``): it holds an exclusive lock for the whole rewrite and needs free disk space
         about the size of the file. Returns page counts before and after and the page size.
         """
-        db = self.db
+        db = self._db
         if self._depth:
             raise StorageUnavailable(f"{self.where}: vacuum cannot run inside a transaction")
         before = int(_scalar(db.execute("PRAGMA page_count")))
@@ -661,12 +663,12 @@ class SqliteStore:
             "session_watch_cursors": "watcher_session_key, target_session_key, target_agent_id",
         }
         return {
-            name: self.db.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall()
+            name: self._db.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall()
             for name, order in tables.items()
         }
 
     def integrity_check(self) -> str:
-        return str(_scalar(self.db.execute("PRAGMA integrity_check")))
+        return str(_scalar(self._db.execute("PRAGMA integrity_check")))
 
 
 class _Transaction:
@@ -676,44 +678,66 @@ class _Transaction:
     costs about a microsecond less per use.
     """
 
-    __slots__ = ("_store", "_name")
+    __slots__ = ("_store", "_name", "_mark")
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
         self._name = ""
+        self._mark = 0
 
     # Driver errors become StorageError here, for every statement run inside the transaction:
     # a try block costs nothing until something is raised, so the hot path pays nothing.
 
     def __enter__(self) -> None:
         store = self._store
+        store.lock.acquire()
         try:
             if store._depth == 0:
-                store.db.execute("BEGIN IMMEDIATE")
+                store._db.execute("BEGIN IMMEDIATE")
             else:
                 self._name = f"sp{store._depth}"
-                store.db.execute(f"SAVEPOINT {self._name}")
-        except DRIVER_ERRORS as error:
-            raise store.storage_error(error) from error
+                self._mark = len(store._after_commit)
+                store._db.execute(f"SAVEPOINT {self._name}")
+        except BaseException as error:
+            store.lock.release()
+            if isinstance(error, DRIVER_ERRORS):
+                raise store.storage_error(error) from error
+            raise
         store._depth += 1
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         store = self._store
         store._depth -= 1
-        db = store.db
+        db = store._db
+        callbacks = store._after_commit
         try:
             if exc_type is None:
-                db.execute("RELEASE " + self._name if self._name else "COMMIT")
+                try:
+                    db.execute("RELEASE " + self._name if self._name else "COMMIT")
+                except DRIVER_ERRORS as error:
+                    # A failed COMMIT (disk full, busy) may leave the transaction open: end it.
+                    self._roll_back(db, callbacks)
+                    raise store.storage_error(error) from error
+                if not self._name and callbacks:
+                    store._after_commit = []
+                    for callback in callbacks:
+                        try:
+                            callback()
+                        except Exception:  # the data is committed: one bad callback must not hide it
+                            log.exception("an after-commit callback failed")
                 return
-        except DRIVER_ERRORS as error:
-            # A failed COMMIT (disk full, busy) may leave the transaction open: end it.
-            self._roll_back(db)
-            raise store.storage_error(error) from error
-        self._roll_back(db)
+            self._roll_back(db, callbacks)
+        finally:
+            store.lock.release()
         if isinstance(exc, DRIVER_ERRORS):
             raise store.storage_error(exc) from exc
 
-    def _roll_back(self, db: sqlite3.Connection) -> None:
+    def _roll_back(self, db: sqlite3.Connection, callbacks: list[Callable[[], object]]) -> None:
+        # What was registered inside this level is dropped with it (R9).
+        if self._name:
+            del callbacks[self._mark:]
+        else:
+            callbacks.clear()
         # SQLite rolls the whole transaction back by itself after some errors (disk full,
         # I/O): then there is nothing left to undo here, and the outer level sees that too.
         if not db.in_transaction:

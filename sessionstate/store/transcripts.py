@@ -10,15 +10,16 @@ All SQL for transcripts lives in this module.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+import sqlite3
+from collections.abc import Callable
+from typing import Any, Optional
 
 from sqlalchemy import DDL, Column, Index, Integer, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
 from .failures import translated
-
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
+from .records import MessageRecord
 
 
 class MessageRow(SQLModel, table=True):
@@ -55,20 +56,6 @@ event.listen(
 )
 
 
-class MessageRecord(NamedTuple):
-    id: int
-    session_key: str
-    agent_id: str
-    role: str
-    text: str
-    actor_type: str
-    actor_id: str | None
-    provenance: dict[str, Any] | None
-    tool_calls: list[Any] | None
-    tool_result: Any
-    input_tokens: int
-    output_tokens: int
-    created_at: float
 
 
 _COLUMNS = (
@@ -114,11 +101,12 @@ def _record(row: tuple[Any, ...]) -> MessageRecord:
 
 
 @translated
-class TranscriptStore:
-    """Message rows on the gateway's connection; callers hold the gateway lock."""
+class SqliteTranscriptTable:
+    """Message rows on the store's connection; callers hold the store's lock."""
 
-    def __init__(self, store: "SqliteStore") -> None:
-        self.store = store
+    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
+        self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
 
     def append(
         self,
@@ -136,7 +124,7 @@ class TranscriptStore:
         output_tokens: int,
         created_at: float,
     ) -> int:
-        row = self.store.db.execute(
+        row = self._db.execute(
             INSERT_SQL,
             (key, agent_id, role, text, actor_type, actor_id, _dump(provenance), _dump(tool_calls),
              _dump(tool_result), input_tokens, output_tokens, created_at),
@@ -144,20 +132,20 @@ class TranscriptStore:
         return int(row[0])
 
     def recent(self, key: str, agent_id: str, limit: int) -> list[MessageRecord]:
-        rows = self.store.db.execute(RECENT_SQL, (key, agent_id, limit)).fetchall()
+        rows = self._db.execute(RECENT_SQL, (key, agent_id, limit)).fetchall()
         return [_record(r) for r in rows]
 
     def recent_texts(self, key: str, agent_id: str, role: str, limit: int) -> list[str]:
-        rows = self.store.db.execute(RECENT_ROLE_SQL, (key, agent_id, role, limit)).fetchall()
+        rows = self._db.execute(RECENT_ROLE_SQL, (key, agent_id, role, limit)).fetchall()
         return [r[0] for r in rows]
 
     def first_text(self, key: str, agent_id: str, role: str) -> str | None:
-        row = self.store.db.execute(FIRST_ROLE_SQL, (key, agent_id, role)).fetchone()
+        row = self._db.execute(FIRST_ROLE_SQL, (key, agent_id, role)).fetchone()
         return row[0] if row else None
 
     def stats(self, key: str, agent_id: str) -> tuple[int, float | None]:
-        count, last = self.store.db.execute(STATS_SQL, (key, agent_id)).fetchone()
+        count, last = self._db.execute(STATS_SQL, (key, agent_id)).fetchone()
         return int(count), last
 
     def dump(self) -> list[tuple[Any, ...]]:
-        return self.store.db.execute("SELECT * FROM session_messages ORDER BY id").fetchall()
+        return self._db.execute("SELECT * FROM session_messages ORDER BY id").fetchall()

@@ -15,15 +15,17 @@ All SQL for links lives in this module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Optional
 
 from sqlalchemy import DDL, Column, Integer, UniqueConstraint, event
 from sqlmodel import Field, SQLModel
 
+from ..errors import StorageError
 from .failures import translated
-
-if TYPE_CHECKING:  # sqlite.py imports this module (through tables.py) while it loads
-    from .sqlite import SqliteStore
+from .records import UpstreamLink
 
 
 class UpstreamLinkRow(SQLModel, table=True):
@@ -63,20 +65,6 @@ _DROP_ON_SESSION_DELETE = DDL(
 event.listen(UpstreamLinkRow.__table__, "after_create", _DROP_ON_SESSION_DELETE)  # type: ignore[attr-defined]
 
 
-class UpstreamLink(NamedTuple):
-    generation: int
-    session_key: str
-    agent_id: str
-    provider: str
-    host: str
-    thread_id: str
-    marker: str | None
-    primed: bool
-    consecutive_misses: int
-    version: int
-    last_checked_at: float | None
-    last_status: str | None
-    created_at: float
 
 
 _COLUMNS = (
@@ -129,29 +117,31 @@ def _link(row: tuple[Any, ...]) -> UpstreamLink:
 
 
 @translated
-class UpstreamLinkStore:
-    """Link rows on the gateway's own connection and transactions.
+class SqliteUpstreamLinkTable:
+    """Link rows on the store's own connection and transactions.
 
-    Reads and writes must run under the gateway's lock (the connection is shared); the
+    Reads and writes must run under the store's lock (the connection is shared); the
     callers in ``sessionstate.upstream`` take it. CAS methods return ``True`` when they wrote.
     """
 
-    def __init__(self, store: "SqliteStore") -> None:
-        self.store = store
+    def __init__(self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]], storage_error: Callable[[BaseException], StorageError]) -> None:
+        self._db = db
+        self.storage_error = storage_error  # the store's translation, naming its database
+        self._transaction = transaction
 
     def get(self, session_key: str, agent_id: str) -> UpstreamLink | None:
-        row = self.store.db.execute(GET_SQL, (session_key, agent_id)).fetchone()
+        row = self._db.execute(GET_SQL, (session_key, agent_id)).fetchone()
         return _link(row) if row else None
 
     def by_thread(self, provider: str, thread_id: str) -> UpstreamLink | None:
-        row = self.store.db.execute(BY_THREAD_SQL, (provider, thread_id)).fetchone()
+        row = self._db.execute(BY_THREAD_SQL, (provider, thread_id)).fetchone()
         return _link(row) if row else None
 
     def all(self) -> list[UpstreamLink]:
-        return [_link(r) for r in self.store.db.execute(ALL_SQL).fetchall()]
+        return [_link(r) for r in self._db.execute(ALL_SQL).fetchall()]
 
     def watched(self) -> list[UpstreamLink]:
-        return [_link(r) for r in self.store.db.execute(WATCHED_SQL).fetchall()]
+        return [_link(r) for r in self._db.execute(WATCHED_SQL).fetchall()]
 
     def replace(
         self,
@@ -166,9 +156,9 @@ class UpstreamLinkStore:
         now: float,
     ) -> int:
         """Drop the session's link (if any) and insert a new one; returns its generation."""
-        with self.store.atomic():
-            self.store.db.execute(DELETE_SESSION_LINK_SQL, (session_key, agent_id))
-            row = self.store.db.execute(
+        with self._transaction():
+            self._db.execute(DELETE_SESSION_LINK_SQL, (session_key, agent_id))
+            row = self._db.execute(
                 INSERT_SQL,
                 (session_key, agent_id, provider, host, thread_id, marker, int(primed),
                  now if primed else None, "found" if primed else None, now),
@@ -177,17 +167,17 @@ class UpstreamLinkStore:
 
     def advance(self, link: UpstreamLink, marker: str | None, now: float, *, primed: bool = True) -> bool:
         """A found check: new marker, misses reset (``primed=False`` while priming goes on)."""
-        cur = self.store.db.execute(ADVANCE_SQL, (marker, int(primed), now, link.generation, link.version))
+        cur = self._db.execute(ADVANCE_SQL, (marker, int(primed), now, link.generation, link.version))
         return cur.rowcount == 1
 
     def miss(self, link: UpstreamLink, now: float) -> bool:
-        cur = self.store.db.execute(MISS_SQL, (now, link.generation, link.version))
+        cur = self._db.execute(MISS_SQL, (now, link.generation, link.version))
         return cur.rowcount == 1
 
     def note_error(self, link: UpstreamLink, now: float) -> bool:
-        cur = self.store.db.execute(ERROR_SQL, (now, link.generation, link.version))
+        cur = self._db.execute(ERROR_SQL, (now, link.generation, link.version))
         return cur.rowcount == 1
 
     def drop(self, link: UpstreamLink) -> bool:
-        cur = self.store.db.execute(DROP_SQL, (link.generation, link.version))
+        cur = self._db.execute(DROP_SQL, (link.generation, link.version))
         return cur.rowcount == 1

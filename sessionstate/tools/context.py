@@ -9,15 +9,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument, UnknownSession
-from ..keys import agent_of, is_agent_qualified
-from ..store.session_meta import MetaRecord
+from ..keys import SessionRef, agent_of, is_agent_qualified
+from ..policy import ToolPolicy, can_see
+from ..store import MetaRecord
 from .errors import Forbidden
-from .policy import ToolPolicy, can_see
 
 if TYPE_CHECKING:
     from ..gateway import Gateway
 
-Target = tuple[str, str]
 # Thread-scoped chat sessions are not targets: the parent channel's session is.
 THREAD_KEY = re.compile(r":thread:[^:]+\Z")
 
@@ -25,14 +24,14 @@ THREAD_KEY = re.compile(r":thread:[^:]+\Z")
 @dataclass(frozen=True)
 class ToolContext:
     gw: "Gateway"
-    caller: Target
+    caller: SessionRef
     meta: MetaRecord
     policy: ToolPolicy
 
     @classmethod
     def open(cls, gw: "Gateway", caller_key: str) -> "ToolContext":
-        caller = gw._resolve(caller_key, None)
-        return cls(gw, caller, gw._meta_of(caller), gw.tool_policy)
+        caller = gw.resolve(caller_key)
+        return cls(gw, caller, gw.registry.meta_of(caller), gw.tool_policy)
 
     @property
     def key(self) -> str:
@@ -42,10 +41,10 @@ class ToolContext:
     def visibility(self) -> str:
         return self.policy.effective_visibility(self.meta.sandboxed)
 
-    def visible(self, target: Target) -> bool:
-        return can_see(self.policy, self.caller, self.meta.sandboxed, target, self.gw._parent_of)
+    def visible(self, target: SessionRef) -> bool:
+        return can_see(self.policy, self.caller, self.meta.sandboxed, target, self.gw.registry.parent_of)
 
-    def require_visible(self, target: Target) -> Target:
+    def require_visible(self, target: SessionRef) -> SessionRef:
         if not self.visible(target):
             raise Forbidden(
                 f"session {target[0]!r} (agent {target[1]!r}) is not visible from {self.key!r}"
@@ -53,11 +52,11 @@ class ToolContext:
             )
         return target
 
-    def watches(self, target: Target) -> bool:
+    def watches(self, target: SessionRef) -> bool:
         """The caller holds a cursor on ``target`` (a spawn edge or a watch made for it)."""
-        return self.gw.store.cursor(self.key, *target) is not None
+        return self.gw.cursor_positions(self.key, target[0], target_agent_id=target[1]) is not None
 
-    def resolve(self, key: str, *, refuse_thread: bool = False) -> Target:
+    def resolve(self, key: str, *, refuse_thread: bool = False) -> SessionRef:
         """The session a key names, from the caller's point of view.
 
         Agent-qualified keys name themselves. A bare key (``main``, ``global``) means, in
@@ -71,17 +70,18 @@ class ToolContext:
         if key == "current":
             return self.caller
         if is_agent_qualified(key):
-            return self.gw._resolve(key, None)
+            return self.gw.resolve(key)
         agent = self.caller[1]
-        agents = self.gw.store.agents_with_session_key(key)
-        if agent in agents:
+        if self.gw.session_exists(key, agent):
             return (key, agent)
         alias = f"agent:{agent}:{key}"
-        if agent_of(alias) == agent and self.gw.store.get_session(alias, agent) is not None:
+        if agent_of(alias) == agent and self.gw.session_exists(alias, agent):
             return (alias, agent)
-        if len(agents) == 1:
-            return (key, agents[0])
+        try:
+            return self.gw.resolve(key)  # the one agent's session of that key
+        except UnknownSession:
+            pass
         raise UnknownSession(f"unknown session {key!r}")
 
-    def resolve_visible(self, key: str, *, refuse_thread: bool = False) -> Target:
+    def resolve_visible(self, key: str, *, refuse_thread: bool = False) -> SessionRef:
         return self.require_visible(self.resolve(key, refuse_thread=refuse_thread))

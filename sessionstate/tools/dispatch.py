@@ -58,7 +58,7 @@ def call_tool(gw: "Gateway", caller_key: str, name: str, args: dict[str, Any] | 
         clean = validate_tool_args(name, args)
         if not isinstance(caller_key, str):
             raise InvalidArgument("caller key must be a string")
-        with gw._lock:
+        with gw.locked():
             ctx = ToolContext.open(gw, caller_key)
         if name not in ctx.policy.allowed_tools(ctx.caller[1], ctx.meta.spawn_depth):
             raise ToolNotAllowed(

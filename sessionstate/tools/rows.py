@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..fencing import fenced_text
-from ..store.runs import RunRecord
-from ..store.transcripts import MessageRecord
+from ..store import MessageRecord, RunRecord
 from ..timefmt import iso_millis
 from .sanitize import normalize_assistant_text, redact_secrets
 

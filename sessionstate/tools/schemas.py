@@ -37,9 +37,9 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from sessionstate.errors import InvalidArgument
-from sessionstate.tools.errors import ToolArgumentError
-from sessionstate.validation import check_json
+from ..errors import InvalidArgument
+from .errors import ToolArgumentError
+from ..validation import check_json
 
 __all__ = [
     "KEY_MAX_CHARS",

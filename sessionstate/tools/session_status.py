@@ -18,7 +18,7 @@ from .rows import run_json
 
 def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     gw = ctx.gw
-    with gw._lock:
+    with gw.locked():
         key = args.get("sessionKey")
         target = ctx.caller if key in (None, "current") else ctx.resolve(key)
         # A cursor is a grant: the stale notice names this call, so a watcher may always
@@ -35,13 +35,13 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 def card(ctx: ToolContext, target: tuple[str, str]) -> dict[str, Any]:
     gw = ctx.gw
     now = gw.clock()
-    session = gw.store.get_session(*target)
+    session = gw.registry.session_record(target)
     assert session is not None  # resolved under the same lock
-    meta = gw._meta_of(target)
-    count, last_message_at = gw._transcripts.stats(*target)
+    meta = gw.registry.meta_of(target)
+    count, last_message_at = gw.transcripts.stats(target)
     updated = max(session.updated_at, meta.last_activity_at or 0.0, last_message_at or 0.0)
-    child_runs = gw._runs.by_child(*target)
-    active = gw._runs.active_by_requester(*target)
+    child_runs = gw.runs_of_child(target)
+    active = gw.runs.active_by_requester(target)
     task = run_json(child_runs[0], now) if child_runs else None
     fields: dict[str, Any] = {
         "agentId": target[1],

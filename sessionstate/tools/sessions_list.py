@@ -14,7 +14,7 @@ RECENT_VIEW_BYTES = 16 * 1024  # per row: the whole list must stay a tool-sized 
 
 def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     gw = ctx.gw
-    with gw._lock:
+    with gw.locked():
         return _list(ctx, args)
 
 
@@ -23,10 +23,10 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     now = gw.clock()
     kinds = set(args.get("kinds") or ())
     search = args.get("search", "").lower()
-    metas = gw._meta.all()
-    transcripts = gw._transcripts
+    metas = gw.registry.all_meta()
+    transcripts = gw.transcripts
     found: list[tuple[float, dict[str, Any], tuple[str, str]]] = []
-    for session in gw.store.list_sessions():
+    for session in gw.registry.list_sessions():
         target = (session.session_key, session.agent_id)
         if not ctx.visible(target):
             continue  # invisible sessions are not even counted
@@ -36,12 +36,12 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             continue
         if "agentId" in args and session.agent_id != args["agentId"]:
             continue
-        meta = metas.get(target) or gw._meta_of(target)
-        count, last_message_at = transcripts.stats(*target)
+        meta = metas.get(target) or gw.registry.meta_of(target)
+        count, last_message_at = transcripts.stats(target)
         activity = max(session.updated_at, meta.last_activity_at or 0.0, last_message_at or 0.0)
         if "activeMinutes" in args and activity < now - args["activeMinutes"] * 60:
             continue
-        title = derived_title(session.label, transcripts.first_text(*target, "user"), session.session_key)
+        title = derived_title(session.label, transcripts.first_text(target, "user"), session.session_key)
         if search:
             haystack = " ".join((session.session_key, session.label or "", title, meta.session_id or ""))
             if search not in haystack.lower():
@@ -70,14 +70,14 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     found.sort(key=lambda item: (-item[0], item[1]["key"], item[1]["agentId"]))
     rows = []
     for _, row, target in found[: args["limit"]]:
-        head = gw.store.head(*target)
-        if head is not None and head.last_sequence > 0:
-            row["stateVersion"] = head.last_sequence
+        version = gw.state_version(*target)
+        if version > 0:
+            row["stateVersion"] = version
         if args.get("includePreview"):
-            last = [m for m in transcripts.recent(*target, 5) if m.role != "tool"]
+            last = [m for m in transcripts.recent(target, 5) if m.role != "tool"]
             row["preview"] = preview(last[-1] if last else None)
         if args.get("recentMessages"):
-            records = [m for m in transcripts.recent(*target, args["recentMessages"] * 3) if m.role != "tool"]
+            records = [m for m in transcripts.recent(target, args["recentMessages"] * 3) if m.role != "tool"]
             view = build_history_view(
                 [history_row(m) for m in records[-args["recentMessages"]:]], max_bytes=RECENT_VIEW_BYTES
             )

@@ -13,8 +13,7 @@ import uuid
 from typing import Any
 
 from ..fencing import fence_untrusted
-from ..store.runs import RUNNING, RunRecord
-from ..store.session_meta import MetaRecord
+from ..store import RUNNING, MetaRecord, RunRecord
 from .context import ToolContext
 from .errors import ToolNotAllowed
 
@@ -35,7 +34,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     session_id = uuid.uuid4().hex
     # The child's first message and prompt: its requester's words, fenced like all foreign text.
     prompt = fence_untrusted(args["task"], f"Task from {ctx.key} via sessions_spawn; isUser=false")
-    with gw._lock:
+    with gw.locked():
         now = gw.clock()
         route = (ctx.meta.last_channel, ctx.meta.last_to)
         record = RunRecord(
@@ -43,17 +42,17 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             args.get("label"), args.get("model"), args.get("thinking"), args["thread"], context,
             args.get("timeoutSeconds") or None, RUNNING, None, None, route[0], route[1], 0, now, None,
         )
-        with gw.store.atomic():
+        with gw.transaction():
             gw.create_session(child[0], kind="acp" if runtime == "acp" else "subagent",
                               parent=ctx.caller[0], label=args.get("label"), run_id=run_id)
-            gw._meta.insert(MetaRecord(
+            gw.registry.insert_meta(MetaRecord(
                 child[0], child[1], session_id, channel=ctx.meta.channel, model=args.get("model"),
                 thinking=args.get("thinking"), runtime=runtime, sandboxed=sandboxed, spawn_depth=depth,
                 last_activity_at=now,
             ))
-            gw._runs.insert(record)
+            gw.runs.insert(record)
             if context == "fork":
-                for message in gw._transcripts.recent(*ctx.caller, FORK_MESSAGES):
+                for message in gw.transcripts.recent(ctx.caller, FORK_MESSAGES):
                     gw.append_message(
                         child[0], message.role, message.text, agent_id=child[1], actor_type=message.actor_type,
                         actor_id=message.actor_id, tool_calls=message.tool_calls, tool_result=message.tool_result,

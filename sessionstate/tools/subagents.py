@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UnknownSession
+from ..errors import InvalidArgument, UnknownSession
 from ..keys import check_key
-from ..store.runs import RunRecord
+from ..store import RunRecord
 from .context import ToolContext
 from .errors import Forbidden, RunNotActive
 from .rows import run_json
@@ -19,12 +19,12 @@ LIST_LIMIT = 50
 
 def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     gw = ctx.gw
-    with gw._lock:
+    with gw.locked():
         action = args["action"]
         if action == "list":
             return _list(ctx)
         if action == "kill" and args["target"] == "all":
-            runs = [r for r in gw._runs.active_by_requester(*ctx.caller) if ctx.visible((r.child_key, r.child_agent_id))]
+            runs = [r for r in gw.runs.active_by_requester(ctx.caller) if ctx.visible((r.child_key, r.child_agent_id))]
         else:
             runs = [_find(ctx, args["target"])]
             if runs[0].status != "running":
@@ -40,7 +40,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 def _list(ctx: ToolContext) -> dict[str, Any]:
     gw = ctx.gw
     now = gw.clock()
-    runs = [r for r in gw._runs.by_requester(*ctx.caller, LIST_LIMIT) if ctx.visible((r.child_key, r.child_agent_id))]
+    runs = [r for r in gw.runs_of(ctx.caller, LIST_LIMIT) if ctx.visible((r.child_key, r.child_agent_id))]
     return {
         "status": "ok",
         "action": "list",
@@ -52,11 +52,14 @@ def _list(ctx: ToolContext) -> dict[str, Any]:
 def _find(ctx: ToolContext, target: str) -> RunRecord:
     """A run id, or a child session key (its newest run), of this caller's children."""
     gw = ctx.gw
-    run = gw._runs.get(target)
+    try:
+        run = gw.get_run(target)
+    except InvalidArgument:  # not a run id; perhaps a child session key
+        run = None
     if run is None:
         check_key(target, "target")
         child = ctx.resolve(target)
-        runs = [r for r in gw._runs.by_child(*child) if (r.requester_key, r.requester_agent_id) == ctx.caller]
+        runs = [r for r in gw.runs_of_child(child) if (r.requester_key, r.requester_agent_id) == ctx.caller]
         if not runs:
             raise UnknownSession(f"{target!r} is not a sub-agent of {ctx.key!r}")
         run = runs[0]

@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sessionstate.errors import InvalidArgument, SessionExists, UnknownSession
-from sessionstate.keys import DEFAULT_AGENT_ID, check_key, resolve_agent_id
-from sessionstate.upstream.catalog import CatalogEntry
-from sessionstate.upstream.linking import PRIME_MAX_ROUNDS, link_store, prime
-from sessionstate.upstream.providers.base import CheckStatus, UpstreamProvider
+from ..errors import InvalidArgument, SessionExists, UnknownSession
+from ..keys import DEFAULT_AGENT_ID, check_key, resolve_agent_id
+from .catalog import CatalogEntry
+from .linking import PRIME_MAX_ROUNDS, link_store, prime
+from .providers.base import CheckStatus, UpstreamProvider
 
 if TYPE_CHECKING:
-    from sessionstate.gateway import Gateway
+    from ..gateway import Gateway
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from sessionstate.upstream.normalize import is_self_echo
-from sessionstate.upstream.providers.base import UpstreamActivity
+from .normalize import is_self_echo
+from .providers.base import UpstreamActivity
 
 
 def drop_self_echoes(

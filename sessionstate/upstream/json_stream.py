@@ -27,7 +27,7 @@ import json
 import re
 from typing import Any
 
-from sessionstate.upstream.claude_lines import (
+from .claude_lines import (
     MAX_NUMBER_CHARS,
     SMALL_FIELD_CHARS,
     TEXT_PREFIX_CHARS,

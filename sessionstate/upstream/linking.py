@@ -12,17 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sessionstate.store.upstream_links import UpstreamLinkStore
-from sessionstate.upstream.providers.base import CheckStatus, UpstreamProvider
+from ..store import UpstreamLinkTable
+from .providers.base import CheckStatus, UpstreamProvider
 
 if TYPE_CHECKING:
-    from sessionstate.gateway import Gateway
+    from ..gateway import Gateway
 
 PRIME_MAX_ROUNDS = 64
 
 
-def link_store(gw: "Gateway") -> UpstreamLinkStore:
-    return UpstreamLinkStore(gw.store)
+def link_store(gw: "Gateway") -> UpstreamLinkTable:
+    return gw.store.links
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,13 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from sessionstate.store.upstream_links import UpstreamLink
-from sessionstate.upstream.echo import drop_self_echoes
-from sessionstate.upstream.linking import PRIME_MAX_ROUNDS, link_store, prime
-from sessionstate.upstream.providers.base import CheckStatus, UpstreamActivity, UpstreamProvider
+from ..store import UpstreamLink
+from .echo import drop_self_echoes
+from .linking import PRIME_MAX_ROUNDS, link_store, prime
+from .providers.base import CheckStatus, UpstreamActivity, UpstreamProvider
 
 if TYPE_CHECKING:
-    from sessionstate.gateway import Gateway
+    from ..gateway import Gateway
 
 log = logging.getLogger("sessionstate.upstream")
 

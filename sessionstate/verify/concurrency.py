@@ -88,7 +88,7 @@ def run_concurrency(events: int, *, processes: int = 2, seed: int = 0, directory
 def _check_file(url: str, results: list[dict]) -> list[str]:
     out: list[str] = []
     with Gateway.open(url) as gw:
-        rows = dict(gw.store.db.execute("SELECT sequence, session_key FROM session_state_events").fetchall())
+        rows = {row[0]: row[1] for row in gw.store.dump()["session_state_events"]}
         for result in results:
             for seq, session in result["acknowledged"]:
                 if rows.get(seq) != session:

@@ -58,9 +58,9 @@ def check_after_crash(url: str, sidelog: Path, seen_heads: dict[str, int]) -> li
         integrity = gw.store.integrity_check()
         if integrity != "ok":
             out.append(f"integrity_check: {integrity}")
-        rows = gw.store.db.execute("SELECT sequence, session_key FROM session_state_events").fetchall()
+        rows = [(row[0], row[1]) for row in gw.store.dump()["session_state_events"]]
         present = dict(rows)
-        heads = {k: gw.store.head(k, gw._resolve(k, None)[1]) for k in SESSIONS if gw.session_exists(k)}
+        heads = {k: gw.store.head(*gw.resolve(k)) for k in SESSIONS if gw.session_exists(k)}
         for seq, session in read_sidelog(sidelog):
             head = heads.get(session)
             if present.get(seq) == session:

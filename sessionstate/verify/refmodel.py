@@ -1,138 +1,465 @@
-"""An abstract reference model of the notice protocol, written from the spec's facts.
+"""The one reference model of session state awareness, written from the spec alone.
 
-It imports nothing from ``sessionstate.statemachine`` on purpose: it is the independent side
-of the model check. It follows the reference algorithm literally, with *eager* material
-updates (every material event writes every watcher's ``material`` at once), no transition
-table and no lazy derivation, so agreeing with the machine path checks rule R7 too.
+It imports nothing from ``sessionstate``: it is the independent side both the stateful tests
+(``tests/gateway/test_stateful.py`` and the tools' one) and the exhaustive model check
+(``modelcheck.py``, through the ``RefWorld`` view below) compare the implementation with.
+It follows the reference gateway's algorithm literally: every material event updates every
+watcher's material position *eagerly*, with no transition table and no lazy derivation, so
+agreeing with the implementation checks rule R7 too. It also tracks *obligations* (INV6):
+each notifying event on T by an actor other than W owes W a notice until W acknowledges it
+(L >= sequence) or the pair goes away.
 
-It also tracks *obligations*: each material event on T by an actor other than W, above W's
-seed, owes W a notice until W acknowledges it (L >= sequence) or the pair goes away.
+It lives in the package, not under ``tests/``, because ``sessionstate check`` runs the model
+check from an installed package; ``tests/test_architecture.py`` holds it to importing nothing
+from ``sessionstate``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
 
+# The model check's abstract view (RefWorld): plain tuples.
 Event = tuple[int, str, bool, "str | None"]  # (sequence, session, notifying, actor)
 Pair = tuple[str, str]
-Cursor = tuple[int, int, int, int]  # (last_seen, notified, material, seed)
+CursorTuple = tuple[int, int, int, int]  # (last_seen, notified, material, seed)
 Notice = tuple[str, str, int]  # (watcher, target, changesSince)
 Obligation = tuple[str, str, int]  # (watcher, target, sequence)
 
+NOTIFYING = {"human_direct_message", "upstream_missing", "goal_changed"}
+KINDS = (
+    "human_direct_message",
+    "upstream_missing",
+    "goal_changed",
+    "child_spawned",
+    "run_completed",
+    "run_failed",
+    "compacted",
+    "adopted",
+)
+ACTORS = ("human", "agent", "system")
+DAY = 86_400.0
+WAKE_WINDOW = 20.0
+PAGE = 200
+PAYLOAD_FIELDS = ("outcome", "channel", "turns", "provider", "burstOverflow")
 
-@dataclass(slots=True)
-class RefWorld:
-    sessions: set[str]
-    events: list[Event] = field(default_factory=list)  # retained, ascending
-    heads: dict[str, int] = field(default_factory=dict)
-    pruned: dict[str, int] = field(default_factory=dict)
-    cursors: dict[Pair, Cursor] = field(default_factory=dict)
-    queue: set[Notice] = field(default_factory=set)
-    owed: set[Obligation] = field(default_factory=set)
+
+def notice(target: str, since: int) -> str:
+    return (
+        f'Session "{target}" changed (other actor). Reconcile before acting: '
+        f'session_status sessionKey "{target}" changesSince {since}.'
+    )
+
+
+def agent_of(key: str) -> str | None:
+    parts = key.split(":", 2)
+    if len(parts) == 3 and parts[0] == "agent" and parts[1] and parts[2]:
+        return parts[1]
+    return None
+
+
+def main_style(key: str) -> bool:
+    return agent_of(key) is not None and ":subagent:" not in key
+
+
+def iso(epoch: float) -> str:
+    moment = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+@dataclass
+class LogEntry:
+    seq: int
+    session: str
+    kind: str
+    actor_type: str
+    actor_id: str | None
+    summary: str
+    recorded_at: float
+    occurred_at: float
+    run_id: str | None = None
+    payload: dict[str, Any] | None = None
+    dedupe_key: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "sequence": self.seq,
+            "kind": self.kind,
+            "actorType": self.actor_type,
+            "occurredAt": iso(self.occurred_at),
+            "summary": self.summary,
+        }
+        if self.actor_id is not None:
+            out["actorId"] = self.actor_id
+        if self.run_id is not None:
+            out["runId"] = self.run_id
+        shown = {k: self.payload[k] for k in PAYLOAD_FIELDS if self.payload and k in self.payload}
+        if shown:
+            out["payload"] = shown
+        return out
+
+
+@dataclass
+class WatchCursor:
+    last_seen: int
+    notified: int
+    material: int
+    updated_at: float
+    seed: int
+
+    def positions(self) -> tuple[int, int, int]:
+        return (self.last_seen, self.notified, self.material)
+
+
+@dataclass
+class Model:
+    retention_days: float = 30
+    max_rows: int = 50_000
+    now: float = 1_700_000_000.0
     next_seq: int = 1
+    sessions: dict[str, float] = field(default_factory=dict)  # key -> created_at
+    events: list[LogEntry] = field(default_factory=list)
+    heads: dict[str, int] = field(default_factory=dict)
+    head_updated: dict[str, float] = field(default_factory=dict)
+    pruned: dict[str, int] = field(default_factory=dict)
+    cursors: dict[tuple[str, str], WatchCursor] = field(default_factory=dict)
+    queues: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)  # text -> (target, since)
+    # Obligations (INV6): each notifying event on T by an actor other than W owes W a notice
+    # until W acknowledges it (L >= sequence) or the pair goes away.
+    owed: set[tuple[str, str, int]] = field(default_factory=set)
+    last_wake: dict[str, float] = field(default_factory=dict)
+    wakes: list[tuple[str, str]] = field(default_factory=list)
 
-    @classmethod
-    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...]) -> "RefWorld":
-        world = cls(set(sessions), heads={s: 0 for s in sessions}, pruned={s: 0 for s in sessions})
-        for pair in pairs:
-            world.watch(*pair)
-        return world
+    # -- sessions --------------------------------------------------------------------------
 
-    def copy(self) -> "RefWorld":
-        return RefWorld(set(self.sessions), list(self.events), dict(self.heads), dict(self.pruned),
-                        dict(self.cursors), set(self.queue), set(self.owed), self.next_seq)
+    def create(self, key: str, parent: str | None = None, run_id: str | None = None) -> None:
+        self.sessions[key] = self.now
+        self.heads[key] = 0
+        self.head_updated[key] = self.now
+        self.pruned[key] = 0
+        if parent is not None:
+            dedupe = f"child-spawned:{run_id}" if run_id else None
+            seq = self._append(key, "child_spawned", "agent", parent, f"spawned by {parent}", None, None, dedupe, run_id)
+            if seq is not None and agent_of(parent) is not None:
+                self.cursors[(parent, key)] = WatchCursor(seq, seq, seq, self.now, seq)
 
-    # -- actions -------------------------------------------------------------------------
+    # -- events ----------------------------------------------------------------------------
 
-    def event(self, target: str, actor: str | None, notifying: bool) -> int:
-        seq = self.next_seq
-        self.next_seq += 1
-        self.events.append((seq, target, notifying, actor))
-        self.heads[target] = seq
-        if not notifying:
-            return seq
-        for (watcher, t), (last, notified, _material, seed) in list(self.cursors.items()):
-            if t != target or watcher == actor:  # R2: the watcher's own act owes it nothing
-                continue
-            if notified == last:  # first unacknowledged change freezes the watermark
-                notified = seq
-            self.cursors[(watcher, t)] = (last, notified, seq, seed)
-            self._enqueue(watcher, t, last)
-            self.owed.add((watcher, t, seq))
+    def record(
+        self,
+        session: str,
+        kind: str,
+        actor_type: str,
+        actor_id: str | None,
+        summary: str,
+        payload: dict[str, Any] | None = None,
+        dedupe_key: str | None = None,
+        occurred_at: float | None = None,
+    ) -> int:
+        existing = self._dedupe(dedupe_key)
+        if existing is not None:
+            return existing
+        seq = self._append(session, kind, actor_type, actor_id, summary, payload, occurred_at, dedupe_key)
+        assert seq is not None
+        if kind in NOTIFYING:
+            for (watcher, target), cursor in sorted(self.cursors.items()):
+                if target != session or watcher == actor_id:
+                    continue
+                pending = cursor.notified != cursor.last_seen
+                if not pending:
+                    cursor.notified = seq
+                    cursor.updated_at = self.now
+                cursor.material = seq
+                self._enqueue(watcher, target, cursor.last_seen)
+                self.owed.add((watcher, target, seq))
+                if pending:  # R23: a later material event re-wakes a watcher still pending
+                    self._wake(watcher, target)
         return seq
 
-    def drain(self, watcher: str) -> list[Notice]:
-        taken = sorted(n for n in self.queue if n[0] == watcher)
-        self.queue -= set(taken)
-        follow_ups = []
-        for _, target, _since in taken:
-            last, notified, material, seed = self.cursors[(watcher, target)]
-            # R8: acknowledge up to the frozen watermark only.
-            self.cursors[(watcher, target)] = (notified, max(material, notified), material, seed)
-            self._discharge(watcher, target, notified)
-            if material > notified:
-                follow_ups.append((watcher, target, notified))
-        for notice in follow_ups:
-            self._enqueue(*notice)
-        return taken
+    def record_run_event(
+        self,
+        session: str,
+        kind: str,
+        actor_type: str,
+        actor_id: str | None,
+        summary: str,
+        payload: dict[str, Any] | None,
+        dedupe_key: str | None,
+        run_id: str,
+    ) -> int:
+        """A log-only run event carrying its run id (the session tools' run ends)."""
+        assert kind not in NOTIFYING
+        existing = self._dedupe(dedupe_key)
+        if existing is not None:
+            return existing
+        seq = self._append(session, kind, actor_type, actor_id, summary, payload, None, dedupe_key, run_id)
+        assert seq is not None
+        return seq
 
-    def restart(self) -> None:
-        self.queue = set()
-        for (watcher, target), (last, _notified, material, seed) in sorted(self.cursors.items()):
-            if material > last:
-                self.cursors[(watcher, target)] = (last, material, material, seed)
-                self._enqueue(watcher, target, last)
+    def _dedupe(self, dedupe_key: str | None) -> int | None:
+        if dedupe_key is None:
+            return None
+        for event in self.events:
+            if event.dedupe_key == dedupe_key:
+                return event.seq
+        return None
 
-    def prune(self) -> Event:
-        """Abstract retention: drop the oldest retained event."""
-        oldest = self.events.pop(0)
-        self.pruned[oldest[1]] = max(self.pruned[oldest[1]], oldest[0])
-        return oldest
+    def _append(self, session, kind, actor_type, actor_id, summary, payload, occurred_at, dedupe_key, run_id=None) -> int | None:
+        existing = self._dedupe(dedupe_key)
+        if existing is not None:
+            return existing
+        seq = self.next_seq
+        self.next_seq += 1
+        occurred = self.now if occurred_at is None else min(max(occurred_at, self.now - DAY), self.now)
+        self.events.append(
+            LogEntry(seq, session, kind, actor_type, actor_id, summary, self.now, occurred,
+                  run_id=run_id, payload=payload, dedupe_key=dedupe_key)
+        )
+        self.heads[session] = seq
+        self.head_updated[session] = self.now
+        return seq
 
-    def reset(self, watcher: str) -> None:
-        for pair in [p for p in self.cursors if p[0] == watcher]:
-            self._remove(pair)
-        self.queue = {n for n in self.queue if n[0] != watcher}
+    # -- queue -----------------------------------------------------------------------------
 
-    def delete(self, session: str) -> None:
-        for pair in [p for p in self.cursors if session in p]:
-            self._remove(pair)
-        self.queue = {n for n in self.queue if n[0] != session}
-        self.events = [e for e in self.events if e[1] != session]
-        self.sessions.discard(session)
-        del self.heads[session], self.pruned[session]
+    def _enqueue(self, watcher: str, target: str, since: int) -> None:
+        text = notice(target, since)
+        queue = self.queues.setdefault(watcher, {})
+        if text in queue:
+            return
+        queue[text] = (target, since)
+        self._wake(watcher, target)
+
+    def _wake(self, watcher: str, target: str | None) -> None:
+        if main_style(watcher):
+            last = self.last_wake.get(watcher)
+            if last is None or self.now - last >= WAKE_WINDOW:
+                self.last_wake[watcher] = self.now
+                self.wakes.append((watcher, f"session-state: {target}"))
+
+    def _withdraw(self, watcher: str, target: str) -> None:
+        queue = self.queues.get(watcher, {})
+        for text in [t for t, (tg, _) in queue.items() if tg == target]:
+            del queue[text]
+        self.owed = {o for o in self.owed if (o[0], o[1]) != (watcher, target)}
+
+    def pending(self, watcher: str) -> list[str]:
+        return list(self.queues.get(watcher, {}))
+
+    # -- watching and turns ----------------------------------------------------------------
 
     def watch(self, watcher: str, target: str) -> bool:
         if (watcher, target) in self.cursors:
             return False
-        version = self.heads[target]
-        self.cursors[(watcher, target)] = (version, version, version, version)
+        v = self.heads[target]
+        self.cursors[(watcher, target)] = WatchCursor(v, v, v, self.now, v)
         return True
 
     def unwatch(self, watcher: str, target: str) -> bool:
-        if (watcher, target) not in self.cursors:
-            return False
-        self._remove((watcher, target))
-        return True
+        self._withdraw(watcher, target)
+        return self.cursors.pop((watcher, target), None) is not None
 
-    # -- helpers -------------------------------------------------------------------------
+    def drain(self, watcher: str) -> list[str]:
+        queue = self.queues.pop(watcher, {})
+        follow_ups = []
+        for text, (target, _) in queue.items():
+            cursor = self.cursors[(watcher, target)]
+            old_notified = cursor.notified
+            cursor.last_seen = old_notified
+            self.owed = {o for o in self.owed if not (o[0] == watcher and o[1] == target and o[2] <= old_notified)}
+            cursor.notified = max(cursor.material, old_notified)
+            cursor.updated_at = self.now
+            if cursor.material > old_notified:
+                follow_ups.append((target, old_notified))
+        for target, since in follow_ups:
+            self._enqueue(watcher, target, since)
+        return list(queue)
 
-    def _enqueue(self, watcher: str, target: str, since: int) -> None:
-        self.queue.add((watcher, target, since))
+    def restart(self, woken: set[str] | None = None) -> None:
+        """The startup sweep. With several processes (``woken`` given) only the watchers whose
+        notices enter some process's queue again are woken."""
+        self.queues = {}  # the wake times are durable (R23): a restart keeps them
+        for (watcher, target), cursor in sorted(self.cursors.items()):
+            if cursor.material > cursor.last_seen and watcher in self.sessions:
+                if cursor.notified != cursor.material:
+                    cursor.notified = cursor.material
+                    cursor.updated_at = self.now
+                if woken is None or watcher in woken:
+                    self._enqueue(watcher, target, cursor.last_seen)
+                else:
+                    since = cursor.last_seen
+                    self.queues.setdefault(watcher, {})[notice(target, since)] = (target, since)
 
-    def _remove(self, pair: Pair) -> None:
-        del self.cursors[pair]
-        self.queue = {n for n in self.queue if (n[0], n[1]) != pair}
-        self.owed = {o for o in self.owed if (o[0], o[1]) != pair}
+    def requeue(self, watcher: str) -> None:
+        """The watcher's notices enter another process's queue (it moved): a wake each, R12."""
+        for _, (target, _since) in sorted(self.queues.get(watcher, {}).items(), key=lambda item: item[1][0]):
+            self._wake(watcher, target)
 
-    def _discharge(self, watcher: str, target: str, upto: int) -> None:
-        self.owed = {o for o in self.owed if not (o[0] == watcher and o[1] == target and o[2] <= upto)}
+    # -- retention, reset, delete ----------------------------------------------------------
 
-    # -- observation ---------------------------------------------------------------------
+    def prune(self) -> dict[str, int]:
+        cutoff = self.now - self.retention_days * DAY
+        ordered = sorted(self.events, key=lambda e: e.seq)
+        beyond = ordered[-(self.max_rows + 1)].seq if len(ordered) > self.max_rows else 0
+        doomed = [e for e in ordered if e.recorded_at < cutoff or e.seq <= beyond]
+        for event in doomed:
+            self.pruned[event.session] = max(self.pruned.get(event.session, 0), event.seq)
+        gone = {e.seq for e in doomed}
+        self.events = [e for e in self.events if e.seq not in gone]
+        expired = [
+            pair for pair, c in self.cursors.items()
+            if c.updated_at < cutoff and self.head_updated.get(pair[1], 0) < cutoff
+        ]
+        for watcher, target in expired:
+            self.unwatch(watcher, target)
+        return {"events": len(doomed), "cursors": len(expired)}
+
+    def reset(self, key: str) -> None:
+        for pair in [p for p in self.cursors if p[0] == key]:
+            del self.cursors[pair]
+        self.owed = {o for o in self.owed if o[0] != key}
+        self.queues.pop(key, None)
+
+    def delete(self, key: str) -> None:
+        for watcher, target in [p for p in self.cursors if key in p]:
+            self.unwatch(watcher, target)
+        self.events = [e for e in self.events if e.session != key]
+        for table in (self.sessions, self.heads, self.head_updated, self.pruned):
+            table.pop(key, None)
+        self.queues.pop(key, None)
+
+    def prune_oldest(self) -> Event:
+        """Abstract retention for the model check: drop the oldest retained event (R13's
+        watermark rule, without time or row counts)."""
+        oldest = min(self.events, key=lambda e: e.seq)
+        self.events.remove(oldest)
+        self.pruned[oldest.session] = max(self.pruned.get(oldest.session, 0), oldest.seq)
+        return (oldest.seq, oldest.session, oldest.kind in NOTIFYING, oldest.actor_id)
+
+    def copy(self) -> "Model":
+        """An independent copy (log entries are never changed after the append: shared)."""
+        return replace(
+            self,
+            sessions=dict(self.sessions), events=list(self.events), heads=dict(self.heads),
+            head_updated=dict(self.head_updated), pruned=dict(self.pruned),
+            cursors={pair: replace(c) for pair, c in self.cursors.items()},
+            queues={w: dict(q) for w, q in self.queues.items()}, owed=set(self.owed),
+            last_wake=dict(self.last_wake), wakes=list(self.wakes),
+        )
+
+    # -- reconciliation --------------------------------------------------------------------
+
+    def status(self, key: str, since: int | None) -> dict[str, Any]:
+        result: dict[str, Any] = {"sessionKey": key, "stateVersion": self.heads[key]}
+        if since is not None:
+            mine = sorted((e for e in self.events if e.session == key), key=lambda e: e.seq)
+            after = [e for e in mine if e.seq > since]
+            result["stateChanges"] = {
+                "events": [e.as_json() for e in after[:PAGE]],
+                "truncated": len(after) > PAGE,
+                "earliestAvailableSequence": mine[0].seq if mine else None,
+                "historyGap": since < self.pruned[key],
+            }
+        return result
+
+    def uncovered(self) -> list[tuple[str, str, int]]:
+        """INV6: material events by another actor above L with no notice queued."""
+        missing = []
+        for (watcher, target), cursor in self.cursors.items():
+            queued = any(tg == target for tg, _ in self.queues.get(watcher, {}).values())
+            for event in self.events:
+                if (event.session == target and event.kind in NOTIFYING and event.actor_id != watcher
+                        and event.seq > cursor.last_seen and event.seq > cursor.seed and not queued):
+                    missing.append((watcher, target, event.seq))
+        return missing
+
+
+class RefWorld:
+    """The model check's view of one ``Model``: abstract sessions (no time, no texts), the
+    state as plain tuples the checker hashes and compares, and its actions."""
+
+    __slots__ = ("model",)
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    @classmethod
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...]) -> "RefWorld":
+        model = Model()
+        for session in sessions:
+            model.create(session)
+        for pair in pairs:
+            model.watch(*pair)
+        return cls(model)
+
+    def copy(self) -> "RefWorld":
+        return RefWorld(self.model.copy())
+
+    # -- the state, as tuples ---------------------------------------------------------------
+
+    @property
+    def sessions(self) -> set[str]:
+        return set(self.model.sessions)
+
+    @property
+    def events(self) -> list[Event]:
+        return [(e.seq, e.session, e.kind in NOTIFYING, e.actor_id) for e in self.model.events]
+
+    @property
+    def heads(self) -> dict[str, int]:
+        return self.model.heads
+
+    @property
+    def pruned(self) -> dict[str, int]:
+        return self.model.pruned
+
+    @property
+    def cursors(self) -> dict[Pair, CursorTuple]:
+        return {pair: (c.last_seen, c.notified, c.material, c.seed) for pair, c in self.model.cursors.items()}
+
+    @property
+    def queue(self) -> set[Notice]:
+        return {(w, target, since) for w, q in self.model.queues.items() for target, since in q.values()}
+
+    @property
+    def owed(self) -> set[Obligation]:
+        return self.model.owed
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def event(self, target: str, actor: str | None, notifying: bool) -> int:
+        kind = "human_direct_message" if notifying else "compacted"
+        return self.model.record(target, kind, "human" if actor is None else "agent", actor, "event")
+
+    def drain(self, watcher: str) -> list[Notice]:
+        taken = sorted(n for n in self.queue if n[0] == watcher)
+        self.model.drain(watcher)
+        return taken
+
+    def restart(self) -> None:
+        self.model.restart()
+
+    def prune(self) -> Event:
+        return self.model.prune_oldest()
+
+    def reset(self, watcher: str) -> None:
+        self.model.reset(watcher)
+
+    def delete(self, session: str) -> None:
+        self.model.delete(session)
+
+    def watch(self, watcher: str, target: str) -> bool:
+        return self.model.watch(watcher, target)
+
+    def unwatch(self, watcher: str, target: str) -> bool:
+        return self.model.unwatch(watcher, target)
+
+    # -- observation -------------------------------------------------------------------------
 
     def positions(self) -> dict[Pair, tuple[int, int, int]]:
-        return {pair: c[:3] for pair, c in self.cursors.items()}
+        return {pair: c.positions() for pair, c in self.model.cursors.items()}
 
     def delta(self, session: str, since: int) -> tuple[list[int], bool]:
         """changesSince: retained sequences above ``since`` and the historyGap flag."""
-        return [e[0] for e in self.events if e[1] == session and e[0] > since], since < self.pruned[session]
+        seqs = [e.seq for e in self.model.events if e.session == session and e.seq > since]
+        return seqs, since < self.model.pruned[session]

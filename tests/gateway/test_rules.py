@@ -125,17 +125,21 @@ def test_r5_twenty_changes_give_one_byte_identical_line(gw):
     ]
 
 
+def stored_cursor_row(gw):
+    """The cursor row as written on disk (a second connection: no effective positions)."""
+    with sqlite3.connect(gw.store.path) as raw:
+        return raw.execute(
+            "SELECT last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
+        ).fetchone()
+
+
 def test_r6_r7_frozen_watermark_and_lazy_material(gw):
     first = human(gw)
-    store_row = gw.store.db.execute(
-        "SELECT last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
-    ).fetchone()
+    store_row = stored_cursor_row(gw)
     later = [human(gw) for _ in range(3)]
     assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, first, later[-1])
     # R7: the pending cursor's row was not written by the later events.
-    assert gw.store.db.execute(
-        "SELECT last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
-    ).fetchone() == store_row
+    assert stored_cursor_row(gw) == store_row
 
 
 def test_r8_ack_stops_at_the_frozen_watermark_and_reopens_once(gw):

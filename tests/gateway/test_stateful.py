@@ -6,15 +6,16 @@ compares them. Restarts close and reopen the same file, losing the in-memory que
 
 from __future__ import annotations
 
-import shutil
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 from hypothesis import note, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sessionstate import Gateway
-from tests.reference_model import ACTORS, DAY, KINDS, NOTIFYING, Model, agent_of
+from sessionstate.verify.refmodel import ACTORS, DAY, KINDS, NOTIFYING, Model, agent_of
+from tests.backends import BACKENDS, Backend, stateful_test_cases
 
 MAIN_KEYS = ("agent:a:main", "agent:a:peer", "agent:b:main")
 CHILD_KEYS = ("agent:a:subagent:c1", "agent:a:subagent:c2", "agent:b:subagent:c3")
@@ -24,10 +25,12 @@ SUMMARIES = ("human message via telegram", "goal updated", "run finished", "hist
 
 
 class GatewayVersusModel(RuleBasedStateMachine):
+    backend: Backend = BACKENDS[0]  # stateful_test_cases binds one class per backend
+
     def __init__(self) -> None:
         super().__init__()
-        self.directory = Path(tempfile.mkdtemp(prefix="sessionstate-stateful-"))
-        self.url = f"sqlite:///{self.directory / 'state.db'}"
+        self.resources = ExitStack()
+        self.url = self.resources.enter_context(self.backend.database())
         self.model = Model(max_rows=MAX_ROWS)
         self.wakes: list[tuple[str, str]] = []
         self.gw = self._open()
@@ -47,7 +50,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.gw.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.resources.close()
 
     def _all_pending(self) -> set[tuple[str, str]]:
         return {(w, text) for w in self.model.sessions for text in self.gw.pending_system_events(w)}
@@ -264,19 +267,21 @@ class GatewayVersusModel(RuleBasedStateMachine):
             assert self.gw.session_status(key) == self.model.status(key, None)
 
 
-TestGatewayVersusModel = GatewayVersusModel.TestCase
+globals().update(stateful_test_cases(GatewayVersusModel, "GatewayVersusModel"))
 
 
 class TracedGatewayVersusModel(GatewayVersusModel):
     """The same run with the protocol trace on; at the end the trace must replay clean."""
 
     def _open(self) -> Gateway:
+        if not hasattr(self, "trace_file"):
+            self.trace_file = Path(self.resources.enter_context(tempfile.TemporaryDirectory())) / "trace.jsonl"
         return Gateway.open(
             self.url,
             clock=lambda: self.model.now,
             on_wake=lambda w, r: self.wakes.append((w, r)),
             max_rows=MAX_ROWS,
-            trace=self.directory / "trace.jsonl",
+            trace=self.trace_file,
         )
 
     def teardown(self) -> None:
@@ -285,11 +290,12 @@ class TracedGatewayVersusModel(GatewayVersusModel):
 
         self.gw.close()
         try:
-            summary = TraceChecker().run([read_trace(self.directory / "trace.jsonl")])
+            summary = TraceChecker().run([read_trace(self.trace_file)])
             assert summary.gateways, "the trace recorded no gateway"
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.resources.close()
 
 
-TestTracedGatewayVersusModel = TracedGatewayVersusModel.TestCase
-TestTracedGatewayVersusModel.settings = settings(TestTracedGatewayVersusModel.settings, max_examples=25)
+for _name, _case in stateful_test_cases(TracedGatewayVersusModel, "TracedGatewayVersusModel").items():
+    _case.settings = settings(_case.settings, max_examples=25)
+    globals()[_name] = _case

@@ -14,7 +14,7 @@ from hypothesis.stateful import invariant, precondition, rule
 
 from sessionstate import Gateway
 from tests.gateway.test_stateful import GatewayVersusModel
-from tests.reference_model import agent_of
+from sessionstate.verify.refmodel import agent_of
 
 PROCESSES = (0, 1, 2)
 

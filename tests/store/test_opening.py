@@ -239,7 +239,7 @@ def test_migration_to_1_completes_an_unstamped_file_holding_the_first_schema(tmp
     with Gateway.open(str(path)) as gw:
         assert gw.session_exists(MAIN)
         assert gw.record_event(MAIN, "goal_changed", actor_type="human", summary="x") == 1
-        assert gw.store.db.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+        assert gw.store.pragma("user_version") == schema.SCHEMA_VERSION
 
 
 def test_migrations_run_in_order_in_one_transaction_and_are_logged(tmp_path, monkeypatch, caplog):
@@ -260,8 +260,9 @@ def test_migrations_run_in_order_in_one_transaction_and_are_logged(tmp_path, mon
     monkeypatch.setattr(migrations, "MIGRATIONS", (step(2), step(3)))
     with caplog.at_level(logging.WARNING, logger="sessionstate"):
         with Gateway.open(str(path)) as gw:
-            names = {r[0] for r in gw.store.db.execute("SELECT name FROM sqlite_master")}
-            assert gw.store.db.execute("PRAGMA user_version").fetchone()[0] == 3
+            with raw(path) as db:  # a second connection: the store's own is private
+                names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+            assert gw.store.pragma("user_version") == 3
             assert gw.session_status(MAIN)["stateVersion"] == 1  # data kept
     assert applied == [2, 3] and {"probe_v2", "probe_v3"} <= names
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
@@ -354,9 +355,11 @@ def test_migrations_2_and_3_leave_a_version_1_file_without_the_pump_index(tmp_pa
         db.execute("PRAGMA user_version = 1")
     db.close()
     with Gateway.open(str(path)) as gw:
-        names = {r[0] for r in gw.store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        with raw(path) as db:  # a second connection: the store's own is private
+            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        db.close()
         assert "ix_cursors_pending_notified" not in names and "ix_cursors_target" in names
-        assert gw.store.db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert gw.store.pragma("user_version") == 3
 
 
 def test_migration_3_drops_the_index_version_2_added(tmp_path):
@@ -370,5 +373,7 @@ def test_migration_3_drops_the_index_version_2_added(tmp_path):
         db.execute("PRAGMA user_version = 2")
     db.close()
     with Gateway.open(str(path)) as gw:
-        names = {r[0] for r in gw.store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        with raw(path) as db:  # a second connection: the store's own is private
+            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        db.close()
         assert "ix_cursors_pending_notified" not in names

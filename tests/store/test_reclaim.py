@@ -36,19 +36,19 @@ def older_file(path: Path) -> None:
 
 def test_new_files_use_incremental_auto_vacuum(tmp_path):
     with Gateway.open(str(tmp_path / "state.db")) as gw:
-        assert gw.store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL
+        assert gw.store.pragma("auto_vacuum") == AUTO_VACUUM_INCREMENTAL
 
 
 def test_prune_reclaims_pages_and_the_file_shrinks(tmp_path):
     path = tmp_path / "state.db"
     with Gateway.open(str(path), max_rows=KEEP) as gw:
         fill(gw)
-        gw.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        gw.store.pragma("wal_checkpoint")  # PASSIVE suffices: nothing else has the file open
         full = file_bytes(path)
         counts = gw.prune()
         assert counts["events"] == EVENTS - KEEP
         assert counts["pages_reclaimed"] > 0
-        assert gw.store.db.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        assert gw.store.pragma("freelist_count") == 0
         assert gw.store.integrity_check() == "ok"
         assert gw.state_version(MAIN) == EVENTS  # heads survive
     # Closing checkpoints the WAL: the file is the kept rows' size, not the full one's.
@@ -59,11 +59,11 @@ def test_reclaiming_runs_in_bounded_steps_each_its_own_transaction(tmp_path):
     with Gateway.open(str(tmp_path / "state.db"), max_rows=KEEP) as gw:
         fill(gw)
         gw.store.prune_events(cutoff=0, max_rows=KEEP)
-        free = gw.store.db.execute("PRAGMA freelist_count").fetchone()[0]
+        free = gw.store.pragma("freelist_count")
         statements: list[str] = []
-        gw.store.db.set_trace_callback(lambda sql: statements.append(sql.strip().rstrip(";")))
+        gw.store._db.set_trace_callback(lambda sql: statements.append(sql.strip().rstrip(";")))
         assert gw.store.reclaim_free_pages(step_pages=16) == free
-        gw.store.db.set_trace_callback(None)
+        gw.store._db.set_trace_callback(None)
     # Transactions: each BEGIN IMMEDIATE ... COMMIT frees at most 16 pages, and they free all.
     transactions: list[int] = []
     for sql in statements:
@@ -80,7 +80,7 @@ def test_an_older_file_reclaims_nothing_until_vacuumed_once(tmp_path):
     path = tmp_path / "old.db"
     older_file(path)
     with Gateway.open(str(path), max_rows=KEEP) as gw:
-        assert gw.store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+        assert gw.store.pragma("auto_vacuum") == 0
         fill(gw)
         assert gw.prune()["pages_reclaimed"] == 0
     pruned = file_bytes(path)
@@ -91,7 +91,7 @@ def test_an_older_file_reclaims_nothing_until_vacuumed_once(tmp_path):
     assert run.stdout.startswith(f"vacuumed {path}: ") and "auto-vacuum is now incremental" in run.stdout
     assert file_bytes(path) < pruned / 4, (pruned, file_bytes(path))
     with Gateway.open(str(path), max_rows=KEEP // 2) as gw:
-        assert gw.store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL
+        assert gw.store.pragma("auto_vacuum") == AUTO_VACUUM_INCREMENTAL
         assert gw.session_status(MAIN)["stateVersion"] == EVENTS
         assert gw.prune()["pages_reclaimed"] > 0
 

@@ -23,22 +23,23 @@ def store(tmp_path):
 
 
 def append(store, key="agent:a:one", kind="human_direct_message", dedupe=None, at=1.0):
-    with store.atomic():
+    with store.transaction():
         return store.append_event(key, "a", kind, "human", None, None, "s", None, at, at, dedupe)
 
 
 def test_wal_and_synchronous_normal(store):
-    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
-    assert store.db.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000  # docs/operations.md
+    assert store.pragma("journal_mode") == "wal"
+    assert store.pragma("synchronous") == 1  # NORMAL
+    assert store.pragma("busy_timeout") == 10_000  # docs/operations.md
 
 
 def test_schema_version_is_stamped_and_dedupe_keys_are_unique(store):
     # The on-disk format version later migrations will read; it is 1 for this schema.
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    assert store.pragma("user_version") == schema.SCHEMA_VERSION
     append(store, dedupe="same")
-    with pytest.raises(sqlite3.IntegrityError):
-        store.db.execute(
+    raw = sqlite3.connect(store.path)  # a second connection: the file's own constraint refuses it
+    with raw, pytest.raises(sqlite3.IntegrityError):
+        raw.execute(
             "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type, summary,"
             " occurred_at, recorded_at, dedupe_key) VALUES ('agent:a:one', 'a', 'compacted',"
             " 'system', 's', 1, 1, 'same')"
@@ -62,10 +63,10 @@ def test_sequences_are_global_and_sparse_per_session(store):
 
 
 def test_nested_atomic_rolls_back_only_the_savepoint(store):
-    with store.atomic():
+    with store.transaction():
         store.append_event("agent:a:one", "a", "compacted", "system", None, None, "kept", None, 1, 1, None)
         with pytest.raises(RuntimeError):
-            with store.atomic():
+            with store.transaction():
                 store.append_event("agent:a:one", "a", "compacted", "system", None, None, "gone", None, 1, 1, None)
                 raise RuntimeError("boom")
     assert [e.summary for e in store.events_after("agent:a:one", "a", 0, 10)] == ["kept"]
@@ -74,7 +75,7 @@ def test_nested_atomic_rolls_back_only_the_savepoint(store):
 def test_outer_failure_rolls_back_everything(store):
     before = store.dump()
     with pytest.raises(ValueError):
-        with store.atomic():
+        with store.transaction():
             store.append_event("agent:a:one", "a", "compacted", "system", None, None, "x", None, 1, 1, None)
             raise ValueError("boom")
     assert store.dump() == before
@@ -95,10 +96,11 @@ def test_dedupe_returns_existing_without_consuming_a_sequence(store):
 
 
 def test_caught_up_lookup_reads_only_the_partial_index(store):
-    plan = store.db.execute("EXPLAIN QUERY PLAN " + CAUGHT_UP_WATCHERS_SQL, ("t", "a")).fetchall()
+    with sqlite3.connect(store.path) as raw:
+        plan = raw.execute("EXPLAIN QUERY PLAN " + CAUGHT_UP_WATCHERS_SQL, ("t", "a")).fetchall()
     assert "USING INDEX ix_cursors_target_caught_up" in " ".join(str(row) for row in plan)
     rows = [("w1", 1, 1, 1), ("w2", 1, 5, 5), ("w3", 2, 2, 2), ("w4", 2, 3, 9)]
-    with store.atomic():
+    with store.transaction():
         store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
     assert store.caught_up_watchers("t", "a") == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
 

@@ -132,8 +132,8 @@ def test_a_database_that_may_not_grow_says_storage_full(tmp_path):
     path = tmp_path / "state.db"
     gw, _ = populated(str(path))
     try:
-        pages = gw.store.db.execute("PRAGMA page_count").fetchone()[0]
-        gw.store.db.execute(f"PRAGMA max_page_count = {pages}")
+        pages = gw.store.pragma("page_count")
+        gw.store.pragma("max_page_count", pages)
         # Rows fill the last free bytes of their pages first: write until a page is needed.
         for attempt in range(10_000):
             before = full_dump(gw)
@@ -160,7 +160,7 @@ def test_a_read_only_database_reads_and_refuses_writes(tmp_path, how):
         gw.close()
         gw, _ = open_gateway(f"sqlite:///file:{path}?mode=ro&uri=true", policy=ToolPolicy(visibility="agent"))
     else:
-        gw.store.db.execute("PRAGMA query_only = 1")
+        gw.store.pragma("query_only", 1)
     try:
         before = full_dump(gw)
         assert gw.session_status(PEER)["stateVersion"] == 1

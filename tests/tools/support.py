@@ -6,9 +6,6 @@ from typing import Any
 
 from sessionstate import Gateway
 from sessionstate.runner import Rule, ScriptedRunner
-from sessionstate.store.runs import RunStore
-from sessionstate.store.session_meta import SessionMetaStore
-from sessionstate.store.transcripts import TranscriptStore
 from sessionstate.tools.policy import ToolPolicy
 
 MANAGER = "agent:main:main"
@@ -19,9 +16,9 @@ OTHER = "agent:other:main"
 def full_dump(gw: Gateway) -> dict[str, Any]:
     """The core dump plus the tool tables: 'nothing changed' means nothing at all."""
     dump: dict[str, Any] = dict(gw.store.dump())
-    dump["session_meta"] = SessionMetaStore(gw.store).dump()
-    dump["session_messages"] = TranscriptStore(gw.store).dump()
-    dump["agent_runs"] = RunStore(gw.store).dump()
+    dump["session_meta"] = gw.store.meta.dump()
+    dump["session_messages"] = gw.store.transcripts.dump()
+    dump["agent_runs"] = gw.store.runs.dump()
     return dump
 
 

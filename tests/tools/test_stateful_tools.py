@@ -15,6 +15,7 @@ from sessionstate import Gateway
 from sessionstate.keys import agent_of
 from sessionstate.runner import Rule, ScriptedRunner
 from sessionstate.tools.policy import ToolPolicy
+from tests.backends import stateful_test_cases
 from tests.gateway.test_stateful import GatewayVersusModel
 
 MAX_DEPTH = 3
@@ -113,4 +114,4 @@ class ToolsVersusModel(GatewayVersusModel):
         super().restart()
 
 
-TestToolsVersusModel = ToolsVersusModel.TestCase
+globals().update(stateful_test_cases(ToolsVersusModel, "ToolsVersusModel"))

@@ -66,7 +66,7 @@ def test_a_rescan_after_a_marker_reset_records_nothing_twice(world: World) -> No
     monitor.tick()
     # Force a full rescan (as after a replaced file): the dedupe key absorbs the repeat.
     link = monitor.links.get(key, "main")
-    with world.gw.store.atomic():
+    with world.gw.store.transaction():
         assert monitor.links.advance(link, None, 0.0)
     assert monitor.tick().activities_recorded == 0
     assert len(world.dedupe_keys(key)) == 1
@@ -422,7 +422,7 @@ def test_a_long_backlog_is_primed_across_ticks(world: World) -> None:
     monitor = world.monitor(prime_rounds=2)
     # A link whose priming ran out of rounds: force it back to the start, unprimed.
     link = monitor.links.get(adoption.session_key, "main")
-    with world.gw.store.atomic():
+    with world.gw.store.transaction():
         monitor.links.advance(link, None, 0.0, primed=False)
     ticks = 0
     while not monitor.links.get(adoption.session_key, "main").primed:

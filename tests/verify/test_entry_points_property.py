@@ -98,6 +98,7 @@ CALLS: dict[str, Call] = {
     "register_session": lambda gw, x: gw.register_session(d(x, key, "key"), **kw(
         x, agent_id=key, parent=key, label=junk, channel=junk, model=junk, thinking=junk, runtime=junk, sandboxed=junk)),
     "session_exists": lambda gw, x: gw.session_exists(d(x, key, "key"), d(x, maybe(key), "agent")),
+    "resolve": lambda gw, x: gw.resolve(d(x, key, "key"), d(x, maybe(key), "agent")),
     "record_event": lambda gw, x: gw.record_event(
         d(x, key, "key"), d(x, st.one_of(st.sampled_from(["goal_changed", "human_direct_message", "run_failed"]), junk), "kind"),
         actor_type=d(x, st.one_of(st.sampled_from(["human", "agent"]), junk), "actor"), summary=d(x, junk, "summary"),

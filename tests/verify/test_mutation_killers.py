@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from sessionstate import ProtocolError
+from sessionstate.errors import StorageError
 from sessionstate.statemachine import NOTIFYING_KINDS, Positions, derive_state
 from sessionstate.store import SqliteStore, sqlite_path
 from sessionstate.store.schema import SCHEMA_VERSION
@@ -29,7 +30,7 @@ def test_a_store_creates_its_directory_and_stamps_the_schema_version(tmp_path):
     store = SqliteStore(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS)
     try:
         assert path.exists()
-        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert store.pragma("user_version") == SCHEMA_VERSION
     finally:
         store.close()
 
@@ -40,7 +41,7 @@ def test_atomic_takes_the_write_lock_at_once(tmp_path):
     store = SqliteStore(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS)
     other = sqlite3.connect(path, timeout=0, isolation_level=None)
     try:
-        with store.atomic():
+        with store.transaction():
             with pytest.raises(sqlite3.OperationalError, match="locked"):
                 other.execute("BEGIN IMMEDIATE")
         other.execute("BEGIN IMMEDIATE")
@@ -54,14 +55,14 @@ def _store(tmp_path) -> SqliteStore:
     from sessionstate.store import SessionRecord
 
     store = SqliteStore(f"sqlite:///{tmp_path / 'k.db'}", notifying_kinds=NOTIFYING_KINDS)
-    with store.atomic():
+    with store.transaction():
         for key in ("agent:a:main", "agent:b:main"):
             store.insert_session(SessionRecord(key, key.split(":")[1], "main", None, None, None, 0.0, 0.0))
     return store
 
 
 def _append(store: SqliteStore, key: str, at: float) -> int:
-    with store.atomic():
+    with store.transaction():
         seq, _ = store.append_event(key, key.split(":")[1], "goal_changed", "human", None, None, "s", None, at, at, None)
     return seq
 
@@ -71,7 +72,7 @@ def test_sequences_are_never_reused_after_the_newest_row_goes(tmp_path):
     try:
         assert _append(store, "agent:a:main", 1.0) == 1
         assert _append(store, "agent:b:main", 2.0) == 2
-        with store.atomic():
+        with store.transaction():
             store.delete_session_data("agent:b:main", "b")
         assert _append(store, "agent:a:main", 3.0) == 3  # AUTOINCREMENT, not max(rowid) + 1
     finally:
@@ -93,7 +94,7 @@ def test_retention_pruning_runs_in_chunks_of_exactly_chunk_rows(tmp_path):
 def test_a_cursor_record_carries_its_updated_at(tmp_path):
     store = _store(tmp_path)
     try:
-        with store.atomic():
+        with store.transaction():
             store.put_cursors("agent:b:main", "b", [("agent:a:main", (0, 0, 0))], 42.5)
         assert store.cursor("agent:a:main", "agent:b:main", "b").updated_at == 42.5
     finally:
@@ -103,18 +104,18 @@ def test_a_cursor_record_carries_its_updated_at(tmp_path):
 def test_close_closes_the_connection(tmp_path):
     store = _store(tmp_path)
     store.close()
-    with pytest.raises(sqlite3.ProgrammingError):
-        store.db.execute("SELECT 1")
+    with pytest.raises((sqlite3.ProgrammingError, StorageError)):
+        store.pragma("user_version")
 
 
 def test_every_transaction_after_the_first_still_takes_the_write_lock(tmp_path):
     store = _store(tmp_path)
     other = sqlite3.connect(tmp_path / "k.db", timeout=0, isolation_level=None)
     try:
-        with store.atomic():
-            with store.atomic():
+        with store.transaction():
+            with store.transaction():
                 pass
-        with store.atomic():
+        with store.transaction():
             with pytest.raises(sqlite3.OperationalError, match="locked"):
                 other.execute("BEGIN IMMEDIATE")
     finally:

@@ -121,8 +121,8 @@ def test_a_run_inside_one_extension_transaction_writes_nothing_when_rolled_back(
 def test_tracing_is_off_without_a_path(tmp_path, monkeypatch):
     monkeypatch.delenv("SESSIONSTATE_TRACE", raising=False)
     with Gateway.open(tmp_path / "s.db") as gw:
-        assert gw._trace is None
-        assert "atomic" not in vars(gw.store)  # the store's transactions are not wrapped
+        assert gw.protocol.tracer is None
+        assert "transaction" not in vars(gw.store)  # the store's transactions are not wrapped
 
 
 # -- one-line corruptions are rejected with the rule they break ------------------------------------
@@ -372,7 +372,10 @@ def test_the_open_line_names_the_backend_and_hides_a_password():
     class Store:
         url = "postgresql://alice:secret@db.example/state"
 
-        def atomic(self) -> None:  # never entered here
+        def transaction(self) -> None:  # never entered here
+            raise AssertionError
+
+        def after_commit(self, callback: object) -> None:
             raise AssertionError
 
         def sequence_high_water(self) -> int:
@@ -440,3 +443,18 @@ def test_a_gateway_that_ends_unclosed_may_have_lost_its_last_batch(scenario, tmp
     closed = [line for line in scenario if not (line["gw"] == unwatch["gw"] and line["tx"] == unwatch["tx"])]
     code, out = replay(write_lines(tmp_path / "lost.jsonl", closed))
     assert code == 1 and out.startswith("VIOLATION T2"), out
+
+
+def test_the_two_process_demo_trace_replays_clean(tmp_path):
+    """`demo --processes 2`: a served manager with the change pump, a recorder process that
+    serves nothing, both appending to the one trace file they inherit through the environment."""
+    trace = tmp_path / "demo2.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "sessionstate.cli", "demo", "--processes", "2", "--db", str(tmp_path / "d.db")],
+        env={**os.environ, "SESSIONSTATE_TRACE": str(trace)}, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    code, out = replay(trace)
+    assert code == 0, out
+    assert "2 process(es)" in out
+    assert any(line["op"] == "notice" and line["served"] is False for line in read_lines(trace))

@@ -6,14 +6,14 @@ and listing it in ``PROVIDERS`` under its ``name``.
 
 from __future__ import annotations
 
-from sessionstate.upstream.providers.base import (
+from .base import (
     CheckResult,
     CheckStatus,
     UpstreamActivity,
     UpstreamProvider,
 )
-from sessionstate.upstream.providers.claude_jsonl import ClaudeJsonlProvider
-from sessionstate.upstream.providers.paired_node import (
+from .claude_jsonl import ClaudeJsonlProvider
+from .paired_node import (
     NodeTranscriptClient,
     NodeUnavailable,
     PairedNodeProvider,

@@ -40,14 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sessionstate.upstream.claude_lines import (
+from ..claude_lines import (
     LineFacts,
     facts_from_line,
     is_human_turn,
     parse_timestamp,
 )
-from sessionstate.upstream.json_stream import LineScanner
-from sessionstate.upstream.providers.base import (
+from ..json_stream import LineScanner
+from .base import (
     CheckResult,
     UpstreamActivity,
     UpstreamProvider,

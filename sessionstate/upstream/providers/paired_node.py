@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
-from sessionstate.upstream.claude_lines import COMPACTION_PREFIX, parse_timestamp
-from sessionstate.upstream.providers.base import (
+from ..claude_lines import COMPACTION_PREFIX, parse_timestamp
+from .base import (
     CheckResult,
     UpstreamActivity,
     UpstreamProvider,

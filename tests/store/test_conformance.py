@@ -1,0 +1,315 @@
+"""The store contract (sessionstate/store/contract.py), checked on every backend in
+tests/backends.py through ``open_store``: what a new backend must do before the gateway
+runs on it. Only the protocols' methods are used here, never SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sessionstate.errors import StorageError, UnknownSession, UnsupportedBackend
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import (
+    MetaRecord,
+    RunRecord,
+    SessionRecord,
+    Store,
+    open_store,
+)
+from sessionstate.store.records import COMPLETED, FAILED, RUNNING
+from tests.backends import Backend
+
+A, B, W = "agent:a:one", "agent:a:two", "agent:a:watcher"
+NOTIFYING = "human_direct_message"
+LOG_ONLY = "compacted"
+
+
+@pytest.fixture
+def store(backend: Backend) -> Iterator[Store]:
+    with backend.database() as url:
+        s = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+        with s.transaction():
+            for key in (A, B, W):
+                s.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
+        yield s
+        s.close()
+
+
+def append(store: Store, key: str = A, kind: str = NOTIFYING, *, actor: str | None = None,
+           dedupe: str | None = None, at: float = 1.0) -> tuple[int, bool]:
+    with store.transaction():
+        return store.append_event(key, "a", kind, "human", actor, None, "s", None, at, at, dedupe)
+
+
+def put(store: Store, watcher: str, target: str, positions: tuple[int, int, int] | None, now: float = 1.0) -> None:
+    with store.transaction():
+        store.put_cursors(target, "a", [(watcher, positions)], now)
+
+
+def positions(store: Store, watcher: str = W, target: str = A) -> tuple[int, int, int] | None:
+    record = store.cursor(watcher, target, "a")
+    return record.positions if record else None
+
+
+# -- the factory --------------------------------------------------------------------------
+
+
+def test_the_factory_refuses_an_unknown_scheme():
+    with pytest.raises(UnsupportedBackend):
+        open_store("nosuchdb://localhost/x", notifying_kinds=NOTIFYING_KINDS)
+
+
+# -- sessions -----------------------------------------------------------------------------
+
+
+def test_a_session_starts_with_an_empty_head(store):
+    assert store.head(A, "a") == (0, 0)
+    assert store.get_session(A, "a").kind == "main"
+    assert store.agents_with_session_key(A) == ["a"]
+    assert [s.session_key for s in store.list_sessions()] == [A, B, W]
+
+
+def test_delete_removes_events_head_row_and_unlinks_children(store):
+    with store.transaction():
+        store.insert_session(SessionRecord("agent:a:child", "a", "subagent", A, "a", None, 2.0, 2.0))
+    append(store)
+    append(store)
+    with store.transaction():
+        assert store.delete_session_data(A, "a") == 2
+    assert store.get_session(A, "a") is None and store.head(A, "a") is None
+    assert store.events_after(A, "a", 0, 10) == []
+    assert store.get_session("agent:a:child", "a").parent_key is None
+
+
+def test_delete_cascades_to_every_feature_table(store):
+    with store.transaction():
+        store.meta.insert(MetaRecord(A, "a", "sid-1", last_activity_at=1.0))
+        store.transcripts.append(A, "a", "user", "hi", actor_type="human", actor_id=None, provenance=None,
+                                 tool_calls=None, tool_result=None, input_tokens=0, output_tokens=0, created_at=1.0)
+        store.runs.insert(_run("r1", child=A))
+        store.links.replace(A, "a", provider="p", host="h", thread_id="t", marker=None, primed=False, now=1.0)
+        store.delete_session_data(A, "a")
+    assert store.meta.get(A, "a") is None
+    assert store.transcripts.recent(A, "a", 10) == []
+    assert store.runs.get("r1") is None
+    assert store.links.get(A, "a") is None
+
+
+# -- the signal log -----------------------------------------------------------------------
+
+
+def test_sequences_are_one_global_counter_in_commit_order(store):
+    assert [append(store, key)[0] for key in (A, B, A)] == [1, 2, 3]
+    assert [e.sequence for e in store.events_after(A, "a", 0, 10)] == [1, 3]
+    assert store.head(A, "a").last_sequence == 3 and store.head(B, "a").last_sequence == 2
+
+
+def test_a_dedupe_hit_returns_the_old_sequence_and_consumes_none(store):
+    assert append(store, dedupe="k") == (1, True)
+    assert append(store, dedupe="k") == (1, False)
+    assert store.head(A, "a").last_sequence == 1
+    assert append(store)[0] == 2  # no sequence was used up by the duplicate
+
+
+def test_an_unknown_session_raises_and_rolls_back(store):
+    with pytest.raises(UnknownSession):
+        append(store, "agent:a:ghost")
+    assert store.event_count() == 0
+
+
+def test_the_event_page_is_ascending_and_bounded(store):
+    for _ in range(4):
+        append(store)
+    page = store.event_page(A, "a", 1, 2)
+    assert [row[0] for row in page] == [2, 3]
+    assert store.earliest_sequence(A, "a") == 1 and store.earliest_sequence(B, "a") is None
+
+
+# -- cursors: effective positions (R7) ------------------------------------------------------
+
+
+def test_a_pending_cursor_reads_the_newest_notifying_event_by_another_actor(store):
+    put(store, W, A, (0, 1, 1))
+    append(store)  # 1
+    append(store)  # 2: notifying, no actor: counts
+    assert positions(store) == (0, 1, 2)
+    append(store, kind=LOG_ONLY)  # 3: log-only: does not count
+    append(store, actor=W)  # 4: the watcher's own: does not count
+    append(store, B)  # 5: another target: does not count
+    assert positions(store) == (0, 1, 2)
+    append(store, actor="agent:a:someone")  # 6
+    assert positions(store) == (0, 1, 6)
+
+
+def test_a_caught_up_cursor_reads_its_stored_positions(store):
+    append(store)
+    put(store, W, A, (1, 1, 1))
+    append(store)
+    assert positions(store) == (1, 1, 1)
+    assert store.caught_up_watchers(A, "a") == [(W, (1, 1, 1))]
+
+
+def test_caught_up_watchers_leaves_out_pending_cursors(store):
+    put(store, W, A, (0, 1, 1))
+    put(store, B, A, (0, 0, 0))
+    assert store.caught_up_watchers(A, "a") == [(B, (0, 0, 0))]
+
+
+def test_cursor_queries_by_holder_naming_and_pending(store):
+    put(store, W, A, (0, 1, 1))
+    put(store, W, B, (0, 0, 0))
+    put(store, B, A, (0, 0, 0))
+    put(store, "agent:a:gone", A, (0, 1, 1))  # a watcher that is no session
+    assert [(c.watcher, c.target_key) for c in store.cursors_behind()] == [(W, A)]
+    assert [c.target_key for c in store.cursors_held_by(W)] == [A, B]
+    assert {(c.watcher, c.target_key) for c in store.cursors_naming(B, "a")} == {(W, B), (B, A)}
+    assert len(store.all_cursors()) == 4
+    put(store, W, A, None)
+    assert positions(store) is None
+
+
+def test_expired_cursors_need_an_old_row_and_an_old_target_head(store):
+    put(store, W, A, (0, 0, 0), now=1.0)
+    put(store, W, B, (0, 0, 0), now=1.0)
+    append(store, B, at=50.0)  # B's head moved recently
+    assert [c.target_key for c in store.expired_cursors(10.0)] == [A]
+
+
+# -- retention (R7, R13) ------------------------------------------------------------------
+
+
+def test_pruning_writes_the_effective_watermark_before_deleting(store):
+    put(store, W, A, (0, 1, 1))
+    for at in (1.0, 2.0, 3.0):
+        append(store, at=at)
+    assert positions(store) == (0, 1, 3)
+    counts = store.prune_events(cutoff=100.0, max_rows=1_000, chunk_rows=2)
+    assert counts["events"] == 3 and counts["chunks"] >= 2
+    assert store.event_count() == 0
+    assert positions(store) == (0, 1, 3)  # kept in the row, not lost with the log
+    assert store.head(A, "a") == (3, 3)  # heads stay; the pruned watermark rose
+
+
+def test_the_row_cap_keeps_the_newest_and_sequences_are_never_reused(store):
+    for _ in range(5):
+        append(store)
+    store.prune_events(cutoff=0.0, max_rows=2)
+    assert [e.sequence for e in store.events_after(A, "a", 0, 10)] == [4, 5]
+    assert store.head(A, "a").pruned_max_sequence == 3
+    assert append(store)[0] == 6
+
+
+# -- the unit of work (R9) ----------------------------------------------------------------
+
+
+def test_after_commit_runs_after_the_outermost_commit_only(store):
+    seen: list[str] = []
+    with store.transaction():
+        store.after_commit(lambda: seen.append("outer"))
+        with store.transaction():
+            store.after_commit(lambda: seen.append("inner"))
+        assert seen == [] and store.in_transaction
+    assert seen == ["outer", "inner"] and not store.in_transaction
+    store.after_commit(lambda: seen.append("now"))  # outside a transaction: at once
+    assert seen[-1] == "now"
+
+
+def test_a_rollback_drops_its_writes_and_its_callbacks(store):
+    seen: list[str] = []
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.append_event(A, "a", NOTIFYING, "human", None, None, "s", None, 1.0, 1.0, None)
+            store.after_commit(lambda: seen.append("dropped"))
+            raise RuntimeError("boom")
+    assert seen == [] and store.event_count() == 0
+
+
+def test_a_savepoint_rollback_keeps_the_outer_work_and_drops_its_own_callbacks(store):
+    seen: list[str] = []
+    with store.transaction():
+        store.append_event(A, "a", NOTIFYING, "human", None, None, "kept", None, 1.0, 1.0, None)
+        store.after_commit(lambda: seen.append("outer"))
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.append_event(A, "a", NOTIFYING, "human", None, None, "gone", None, 1.0, 1.0, None)
+                store.after_commit(lambda: seen.append("inner"))
+                raise RuntimeError("inner fails")
+    assert seen == ["outer"]
+    assert [e.summary for e in store.events_after(A, "a", 0, 10)] == ["kept"]
+
+
+def test_a_database_error_leaves_the_store_as_a_storage_error(store):
+    with pytest.raises(StorageError):
+        with store.transaction():  # a duplicate primary key: the database refuses it
+            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
+    assert [s.session_key for s in store.list_sessions()] == [A, B, W]
+
+
+# -- feature tables -----------------------------------------------------------------------
+
+
+def _run(run_id: str, *, child: str = B, requester: str = A, created: float = 1.0) -> RunRecord:
+    return RunRecord(run_id, requester, "a", child, "a", "subagent", "task", None, None, None, False,
+                     "isolated", None, RUNNING, None, None, None, None, 0, created, None)
+
+
+def test_metadata_rows(store):
+    with store.transaction():
+        store.meta.insert(MetaRecord(A, "a", "sid-1", sandboxed=True, last_activity_at=1.0))
+        store.meta.update(A, "a", model_override="m", last_channel="c")
+        store.meta.add_usage(A, "a", 3, 4)
+    row = store.meta.get(A, "a")
+    assert (row.model_override, row.last_channel, row.input_tokens, row.output_tokens, row.sandboxed) == ("m", "c", 3, 4, True)
+    assert store.meta.by_session_id("sid-1") == row
+    assert store.meta.all() == {(A, "a"): row}
+    with pytest.raises(ValueError):
+        store.meta.update(A, "a", session_id="other")
+
+
+def test_runs_end_once(store):
+    with store.transaction():
+        store.runs.insert(_run("r1", created=1.0))
+        store.runs.insert(_run("r2", created=2.0))
+    assert [r.run_id for r in store.runs.by_requester(A, "a", 10)] == ["r2", "r1"]
+    assert [r.run_id for r in store.runs.active_by_requester(A, "a")] == ["r1", "r2"]
+    with store.transaction():
+        assert store.runs.note_steered("r1")
+        assert store.runs.finish("r1", COMPLETED, None, "done", 5.0)
+        assert not store.runs.finish("r1", FAILED, "timeout", None, 6.0)  # the first end wins
+        assert not store.runs.note_steered("r1")
+    run = store.runs.get("r1")
+    assert (run.status, run.result_text, run.steer_count, run.ended_at) == (COMPLETED, "done", 1, 5.0)
+    assert [r.run_id for r in store.runs.active()] == ["r2"]
+    assert [r.run_id for r in store.runs.by_child(B, "a")] == ["r2", "r1"]
+
+
+def test_transcripts_keep_append_order(store):
+    with store.transaction():
+        for index, role in enumerate(("user", "assistant", "user")):
+            store.transcripts.append(A, "a", role, f"m{index}", actor_type="human", actor_id=None,
+                                     provenance={"kind": "x"} if index == 0 else None, tool_calls=None,
+                                     tool_result=None, input_tokens=0, output_tokens=0, created_at=float(index))
+    assert [m.text for m in store.transcripts.recent(A, "a", 2)] == ["m1", "m2"]
+    assert store.transcripts.recent(A, "a", 5)[0].provenance == {"kind": "x"}
+    assert store.transcripts.recent_texts(A, "a", "user", 5) == ["m0", "m2"]
+    assert store.transcripts.first_text(A, "a", "user") == "m0"
+    assert store.transcripts.stats(A, "a") == (3, 2.0)
+
+
+def test_upstream_links_are_compare_and_set(store):
+    with store.transaction():
+        first = store.links.replace(A, "a", provider="p", host="h", thread_id="t", marker=None, primed=False, now=1.0)
+    link = store.links.get(A, "a")
+    assert link.generation == first and store.links.by_thread("p", "t") == link
+    assert store.links.watched() == []
+    put(store, W, A, (0, 0, 0))
+    assert store.links.watched() == [link]
+    with store.transaction():
+        assert store.links.advance(link, "m1", 2.0)
+        assert not store.links.miss(link, 3.0)  # the version moved: a stale write changes nothing
+    with store.transaction():
+        second = store.links.replace(A, "a", provider="p", host="h", thread_id="t", marker=None, primed=False, now=4.0)
+    assert second > first  # generations are never reused
+    assert not store.links.drop(link)
+    assert [l.generation for l in store.links.all()] == [second]

@@ -1,0 +1,180 @@
+"""The package's layering, read from its source: no import cycle; no object reaching
+another's private names; one import style; one lock; the store's connection stays inside it.
+
+Every import counts, also the ones under ``if TYPE_CHECKING:`` and inside functions: a layer
+that needs another only for its types still depends on it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "sessionstate"
+# NamedTuple's public API starts with an underscore; so do dunders.
+ALLOWED_PRIVATE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
+    """Modules of the package that ``name`` imports (a name imported from a package counts as
+    the submodule when there is one, else as the package)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                if f"{source}.{alias.name}" in known:
+                    found.add(f"{source}.{alias.name}")
+                elif source in known:
+                    found.add(source)
+    found.discard(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = package_modules()
+    known = set(modules)
+    return {name: imported_modules(name, path, known) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_walker_sees_a_cycle_when_there_is_one():
+    graph = import_graph()
+    assert "sessionstate.gateway" in graph["sessionstate.tools"]  # the tool layer uses the runtime
+    graph["sessionstate.gateway"] = graph["sessionstate.gateway"] | {"sessionstate.tools"}
+    assert find_cycle(graph) is not None
+
+
+def test_the_package_has_no_import_cycle():
+    assert find_cycle(import_graph()) is None
+
+
+def test_the_runtime_does_not_import_the_tool_layer():
+    graph = import_graph()
+    runtime = [m for m in graph if not m.startswith(("sessionstate.tools", "sessionstate.mcp"))
+               and m not in ("sessionstate", "sessionstate.cli", "sessionstate.demo")]
+    for module in runtime:
+        assert not {m for m in graph[module] if m.startswith("sessionstate.tools")}, module
+
+
+def test_the_store_imports_nothing_above_it():
+    graph = import_graph()
+    for module, imports in graph.items():
+        if module.startswith("sessionstate.store"):
+            above = {m for m in imports if not m.startswith("sessionstate.store")} - {"sessionstate.errors"}
+            assert not above, (module, above)
+
+
+def private_accesses(path: Path) -> list[str]:
+    """``x._name`` where ``x`` is not ``self``/``cls`` and ``_name`` is not defined in the same
+    module (a module may use its own classes' private names, as a class and its helper do)."""
+    tree = ast.parse(path.read_text(), str(path))
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute):
+                defined.add(target.attr)
+            elif isinstance(target, ast.Name):
+                defined.add(target.id)
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    defined.add(item.target.id)
+            for keyword in node.keywords:
+                if keyword.arg == "__slots__":
+                    defined.add(keyword.arg)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            if isinstance(node.value, (ast.Tuple, ast.List)):
+                defined.update(e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or name.startswith("__") or name in ALLOWED_PRIVATE:
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        if name in defined:
+            continue
+        found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{name}")
+    return found
+
+
+def test_the_private_access_check_can_fail(tmp_path):
+    probe = PACKAGE / "_probe_private_access.py"
+    try:
+        probe.write_text("def peek(gw):\n    return gw._lock\n")
+        assert private_accesses(probe) == ["sessionstate/_probe_private_access.py:2: ._lock"]
+    finally:
+        probe.unlink()
+
+
+def test_no_object_reaches_into_another_ones_private_names():
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in private_accesses(path)]
+    assert found == []
+
+
+def test_one_import_style_inside_the_package():
+    """Relative imports between the package's own modules, never ``import sessionstate...``."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            absolute = (
+                isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "sessionstate"
+            ) or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sessionstate" for a in node.names))
+            if absolute:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert found == []
+
+
+def test_the_reference_model_imports_nothing_from_the_package():
+    """The one reference model (stateful tests and model check) is the independent side."""
+    path = PACKAGE / "verify" / "refmodel.py"
+    tree = ast.parse(path.read_text(), str(path))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {("." * node.level) + (node.module or "") for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"__future__", "dataclasses", "datetime", "typing"}
