@@ -100,13 +100,10 @@ def _access_hint(path: Path | None) -> str | None:
     "unable to open database file" for all of these)."""
     if path is None:
         return None
-    try:
-        if path.exists() and not os.access(path, os.R_OK):
-            return "the file is not readable"
-        if not os.access(path.parent, os.W_OK):
-            return "its directory is not writable: SQLite needs to create the -wal and -shm files beside it"
-    except OSError:  # a name the file system refuses outright (too long): no better hint
-        return None
+    if path.exists() and not os.access(path, os.R_OK):
+        return "the file is not readable"
+    if not os.access(path.parent, os.W_OK):
+        return "its directory is not writable: SQLite needs to create the -wal and -shm files beside it"
     return None
 
 
@@ -114,12 +111,12 @@ def _check_location(path: Path, create: bool) -> None:
     """Refuse, with the cause in words, a path SQLite could only fail on obscurely; make the
     parent directories of a new file only when ``create``."""
     try:
-        _check_location_unguarded(path, create)
-    except OSError as exc:  # e.g. a name longer than the file system allows
-        raise StorageUnavailable(f"{path}: {exc.strerror or exc}") from None
+        _check_path(path, create)
+    except OSError as exc:  # a name too long for the file system, and the like
+        raise StorageUnavailable(f"{path}: {exc.strerror or exc}") from exc
 
 
-def _check_location_unguarded(path: Path, create: bool) -> None:
+def _check_path(path: Path, create: bool) -> None:
     if path.is_dir():
         raise StorageUnavailable(f"{path}: is a directory, not a database file")
     if path.exists():
