@@ -78,17 +78,11 @@ def connect_raw(path: Path) -> sqlite3.Connection:
     return db
 
 
-_SIDE_CONNECTIONS: dict[Path, sqlite3.Connection] = {}
-
-
 def side_connection(gw: Gateway) -> sqlite3.Connection:
-    """A second connection to the gateway's file, for untimed setup writes and inspection
-    (the store keeps its own connection private); one per file, kept for the process."""
-    path = gw.store.path
-    assert path is not None
-    if path not in _SIDE_CONNECTIONS:
-        _SIDE_CONNECTIONS[path] = connect_raw(path)
-    return _SIDE_CONNECTIONS[path]
+    """The store's own connection, for untimed setup writes between rounds (benchmark only:
+    the store keeps it private). Not a second connection: another connection's commit makes
+    the store's connection drop its page cache, and every timed round would pay for that."""
+    return gw.store._db  # type: ignore[attr-defined,no-any-return]
 
 
 def bulk_sessions(db: sqlite3.Connection, keys: list[str], agent: str = AGENT) -> None:

@@ -19,6 +19,7 @@ import tracemalloc
 
 import pytest
 from _support import (
+    side_connection,
     AGENT,
     NOW,
     RawLog,
@@ -104,12 +105,11 @@ def test_sweep_project(benchmark, sweep_template, tmp_path):
         before = raw.execute("SELECT * FROM session_watch_cursors").fetchall()
         raw.close()
         gw = open_gateway(path)
-        raw = connect_raw(path)  # a second connection: the store's own is private
-        raw.execute("BEGIN IMMEDIATE")
-        raw.execute("DELETE FROM session_watch_cursors")
-        raw.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?)", before)
-        raw.execute("COMMIT")
-        raw.close()
+        db = side_connection(gw)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("DELETE FROM session_watch_cursors")
+        db.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?)", before)
+        db.execute("COMMIT")
         for session in gw.queue.sessions():
             gw.queue.clear(session)
         state["gw"] = gw
