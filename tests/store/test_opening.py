@@ -379,3 +379,11 @@ def test_migration_3_drops_the_index_version_2_added(tmp_path):
             names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         db.close()
         assert "ix_cursors_pending_notified" not in names
+
+
+def test_a_file_name_longer_than_the_file_system_allows_is_storage_unavailable(tmp_path):
+    # Found by the arbitrary-URL property test: pathlib's exists() raised ENAMETOOLONG.
+    url = f"sqlite:///{tmp_path / ('x' * 300)}"
+    with pytest.raises(StorageUnavailable, match="too long"):
+        Gateway.open(url)
+    assert list(tmp_path.iterdir()) == []

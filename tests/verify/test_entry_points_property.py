@@ -64,8 +64,20 @@ json_value = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(any_text, inner, max_size=4),
     max_leaves=12,
 )
-junk = st.one_of(any_text, json_value, hostile)
-key = st.one_of(st.sampled_from(KEYS), st.sampled_from(KEYS).map(lambda k: k + SURROGATE), any_text, junk)
+WORDS = ["hello", "a task", "telegram", "model-a", "u1", "run-1", "created"]
+
+
+def splice(text: str) -> st.SearchStrategy[str]:
+    """``text`` with a lone surrogate put somewhere into it."""
+    return st.builds(lambda at, s: text[:at] + s + text[at:], st.integers(0, len(text)), surrogate)
+
+
+# Plausible values weigh as much as junk, so that calls reach past the first check; a
+# plausible value with a surrogate spliced in is the input that used to get furthest.
+spliced_word = st.sampled_from(WORDS).flatmap(splice)
+junk = st.one_of(st.sampled_from(WORDS), spliced_word, spliced_word, any_text, json_value, hostile)
+valid_key = st.sampled_from(KEYS[:5])  # the sessions the world has
+key = st.one_of(valid_key, valid_key, valid_key, valid_key.flatmap(splice), any_text, junk)
 maybe = lambda strategy: st.one_of(st.none(), strategy)  # noqa: E731
 
 Call = Callable[[Gateway, st.DataObject], Any]
@@ -196,7 +208,7 @@ def test_python_api_gives_a_typed_error_and_changes_nothing(method, tmp_path):
     path = tmp_path / "state.db"
     gw = make_world(path)
     try:
-        fuzz(path, gw, lambda data: CALLS[method](gw, data), examples=25)
+        fuzz(path, gw, lambda data: CALLS[method](gw, data), examples=40)
     finally:
         gw.stop_runs(1)
         gw.close()
@@ -213,20 +225,33 @@ def plausible(prop: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.integers(int(prop.get("minimum", 0)), min(int(prop.get("maximum", 10)), 10))
     if kind == "array":
         return st.lists(plausible(prop["items"]), max_size=3)
-    return st.one_of(st.sampled_from(KEYS + ["current", "all", "a task"]), any_text)
+    return st.sampled_from([PEER, CHILD, "main", "current", "all", "a task"])
+
+
+# Arguments every call gets (a valid value), beside the schema's optional ones.
+ALWAYS = {"sessions_history": ["sessionKey"], "sessions_send": ["sessionKey", "message"], "sessions_spawn": ["task"]}
 
 
 def tool_args(tool: str) -> st.SearchStrategy[Any]:
+    """A valid-looking call with at most one argument spoilt (or any JSON at all)."""
     properties = TOOL_SCHEMAS[tool]["properties"]
-    shaped = st.fixed_dictionaries({}, optional={name: st.one_of(plausible(p), junk) for name, p in properties.items()})
-    return st.one_of(shaped, shaped, junk)
+    always = ALWAYS.get(tool, [])
+    base = st.fixed_dictionaries(
+        {name: plausible(properties[name]) for name in always},
+        optional={name: plausible(p) for name, p in properties.items() if name not in always},
+    )
+    spliced = st.sampled_from(WORDS + [PEER]).flatmap(splice)
+    bad_value = st.one_of(spliced, spliced, any_text, junk)
+    spoilt = st.builds(lambda args, name, bad: {**args, name: bad} if name else args,
+                       base, st.sampled_from([None, *properties]), bad_value)
+    return st.one_of(spoilt, spoilt, spoilt, junk)
 
 
 @pytest.mark.parametrize("tool", sorted(TOOL_SCHEMAS))
 def test_call_tool_gives_an_error_result_and_changes_nothing(tool, tmp_path):
     path = tmp_path / "state.db"
     gw = make_world(path)
-    callers = st.one_of(st.sampled_from([MANAGER, PEER, CHILD]), key)
+    callers = st.one_of(st.just(MANAGER), st.just(MANAGER), st.sampled_from([PEER, CHILD]), key)
 
     def call(data: st.DataObject) -> Any:
         result = gw.call_tool(d(data, callers, "caller"), tool, d(data, tool_args(tool), "args"))
@@ -234,7 +259,7 @@ def test_call_tool_gives_an_error_result_and_changes_nothing(tool, tmp_path):
         return result
 
     try:
-        fuzz(path, gw, call, examples=40)
+        fuzz(path, gw, call, examples=80)
     finally:
         gw.stop_runs(1)
         gw.close()
