@@ -1,4 +1,6 @@
-"""The store on a real SQLite file: transactions, pragmas, sequences, pages, pruning."""
+"""What only the SQLite store promises, on a real file: pragmas, the schema stamp, dense
+sequences, the partial-index plan. The backend-neutral contract (transactions, savepoints, dedupe,
+pruning) runs on every backend in tests/store/test_store_conformance.py and test_conformance.py."""
 
 from __future__ import annotations
 
@@ -62,39 +64,6 @@ def test_sequences_are_global_and_sparse_per_session(store):
     assert store.head("agent:a:one", "a").last_sequence == 3
 
 
-def test_nested_atomic_rolls_back_only_the_savepoint(store):
-    with store.transaction():
-        store.append_event("agent:a:one", "a", "compacted", "system", None, None, "kept", None, 1, 1, None)
-        with pytest.raises(RuntimeError):
-            with store.transaction():
-                store.append_event("agent:a:one", "a", "compacted", "system", None, None, "gone", None, 1, 1, None)
-                raise RuntimeError("boom")
-    assert [e.summary for e in store.events_after("agent:a:one", "a", 0, 10)] == ["kept"]
-
-
-def test_outer_failure_rolls_back_everything(store):
-    before = store.dump()
-    with pytest.raises(ValueError):
-        with store.transaction():
-            store.append_event("agent:a:one", "a", "compacted", "system", None, None, "x", None, 1, 1, None)
-            raise ValueError("boom")
-    assert store.dump() == before
-
-
-def test_unknown_session_append_rolls_back(store):
-    before = store.dump()
-    with pytest.raises(Exception, match="unknown session"):
-        append(store, key="agent:a:ghost")
-    assert store.dump() == before
-
-
-def test_dedupe_returns_existing_without_consuming_a_sequence(store):
-    first, inserted = append(store, dedupe="k")
-    assert inserted
-    assert append(store, dedupe="k") == (first, False)
-    assert append(store)[0] == first + 1
-
-
 def test_caught_up_lookup_reads_only_the_partial_index(store):
     with sqlite3.connect(store.path) as raw:
         plan = raw.execute("EXPLAIN QUERY PLAN " + CAUGHT_UP_WATCHERS_SQL, ("t", "a")).fetchall()
@@ -103,19 +72,6 @@ def test_caught_up_lookup_reads_only_the_partial_index(store):
     with store.transaction():
         store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
     assert store.caught_up_watchers("t", "a") == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
-
-
-def test_prune_in_chunks_raises_the_watermark_first(store):
-    seqs = [append(store, key=("agent:a:one" if i % 2 else "agent:a:two"))[0] for i in range(25)]
-    result = store.prune_events(cutoff=0.0, max_rows=5, chunk_rows=4)
-    assert result["events"] == 20
-    assert result["chunks"] == 5
-    assert store.event_count() == 5
-    kept = {e.sequence for k in ("agent:a:one", "agent:a:two") for e in store.events_after(k, "a", 0, 100)}
-    assert kept == set(seqs[-5:])
-    one_deleted = max(s for i, s in enumerate(seqs[:20]) if i % 2)
-    assert store.head("agent:a:one", "a").pruned_max_sequence == one_deleted
-    assert store.integrity_check() == "ok"
 
 
 def test_changes_page_is_200_and_says_truncated(tmp_path):
