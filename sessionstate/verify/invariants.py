@@ -13,7 +13,7 @@ from ..errors import ProtocolError
 from ..statemachine import derive_state
 from .machinepath import MachWorld, SharedMachWorld
 from .refmodel import Event, Notice, RefWorld
-from .world import Action, describe
+from .world import Action, describe, process_of
 
 
 def observable(world: RefWorld | MachWorld, *, with_queue: bool = True) -> tuple:
@@ -87,6 +87,23 @@ def served_queue_violations(ref: RefWorld, mach: SharedMachWorld, fresh: tuple[b
                 role = "serves" if serves else "does not serve"
                 out.append(f"INV11: process {process} has swept the newest commit and {role} {watcher}:"
                            f" it queues {held}, the durable cursors owe {owed}")
+    return out
+
+
+def opened_violations(action: Action, before: SharedMachWorld, after: SharedMachWorld) -> list[str]:
+    """INV5 in every process, in step or not: a notice enters a process's queue only from a
+    notifying event by another actor recorded there, a drain's follow-up there, or that
+    process's sweep, attach or restart (which queue what the cursors owe)."""
+    out: list[str] = []
+    kind, acting = action[0], process_of(action)
+    for process, queue in enumerate(after.queues):
+        for watcher, target, since in sorted(queue - before.queues[process]):
+            if process == acting:
+                if kind in ("sweep", "restart") or (kind in ("attach", "drain") and action[1] == watcher):
+                    continue
+                if kind == "event" and action[1] == target and action[3] and action[2] != watcher:
+                    continue
+            out.append(f"INV5: {describe(action)} opened a notice for ({watcher}, {target}) in process {process}")
     return out
 
 

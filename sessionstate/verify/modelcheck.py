@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Unpack, cast
 
-from .invariants import delivery_violations, edge_violations, state_violations
+from .invariants import delivery_violations, edge_violations, opened_violations, state_violations
 from .machinepath import MachOptions, MachWorld, PathViolation, SharedMachWorld
 from .refmodel import Event, Notice, RefWorld
 from .world import PAIRS, SESSIONS, WATCHERS, Action, all_actions, describe, enabled, process_of
@@ -123,6 +123,8 @@ def step(node: Node, action: Action, *, check_state: bool = True) -> tuple[Node,
     if action[0] == "drain":
         delivered = {"reference": ref_result, "machine path": mach_result}
         messages += delivery_violations(action, node.ref, cast(dict[str, list[Notice]], delivered))
+    if isinstance(mach, SharedMachWorld):
+        messages += opened_violations(action, cast(SharedMachWorld, node.mach), mach)
     if check_state:
         messages += state_violations(ref, mach, fresh)
     return Node(ref, mach, fresh), messages

@@ -4,6 +4,8 @@ the check must find."""
 
 from __future__ import annotations
 
+import pytest
+
 from sessionstate.statemachine.table import DRAIN
 from sessionstate.verify.machinepath import SharedMachWorld
 from sessionstate.verify.modelcheck import initial_node, run_modelcheck, step
@@ -102,3 +104,30 @@ def test_a_sweep_that_does_not_learn_the_claims_breaks_inv11(monkeypatch):
     assert not report.ok
     assert any(m.startswith("INV11: process") and "does not serve" in m for m in report.violation.messages), \
         report.violation.render()
+
+
+def test_two_process_fires_agree_with_the_bound_transitions_machine():
+    report, _ = run_modelcheck(3, processes=2, check_bound=True)
+    assert report.ok, report.violation.render()
+
+
+@pytest.mark.slow
+def test_slow_profile_two_processes_depth_5():
+    report, _ = run_modelcheck(5, processes=2)
+    assert report.ok, report.violation.render()
+    assert report.depth_reached == 5 or report.exhausted
+
+
+def test_a_self_event_that_queues_a_notice_is_caught_in_any_process(monkeypatch):
+    real_event = SharedMachWorld.event
+
+    def event_ignoring_self_suppression(self, target, actor, notifying, process=None):  # R2 broken
+        seq = real_event(self, target, actor, notifying, process)
+        if process is not None and (actor, target) in self.cursors:
+            self.queues[process].add((actor, target, self.cursors[(actor, target)][0]))
+        return seq
+
+    monkeypatch.setattr(SharedMachWorld, "event", event_ignoring_self_suppression)
+    node, seen = walk([("event", "B", None, True, 0), ("event", "B", "A", True, 1)])
+    assert node.fresh == (True, False)  # process 1 is out of step: only the per-process INV5 sees it
+    assert seen[1] == ["INV5: material/self event on B by A in process 1 opened a notice for (A, B) in process 1"]
