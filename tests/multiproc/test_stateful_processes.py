@@ -1,4 +1,5 @@
-"""The stateful test with three gateways on one file against the one reference model.
+"""The stateful test with three gateways on one database (each backend) against the one
+reference model.
 
 Every rule of ``GatewayVersusModel`` runs in the process the last ``switch`` picked; after each
 step every process sweeps (what its pump does on the commit). A process restarts alone, and
@@ -13,6 +14,7 @@ from hypothesis import note, strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 from sessionstate import Gateway
+from tests.backends import stateful_test_cases
 from tests.gateway.test_stateful import GatewayVersusModel
 from sessionstate.verify.refmodel import agent_of
 
@@ -152,4 +154,4 @@ class GatewaysVersusModel(GatewayVersusModel):
                     assert not any(e.target for e in gw.queue.peek(watcher)), watcher
 
 
-TestGatewaysVersusModel = GatewaysVersusModel.TestCase
+globals().update(stateful_test_cases(GatewaysVersusModel, "GatewaysVersusModel"))
