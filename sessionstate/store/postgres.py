@@ -45,7 +45,7 @@ from ..errors import (
 )
 from . import tables  # noqa: F401  (registers every table module with SQLModel.metadata)
 from .runs import SqliteRunTable
-from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_statement
+from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .serving import SqliteServingTable
 from .session_meta import SqliteMetadataTable
 from .transcripts import SqliteTranscriptTable
@@ -221,6 +221,7 @@ class PostgresStore:
         self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
         self.serving = PostgresServingTable(self, db, self.storage_error)
         self.channel = channel_for(str(self._scalar("SELECT current_schema()", ())))
+        self._notify_prefix = notify_prefix(self.channel)
 
     def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
         kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
@@ -285,6 +286,7 @@ class PostgresStore:
         assert isinstance(pg, psycopg.Connection)
         pg.rollback()  # the dialect's first-connect queries may have opened one
         pg.autocommit = True  # transactions are explicit: see atomic()
+        pg.execute("SET standard_conforming_strings = on")  # the NOTIFY literals rely on it
         if self._synchronous_commit is not None:
             pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
@@ -329,7 +331,7 @@ class PostgresStore:
             return ""
         payloads = encode_changes(self._changed_watchers, self._notified_events)
         self._changed_watchers, self._notified_events = [], []
-        return "".join(notify_statement(self.channel, p).as_string(self._pg) + "; " for p in payloads)
+        return "".join(notify_statement(self._notify_prefix, p) + "; " for p in payloads)
 
     def _listening_connection(self) -> "psycopg.Connection[Any]":
         proxy = self._engine.raw_connection()

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from ..errors import StorageError, StorageUnavailable
 from .contract import ServingTable
@@ -55,9 +54,14 @@ def channel_for(schema: str) -> str:
 def encode_changes(watchers: Iterable[str], events: Iterable[NotifiedEvent]) -> list[str]:
     """The payloads for one transaction's changes, each under the size limit; an item that
     cannot fit in one alone turns the whole change into one resynchronisation payload."""
+    named = list(dict.fromkeys(watchers))
+    listed = [list(e) for e in events]
+    whole = _dump({"w": named, "e": listed} if named and listed else {"w": named} if named else {"e": listed})
+    if len(whole.encode()) <= MAX_PAYLOAD_BYTES:  # the common case: one notification
+        return [whole]
     payloads: list[str] = []
-    items: list[tuple[str, Any]] = [("w", w) for w in dict.fromkeys(watchers)]
-    items += [("e", list(e)) for e in events]
+    items: list[tuple[str, Any]] = [("w", w) for w in named]
+    items += [("e", e) for e in listed]
     batch: dict[str, list[Any]] = {}
     size = 2  # "{}"
     for field, value in items:
@@ -79,8 +83,19 @@ def _dump(batch: dict[str, list[Any]]) -> str:
     return json.dumps(batch, ensure_ascii=False, separators=(",", ":"))
 
 
-def notify_statement(channel: str, payload: str) -> sql.Composed:
-    return sql.SQL("NOTIFY {}, {}").format(sql.Identifier(channel), sql.Literal(payload))
+def quoted_channel(channel: str) -> str:
+    return '"' + channel.replace('"', '""') + '"'
+
+
+def notify_prefix(channel: str) -> str:
+    return "NOTIFY " + quoted_channel(channel) + ", "
+
+
+def notify_statement(prefix: str, payload: str) -> str:
+    """The statement for one payload. Built by hand: psycopg's composition costs more than the
+    notification itself on the commit path. The literal is a standard string (the connection
+    sets ``standard_conforming_strings``), and JSON text holds no NUL."""
+    return prefix + "'" + payload.replace("'", "''") + "'"
 
 
 class PostgresChangeFeed:
@@ -109,7 +124,7 @@ class PostgresChangeFeed:
     def _listen(self) -> None:
         conn = self._connect()
         try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            conn.execute("LISTEN " + quoted_channel(self._channel))
         except BaseException:
             conn.close()
             raise
@@ -207,7 +222,7 @@ class PostgresChangeFeed:
         conn = self._conn
         if conn is None:
             raise StorageUnavailable(f"change feed: cannot listen on {self._channel}")
-        conn.execute(notify_statement(self._channel, marker))
+        conn.execute(notify_statement(notify_prefix(self._channel), marker))
         while time.monotonic() < deadline:
             for notify in conn.notifies(timeout=max(0.0, deadline - time.monotonic())):
                 if notify.payload == marker:
