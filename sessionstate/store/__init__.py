@@ -31,6 +31,7 @@ from .records import (
     RunRecord,
     SessionRecord,
     UpstreamLink,
+    VacuumReport,
 )
 from .sqlite import DEFAULT_SYNCHRONOUS, SqliteStore, sqlite_path
 
@@ -60,6 +61,7 @@ __all__ = [
     "Transactions",
     "UpstreamLink",
     "UpstreamLinkTable",
+    "VacuumReport",
     "open_store",
     "sqlite_path",
 ]
