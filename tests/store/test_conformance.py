@@ -1,6 +1,11 @@
 """The store contract (sessionstate/store/contract.py), checked on every backend in
 tests/backends.py through ``open_store``: what a new backend must do before the gateway
-runs on it. Only the protocols' methods are used here, never SQL."""
+runs on it. Only the protocols' methods are used here, never SQL.
+
+Sessions and heads, one global sequence counter, dedupe without a new sequence, pages, the
+effective positions of cursors (R7), chunked pruning that raises the watermark first (R13),
+transactions and savepoints with their after-commit callbacks (R9), deletes that take the
+feature tables' rows along, the feature tables, and commits visible to a second connection."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sessionstate import Gateway
 from sessionstate.errors import StorageError, UnknownSession, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import (
@@ -84,16 +90,23 @@ def test_delete_removes_events_head_row_and_unlinks_children(store):
 
 def test_delete_cascades_to_every_feature_table(store):
     with store.transaction():
-        store.meta.insert(MetaRecord(A, "a", "sid-1", last_activity_at=1.0))
+        store.meta.insert(MetaRecord(A, "a", "sid-1", sandboxed=True, last_activity_at=1.0))
         store.transcripts.append(A, "a", "user", "hi", actor_type="human", actor_id=None, provenance=None,
                                  tool_calls=None, tool_result=None, input_tokens=0, output_tokens=0, created_at=1.0)
-        store.runs.insert(_run("r1", child=A))
-        store.links.replace(A, "a", provider="p", host="h", thread_id="t", marker=None, primed=False, now=1.0)
+        store.runs.insert(_run("r1", child=A, requester=B))
+    # A link written outside the caller's transaction (replace opens its own).
+    store.links.replace(A, "a", provider="p", host="h", thread_id="t", marker=None, primed=True, now=1.0)
+    assert store.meta.get(A, "a").sandboxed is True  # booleans come back as booleans
+    assert store.runs.get("r1").thread is False
+    with store.transaction():
         store.delete_session_data(A, "a")
     assert store.meta.get(A, "a") is None
     assert store.transcripts.recent(A, "a", 10) == []
     assert store.runs.get("r1") is None
     assert store.links.get(A, "a") is None
+    # Nothing of the session is left in any feature table, not only under its own key.
+    assert store.meta.dump() == [] and store.transcripts.dump() == [] and store.runs.dump() == []
+    assert store.links.all() == []
 
 
 # -- the signal log -----------------------------------------------------------------------
@@ -102,7 +115,9 @@ def test_delete_cascades_to_every_feature_table(store):
 def test_sequences_are_one_global_counter_in_commit_order(store):
     assert [append(store, key)[0] for key in (A, B, A)] == [1, 2, 3]
     assert [e.sequence for e in store.events_after(A, "a", 0, 10)] == [1, 3]
-    assert store.head(A, "a").last_sequence == 3 and store.head(B, "a").last_sequence == 2
+    assert store.head(A, "a").last_sequence == 3
+    assert store.head(B, "a") == (2, 0)  # sparse per session; nothing pruned yet
+    assert store.event_count() == 3
 
 
 def test_a_dedupe_hit_returns_the_old_sequence_and_consumes_none(store):
@@ -110,19 +125,23 @@ def test_a_dedupe_hit_returns_the_old_sequence_and_consumes_none(store):
     assert append(store, dedupe="k") == (1, False)
     assert store.head(A, "a").last_sequence == 1
     assert append(store)[0] == 2  # no sequence was used up by the duplicate
+    assert store.head(A, "a").last_sequence == 2
 
 
 def test_an_unknown_session_raises_and_rolls_back(store):
-    with pytest.raises(UnknownSession):
+    before = store.dump()
+    with pytest.raises(UnknownSession, match="unknown session"):
         append(store, "agent:a:ghost")
-    assert store.event_count() == 0
+    assert store.dump() == before
 
 
 def test_the_event_page_is_ascending_and_bounded(store):
-    for _ in range(4):
-        append(store)
+    for kind, actor in ((NOTIFYING, None), (LOG_ONLY, None), ("goal_changed", W), ("goal_changed", None)):
+        append(store, kind=kind, actor=actor)
     page = store.event_page(A, "a", 1, 2)
     assert [row[0] for row in page] == [2, 3]
+    # (sequence, kind, actor_type, occurred_at, summary, actor_id, ...): the columns changesSince shows
+    assert [row[1:6] for row in page] == [(LOG_ONLY, "human", 1.0, "s", None), ("goal_changed", "human", 1.0, "s", W)]
     assert store.earliest_sequence(A, "a") == 1 and store.earliest_sequence(B, "a") is None
 
 
@@ -151,9 +170,11 @@ def test_a_caught_up_cursor_reads_its_stored_positions(store):
 
 
 def test_caught_up_watchers_leaves_out_pending_cursors(store):
-    put(store, W, A, (0, 1, 1))
-    put(store, B, A, (0, 0, 0))
-    assert store.caught_up_watchers(A, "a") == [(B, (0, 0, 0))]
+    # Watchers and target need not be sessions for the lookup (it reads the cursor rows only).
+    rows = [("w1", 1, 1, 1), ("w2", 1, 5, 5), ("w3", 2, 2, 2), ("w4", 2, 3, 9)]
+    with store.transaction():
+        store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
+    assert sorted(store.caught_up_watchers("t", "a")) == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
 
 
 def test_cursor_queries_by_holder_naming_and_pending(store):
@@ -163,7 +184,7 @@ def test_cursor_queries_by_holder_naming_and_pending(store):
     put(store, "agent:a:gone", A, (0, 1, 1))  # a watcher that is no session
     assert [(c.watcher, c.target_key) for c in store.cursors_behind()] == [(W, A)]
     assert [c.target_key for c in store.cursors_held_by(W)] == [A, B]
-    assert {(c.watcher, c.target_key) for c in store.cursors_naming(B, "a")} == {(W, B), (B, A)}
+    assert [(c.watcher, c.target_key) for c in store.cursors_naming(B, "a")] == [(B, A), (W, B)]  # by watcher
     assert len(store.all_cursors()) == 4
     put(store, W, A, None)
     assert positions(store) is None
@@ -200,6 +221,31 @@ def test_the_row_cap_keeps_the_newest_and_sequences_are_never_reused(store):
     assert append(store)[0] == 6
 
 
+def test_pruning_in_chunks_keeps_the_newest_and_raises_each_sessions_watermark(store):
+    seqs = [append(store, A if i % 2 else B)[0] for i in range(25)]
+    result = store.prune_events(cutoff=0.0, max_rows=5, chunk_rows=4)
+    assert result == {"events": 20, "chunks": 5}
+    assert store.event_count() == 5
+    kept = {e.sequence for k in (A, B) for e in store.events_after(k, "a", 0, 100)}
+    assert kept == set(seqs[-5:])
+    assert store.head(A, "a").pruned_max_sequence == max(s for i, s in enumerate(seqs[:20]) if i % 2)
+    assert store.head(B, "a").pruned_max_sequence == max(s for i, s in enumerate(seqs[:20]) if not i % 2)
+    assert store.integrity_check() == "ok"
+
+
+def test_pruning_by_age_keeps_newer_events_and_the_pending_material(store):
+    frozen = append(store, kind=LOG_ONLY, at=1.0)[0]
+    put(store, B, A, (0, frozen, frozen))
+    notifying = append(store, at=2.0)[0]
+    late = append(store, kind=LOG_ONLY, at=100.0)[0]
+    assert positions(store, B, A) == (0, frozen, notifying)
+    assert store.prune_events(cutoff=50.0, max_rows=1000)["events"] == 2
+    # The deleted event's material position survives in the cursor row (R7 write-back).
+    assert positions(store, B, A) == (0, frozen, notifying)
+    assert [e.sequence for e in store.events_after(A, "a", 0, 10)] == [late]
+    assert store.head(A, "a").pruned_max_sequence == notifying
+
+
 # -- the unit of work (R9) ----------------------------------------------------------------
 
 
@@ -217,12 +263,15 @@ def test_after_commit_runs_after_the_outermost_commit_only(store):
 
 def test_a_rollback_drops_its_writes_and_its_callbacks(store):
     seen: list[str] = []
+    before = store.dump()
     with pytest.raises(RuntimeError):
         with store.transaction():
             store.append_event(A, "a", NOTIFYING, "human", None, None, "s", None, 1.0, 1.0, None)
+            put(store, W, A, (0, 1, 1))  # a nested write goes too
             store.after_commit(lambda: seen.append("dropped"))
             raise RuntimeError("boom")
-    assert seen == [] and store.event_count() == 0
+    assert seen == [] and store.dump() == before
+    assert not store.in_transaction
 
 
 def test_a_savepoint_rollback_keeps_the_outer_work_and_drops_its_own_callbacks(store):
@@ -235,15 +284,19 @@ def test_a_savepoint_rollback_keeps_the_outer_work_and_drops_its_own_callbacks(s
                 store.append_event(A, "a", NOTIFYING, "human", None, None, "gone", None, 1.0, 1.0, None)
                 store.after_commit(lambda: seen.append("inner"))
                 raise RuntimeError("inner fails")
+        # The outer transaction goes on after its savepoint rolled back.
+        store.append_event(A, "a", NOTIFYING, "human", None, None, "after", None, 1.0, 1.0, None)
     assert seen == ["outer"]
-    assert [e.summary for e in store.events_after(A, "a", 0, 10)] == ["kept"]
+    assert [e.summary for e in store.events_after(A, "a", 0, 10)] == ["kept", "after"]
 
 
 def test_a_database_error_leaves_the_store_as_a_storage_error(store):
+    before = store.dump()
     with pytest.raises(StorageError):
         with store.transaction():  # a duplicate primary key: the database refuses it
-            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
-    assert [s.session_key for s in store.list_sessions()] == [A, B, W]
+            store.insert_session(SessionRecord(A, "a", "subagent", None, None, None, 2.0, 2.0))
+    assert store.get_session(A, "a").created_at == 1.0  # the first row stays as it was
+    assert store.dump() == before
 
 
 # -- feature tables -----------------------------------------------------------------------
@@ -313,3 +366,15 @@ def test_upstream_links_are_compare_and_set(store):
     assert second > first  # generations are never reused
     assert not store.links.drop(link)
     assert [l.generation for l in store.links.all()] == [second]
+
+
+# -- other connections ----------------------------------------------------------------------
+
+
+def test_a_second_connection_sees_committed_events(db_url):
+    with Gateway.open(db_url) as gw, Gateway.open(db_url) as other:
+        gw.create_session(A)
+        seq = gw.record_event(A, "goal_changed", actor_type="human", summary="goal set")
+        assert other.state_version(A) == seq
+        page = other.session_status(A, changes_since=0)["stateChanges"]["events"]
+        assert [e["sequence"] for e in page] == [seq]

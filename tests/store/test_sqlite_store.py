@@ -1,6 +1,6 @@
 """What only the SQLite store promises, on a real file: pragmas, the schema stamp, dense
 sequences, the partial-index plan. The backend-neutral contract (transactions, savepoints, dedupe,
-pruning) runs on every backend in tests/store/test_store_conformance.py and test_conformance.py."""
+pruning) runs on every backend in tests/store/test_conformance.py."""
 
 from __future__ import annotations
 
