@@ -78,11 +78,28 @@ def connect_raw(path: Path) -> sqlite3.Connection:
     return db
 
 
-def side_connection(gw: Gateway) -> sqlite3.Connection:
-    """The store's own connection, for untimed setup writes between rounds (benchmark only:
-    the store keeps it private). Not a second connection: another connection's commit makes
-    the store's connection drop its page cache, and every timed round would pay for that."""
-    return gw.store._db  # type: ignore[attr-defined,no-any-return]
+class SideConnection:
+    """The store's own connection for untimed setup writes between rounds, through the
+    store's supported ``SqliteStore.run_sql`` (``execute``/``executemany`` as on a ``sqlite3``
+    connection, so the setup helpers take either). Not a second connection: another
+    connection's commit makes the store's connection drop its page cache, and every timed
+    round would pay for that."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+
+    def execute(self, sql: str, params: Any = ()) -> list[Any]:
+        return self.store.run_sql(sql, params)
+
+    def executemany(self, sql: str, rows: Any) -> None:
+        self.store.run_sql(sql, rows, many=True)
+
+
+def side_connection(gw: Gateway) -> SideConnection:
+    store = gw.store
+    if not isinstance(store, SqliteStore):
+        raise TypeError("the side connection is the SQLite store's (the PostgreSQL benchmarks use their own)")
+    return SideConnection(store)
 
 
 def bulk_sessions(db: sqlite3.Connection, keys: list[str], agent: str = AGENT) -> None:
@@ -184,7 +201,7 @@ def open_gateway(path: Path, **kwargs: Any) -> Gateway:
     return Gateway.open(url_of(path), clock=clock, **kwargs)
 
 
-def reset_caught_up(db: sqlite3.Connection, target: str = TARGET, watcher: str | None = None) -> None:
+def reset_caught_up(db: sqlite3.Connection | SideConnection, target: str = TARGET, watcher: str | None = None) -> None:
     """Put the cursors on ``target`` (only ``watcher``'s when given) back to caught up at the
     target's head, as a drain would leave them (untimed setup)."""
     db.execute(

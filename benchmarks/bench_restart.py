@@ -106,10 +106,9 @@ def test_sweep_project(benchmark, sweep_template, tmp_path):
         raw.close()
         gw = open_gateway(path)
         db = side_connection(gw)
-        db.execute("BEGIN IMMEDIATE")
-        db.execute("DELETE FROM session_watch_cursors")
-        db.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?)", before)
-        db.execute("COMMIT")
+        with gw.store.transaction():
+            db.execute("DELETE FROM session_watch_cursors")
+            db.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?)", before)
         for session in gw.queue.sessions():
             gw.queue.clear(session)
         state["gw"] = gw

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the session_status JSON")
 
     vacuum = commands.add_parser(
-        "vacuum", help="rewrite the database compactly and switch it to incremental auto-vacuum"
+        "vacuum", help="rewrite the database compactly (SQLite: and switch it to incremental auto-vacuum)"
     )
     vacuum.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
 
@@ -120,20 +120,16 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _vacuum(args: argparse.Namespace) -> int:
-    from .store import SqliteStore
     from .statemachine import NOTIFYING_KINDS
+    from .store import open_store
 
-    store = SqliteStore(normalize_url(args.db), notifying_kinds=NOTIFYING_KINDS, create=False)
+    # create=False: vacuuming a database that is not there creates nothing.
+    store = open_store(normalize_url(args.db), notifying_kinds=NOTIFYING_KINDS, create=False)
     try:
-        counts = store.vacuum()
+        report = store.vacuum()
     finally:
         store.close()
-    size = counts["page_size"]
-    print(
-        f"vacuumed {store.where}: {_mb(counts['pages_before'] * size)} -> {_mb(counts['pages_after'] * size)}"
-        f" ({counts['free_pages_before']} free pages returned); auto-vacuum is now incremental,"
-        " so prune() gives freed pages back from now on"
-    )
+    print(f"vacuumed {store.where}: {_mb(report.bytes_before)} -> {_mb(report.bytes_after)} ({report.detail})")
     return 0
 
 

@@ -10,6 +10,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "sessionstate"
+ROOT = PACKAGE.parent
+STORE = PACKAGE / "store"
 # NamedTuple's public API starts with an underscore; so do dunders.
 ALLOWED_PRIVATE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 
@@ -140,8 +142,37 @@ def private_accesses(path: Path) -> list[str]:
             continue
         if name in defined:
             continue
-        found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{name}")
+        found.append(f"{_shown(path)}:{node.lineno}: .{name}")
     return found
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def store_private_names() -> set[str]:
+    """The private attributes the store's classes set on themselves (``self._name = ...``):
+    its connections, cursors and transaction bookkeeping."""
+    names = set()
+    for path in sorted(STORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name) and node.value.id == "self"
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                names.add(node.attr)
+    return names
+
+
+def store_private_reads(paths: list[Path]) -> list[str]:
+    """Accesses to a store-private name from a module that does not define that name itself."""
+    private = store_private_names()
+    return [hit for path in paths for hit in private_accesses(path) if hit.rpartition(": .")[2] in private]
+
+
+def outside_the_store() -> list[Path]:
+    """Every module but the store's own: the rest of the package, the tests, the benchmarks."""
+    roots = (PACKAGE, ROOT / "tests", ROOT / "benchmarks")
+    return sorted(p for r in roots for p in r.rglob("*.py") if STORE not in p.parents)
 
 
 def test_the_private_access_check_can_fail(tmp_path):
@@ -156,6 +187,21 @@ def test_the_private_access_check_can_fail(tmp_path):
 def test_no_object_reaches_into_another_ones_private_names():
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in private_accesses(path)]
     assert found == []
+
+
+def test_the_store_private_read_check_can_fail(tmp_path):
+    assert {"_db", "_pg"} <= store_private_names()  # both backends' connections are covered
+    probe = tmp_path / "bench_probe.py"
+    probe.write_text("def setup(gw):\n    gw.store._db.execute('DELETE FROM sessions')\n    return gw.store._pg\n")
+    assert sorted(store_private_reads([probe])) == [f"{probe}:2: ._db", f"{probe}:3: ._pg"]
+
+
+def test_nothing_outside_the_store_reads_its_private_attributes():
+    """Tests and benchmarks too: they use the store's public methods (``pragma``, ``run_sql``,
+    ``trace_statements`` on SQLite), so the store can change what it keeps privately."""
+    paths = outside_the_store()
+    assert any(p.parent.name == "benchmarks" for p in paths) and any(p.parent.name == "tests" for p in paths)
+    assert store_private_reads(paths) == []
 
 
 def test_one_import_style_inside_the_package():

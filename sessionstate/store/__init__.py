@@ -29,6 +29,7 @@ from .records import (
     RunRecord,
     SessionRecord,
     UpstreamLink,
+    VacuumReport,
 )
 from .sqlite import DEFAULT_SYNCHRONOUS, SqliteStore, sqlite_path
 
@@ -56,6 +57,7 @@ __all__ = [
     "Transactions",
     "UpstreamLink",
     "UpstreamLinkTable",
+    "VacuumReport",
     "open_store",
     "sqlite_path",
 ]

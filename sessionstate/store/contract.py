@@ -57,6 +57,7 @@ from .records import (
     SessionRecord,
     SweepSnapshot,
     UpstreamLink,
+    VacuumReport,
 )
 
 # (sequence, kind, actor_type, occurred_micros, summary, actor_id, run_id, payload, occurred_at):
@@ -373,6 +374,7 @@ class Store(Transactions, SessionTable, SignalLog, CursorTable, Protocol):
     """One backend: the core tables, the feature tables and the unit of work."""
 
     url: str
+    where: str  # the database as messages name it (a path, or the URL without its password)
 
     @property
     def meta(self) -> MetadataTable: ...
@@ -398,6 +400,13 @@ class Store(Transactions, SessionTable, SignalLog, CursorTable, Protocol):
     def reclaim_free_pages(self) -> int:
         """Give storage freed by pruning back to the system, in steps short enough not to
         hold the write lock long; returns how much (SQLite: pages), 0 when nothing to do."""
+        ...
+
+    def vacuum(self) -> VacuumReport:
+        """The operator's compaction (``sessionstate vacuum``): rewrite the storage compactly
+        and give the space freed by pruning back to the system, outside any transaction. It
+        locks out writers for the rewrite (SQLite: the file; PostgreSQL: each table in turn)
+        and needs free space about the size of what it rewrites."""
         ...
 
     def integrity_check(self) -> str:

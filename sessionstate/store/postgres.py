@@ -58,6 +58,7 @@ from .sqlite import (
     PositionsTuple,
     SessionRecord,
 )
+from .records import VacuumReport
 
 log = logging.getLogger("sessionstate")
 
@@ -683,6 +684,28 @@ class PostgresStore:
         """0: on PostgreSQL the server's autovacuum makes the space of deleted rows reusable
         (nothing to do here, and no exclusive lock is ever taken for it)."""
         return 0
+
+    def vacuum(self) -> VacuumReport:
+        """``VACUUM (FULL, ANALYZE)`` of this store's tables: each is rewritten compactly and
+        its freed space given back to the file system, under an ``ACCESS EXCLUSIVE`` lock on
+        that table for its rewrite (other processes' statements on it wait). Not needed in
+        normal operation: the server's autovacuum makes deleted rows' space reusable; this is
+        the operator's way to shrink the database after a large prune."""
+        if self._depth:
+            raise StorageUnavailable(f"{self.where}: vacuum cannot run inside a transaction")
+        names = [table.name for table in SQLModel.metadata.sorted_tables]
+        size_sql = "SELECT coalesce(sum(pg_total_relation_size(to_regclass(t))), 0) FROM unnest(%s::text[]) t"
+        before = int(self._scalar(size_sql, (names,)))
+        try:  # VACUUM runs outside a transaction block: the connection is in autocommit here
+            self._pg.execute("VACUUM (FULL, ANALYZE) " + ", ".join(names))
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+        after = int(self._scalar(size_sql, (names,)))
+        return VacuumReport(
+            before, after,
+            f"VACUUM (FULL, ANALYZE) of {len(names)} tables; the server's autovacuum keeps"
+            " reusing the space of later deletions",
+        )
 
     def _scalar(self, sql: str, args: Sequence[Any]) -> Any:
         row = self._execute(sql, args).fetchone()

@@ -22,6 +22,15 @@ COMPLETED = "completed"
 FAILED = "failed"
 
 
+class VacuumReport(NamedTuple):
+    """What ``Store.vacuum`` did: the database's size before and after, and in one phrase what
+    the backend did beyond the rewrite (for the operator)."""
+
+    bytes_before: int
+    bytes_after: int
+    detail: str
+
+
 class CursorRecord(NamedTuple):
     watcher: str
     target_key: str

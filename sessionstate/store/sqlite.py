@@ -13,7 +13,8 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from sqlalchemy.engine import URL, make_url
 from ..errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
 from . import bootstrap, schema, tables  # noqa: F401  (tables registers every table module)
 from .failures import DRIVER_ERRORS, storage_error, translated
-from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord
+from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord, VacuumReport
 from .runs import SqliteRunTable
 from .serving import SqliteServingTable
 from .session_meta import SqliteMetadataTable
@@ -282,6 +283,18 @@ class SqliteStore:
         statement = f"PRAGMA {name}" if value is None else f"PRAGMA {name} = {int(value)}"
         row = self._db.execute(statement).fetchone()
         return row if row is None or len(row) != 1 else row[0]  # one column: its value
+
+    def run_sql(self, sql: str, params: Sequence[Any] = (), *, many: bool = False) -> list[Any]:
+        """One SQL statement on this store's own connection, inside the caller's
+        ``transaction()`` when one is open; with ``many``, ``params`` holds one parameter row
+        per execution. It bypasses every rule of the store (no head bump, no cursor rule):
+        for untimed setup in the benchmarks (the store's connection keeps its page cache,
+        which another connection's commit would drop) and diagnostics, never for the
+        gateway's own writes. Returns the statement's rows (none with ``many``)."""
+        if many:
+            self._db.executemany(sql, params)
+            return []
+        return self._db.execute(sql, params).fetchall()
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -649,29 +662,36 @@ class SqliteStore:
             db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         return reclaimed
 
-    def vacuum(self) -> dict[str, int]:
+    def vacuum(self) -> VacuumReport:
         """Rewrite the whole file compactly and switch it to incremental auto-vacuum.
 
         The one-time step for a file created before incremental auto-vacuum (``sessionstate
         vacuum``): it holds an exclusive lock for the whole rewrite and needs free disk space
-        about the size of the file. Returns page counts before and after and the page size.
+        about the size of the file.
         """
         db = self._db
         if self._depth:
             raise StorageUnavailable(f"{self.where}: vacuum cannot run inside a transaction")
+        page_size = int(_scalar(db.execute("PRAGMA page_size")))
         before = int(_scalar(db.execute("PRAGMA page_count")))
         free_before = int(_scalar(db.execute("PRAGMA freelist_count")))
         db.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")
         db.execute("VACUUM")
         if self.path is not None:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        return {
-            "pages_before": before,
-            "free_pages_before": free_before,
-            "pages_after": int(_scalar(db.execute("PRAGMA page_count"))),
-            "page_size": int(_scalar(db.execute("PRAGMA page_size"))),
-            "auto_vacuum": int(_scalar(db.execute("PRAGMA auto_vacuum"))),
-        }
+        after = int(_scalar(db.execute("PRAGMA page_count")))
+        return VacuumReport(
+            before * page_size,
+            after * page_size,
+            f"{free_before} free pages returned; auto-vacuum is now incremental,"
+            " so prune() gives freed pages back from now on",
+        )
+
+    def trace_statements(self) -> AbstractContextManager[list[str]]:
+        """Inside the block, every statement this store's connection runs is appended to the
+        list it yields (whitespace and a trailing ``;`` stripped): how tests check which
+        transactions a maintenance step runs, without reaching into the connection."""
+        return _traced(self._db)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -771,6 +791,16 @@ class _Transaction:
                 db.execute("ROLLBACK")
         except DRIVER_ERRORS:
             pass  # the error being raised says more; a still-open transaction fails the next BEGIN
+
+
+@contextmanager
+def _traced(db: sqlite3.Connection) -> Iterator[list[str]]:
+    statements: list[str] = []
+    db.set_trace_callback(lambda sql: statements.append(sql.strip().rstrip(";")))
+    try:
+        yield statements
+    finally:
+        db.set_trace_callback(None)
 
 
 def _scalar(cursor: sqlite3.Cursor) -> Any:

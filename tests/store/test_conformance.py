@@ -250,6 +250,30 @@ def test_pruning_by_age_keeps_newer_events_and_the_pending_material(store):
     assert store.head(A, "a").pruned_max_sequence == notifying
 
 
+# -- maintenance --------------------------------------------------------------------------
+
+
+def test_vacuum_shrinks_the_storage_after_pruning_and_keeps_every_row(store):
+    with store.transaction():
+        for _ in range(3_000):
+            store.append_event(A, "a", LOG_ONLY, "system", None, None, "s" * 200, None, 1.0, 1.0, None)
+    store.prune_events(cutoff=0.0, max_rows=100)
+    before = store.dump()
+    report = store.vacuum()
+    assert report.bytes_after < report.bytes_before, report
+    assert report.detail
+    assert store.dump() == before
+    assert store.integrity_check() == "ok"
+
+
+def test_vacuum_inside_a_transaction_is_refused(store):
+    with store.transaction():
+        append(store)
+        with pytest.raises(StorageError):
+            store.vacuum()
+    assert store.event_count() == 1  # the transaction went on and committed
+
+
 # -- the unit of work (R9) ----------------------------------------------------------------
 
 

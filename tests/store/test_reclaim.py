@@ -1,5 +1,5 @@
 """Space: pruning gives pages back (new files), in bounded steps; `sessionstate vacuum` converts
-older files once."""
+older files once, and compacts a database on every backend through the store interface."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 
 from sessionstate import Gateway
+from sessionstate.errors import StorageUnavailable
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import open_store
 from sessionstate.store.sqlite import AUTO_VACUUM_INCREMENTAL
+from tests.backends import Backend
 
 MAIN = "agent:main:main"
 EVENTS = 12_000
@@ -60,10 +64,8 @@ def test_reclaiming_runs_in_bounded_steps_each_its_own_transaction(tmp_path):
         fill(gw)
         gw.store.prune_events(cutoff=0, max_rows=KEEP)
         free = gw.store.pragma("freelist_count")
-        statements: list[str] = []
-        gw.store._db.set_trace_callback(lambda sql: statements.append(sql.strip().rstrip(";")))
-        assert gw.store.reclaim_free_pages(step_pages=16) == free
-        gw.store._db.set_trace_callback(None)
+        with gw.store.trace_statements() as statements:
+            assert gw.store.reclaim_free_pages(step_pages=16) == free
     # Transactions: each BEGIN IMMEDIATE ... COMMIT frees at most 16 pages, and they free all.
     transactions: list[int] = []
     for sql in statements:
@@ -94,6 +96,37 @@ def test_an_older_file_reclaims_nothing_until_vacuumed_once(tmp_path):
         assert gw.store.pragma("auto_vacuum") == AUTO_VACUUM_INCREMENTAL
         assert gw.session_status(MAIN)["stateVersion"] == EVENTS
         assert gw.prune()["pages_reclaimed"] > 0
+
+
+def vacuum_command(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sessionstate.cli", "vacuum", "--db", url], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_vacuum_command_runs_on_every_backend_and_keeps_every_row(db_url):
+    with Gateway.open(db_url) as gw:
+        fill(gw, 2_000)
+        gw.store.prune_events(cutoff=0, max_rows=100)
+        before = gw.store.dump()
+    run = vacuum_command(db_url)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("vacuumed ") and " MB -> " in run.stdout
+    with Gateway.open(db_url) as gw:
+        assert gw.store.dump() == before
+        assert gw.state_version(MAIN) == 2_000
+
+
+def test_the_vacuum_command_creates_no_database(backend: Backend):
+    with backend.database() as url:  # an empty database: no sessionstate tables
+        run = vacuum_command(url)
+        assert run.returncode == 2 and run.stderr.startswith("sessionstate: storage_unavailable: ")
+        try:
+            open_store(url, notifying_kinds=NOTIFYING_KINDS, create=False).close()
+        except StorageUnavailable:
+            pass  # still nothing there
+        else:
+            raise AssertionError("the vacuum command created the database")
 
 
 def test_vacuum_on_a_missing_file_creates_nothing(tmp_path):
