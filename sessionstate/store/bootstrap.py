@@ -56,7 +56,7 @@ def prepare(db: sqlite3.Connection, where: str) -> None:
             version = 1 if present & set(CORE_TABLES) else target
         for step in migrations.steps_between(version, target, migrations.MIGRATIONS):
             log.warning("%s: migrating schema version %d -> %d: %s", where, step.version - 1, step.version, step.summary)
-            step.apply(db)
+            step.apply(SqliteSchemaEditor(db))
         _check_columns(db, where)
         missing = _missing_tables(db)
         if missing:
@@ -69,6 +69,19 @@ def prepare(db: sqlite3.Connection, where: str) -> None:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+
+
+class SqliteSchemaEditor:
+    """What a migration step gets on SQLite (``migrations.SchemaEditor``)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str) -> Any:
+        return self.db.execute(sql)
+
+    def has_table(self, name: str) -> bool:
+        return name in _existing_tables(self.db)
 
 
 def create_statements(missing: list[Table]) -> list[str]:

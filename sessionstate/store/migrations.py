@@ -1,10 +1,15 @@
-"""Numbered schema migrations: how a file written by an older release reaches this schema.
+"""Numbered schema migrations: how a database written by an older release reaches this schema.
 
-``PRAGMA user_version`` holds a file's schema version (``schema.SCHEMA_VERSION`` for this
-release). ``MIGRATIONS`` holds one step per later version, in order: step ``n`` turns a version
-``n - 1`` file into a version ``n`` file. Opening runs the missing steps inside the same write
-transaction that checks the tables and stamps the new version, and logs each one; a failing
-step rolls everything back and the file is unchanged.
+A database's schema version (``schema.SCHEMA_VERSION`` for this release) is stamped by its
+backend: ``PRAGMA user_version`` on SQLite (``bootstrap``), the one-row ``sessionstate_schema``
+table on PostgreSQL (``postgres_schema``). ``MIGRATIONS`` holds one step per later version, in
+order, for both backends: step ``n`` turns a version ``n - 1`` database into a version ``n``
+one. A step gets a ``SchemaEditor`` and writes SQL both backends speak (``CREATE INDEX IF NOT
+EXISTS ... WHERE``, ``DROP INDEX IF EXISTS``, ``ALTER TABLE ... ADD COLUMN``); a step that
+cannot must branch on nothing but what the editor offers, or the backends get separate lists.
+Opening runs the missing steps inside the same write transaction that checks the tables and
+stamps the new version, and logs each one; a failing step rolls everything back and the
+database is unchanged.
 
 Version 2 added an index for the change pump and version 3 drops it again. A new file is created at the current
 version directly from the SQLModel declarations; a step therefore only ever meets files
@@ -19,30 +24,37 @@ an exclusive lock, up to twice its size on disk). That is an operator's decision
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
+
+
+class SchemaEditor(Protocol):
+    """What a step may do to the database, inside the open's write transaction."""
+
+    def execute(self, sql: str) -> Any:
+        """Run one statement (no parameters)."""
+        ...
+
+    def has_table(self, name: str) -> bool: ...
 
 
 @dataclass(frozen=True)
 class Migration:
-    version: int  # the file's schema version after this step
+    version: int  # the database's schema version after this step
     summary: str  # what the step changes, for the log line
-    apply: Callable[[sqlite3.Connection], None]  # runs inside the open's write transaction
+    apply: Callable[[SchemaEditor], None]  # runs inside the open's write transaction
 
 
-def _pending_notified_index(db: sqlite3.Connection) -> None:
-    if not db.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_watch_cursors'"
-    ).fetchone():
-        return  # created afterwards from the declarations, index included
+def _pending_notified_index(db: SchemaEditor) -> None:
+    if not db.has_table("session_watch_cursors"):
+        return  # created afterwards from the declarations
     db.execute(
         "CREATE INDEX IF NOT EXISTS ix_cursors_pending_notified ON session_watch_cursors"
         " (notified_sequence) WHERE notified_sequence > last_seen_sequence"
     )
 
 
-def _drop_pending_notified_index(db: sqlite3.Connection) -> None:
+def _drop_pending_notified_index(db: SchemaEditor) -> None:
     db.execute("DROP INDEX IF EXISTS ix_cursors_pending_notified")
 
 

@@ -12,8 +12,9 @@ writer gave for free (the ordering argument is written out in spec/notice-protoc
   another transaction is about to change.
 - Each statement runs on the raw psycopg connection; the hot ones are constant strings
   prepared on the server once per connection. SQLModel declares the tables (``create_all``
-  through SQLAlchemy's ``postgresql+psycopg`` dialect); the SQL that differs from SQLite's
-  lives here.
+  through SQLAlchemy's ``postgresql+psycopg`` dialect, run by ``postgres_schema``, which also
+  keeps the schema version and runs the migrations); the SQL that differs from SQLite's
+  lives here and there.
 - Driver errors leave as ``StorageError`` subclasses with the driver's error as the cause;
   a connection that broke is replaced at the start of the next transaction.
 """
@@ -28,7 +29,7 @@ from typing import Any, Iterable, NamedTuple, Sequence, cast
 
 import psycopg
 from psycopg import errors as pg_errors
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -43,7 +44,7 @@ from ..errors import (
     UnknownSession,
     UnsupportedBackend,
 )
-from . import tables  # noqa: F401  (registers every table module with SQLModel.metadata)
+from . import postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .runs import SqliteRunTable
 from .serving import SqliteServingTable
 from .session_meta import SqliteMetadataTable
@@ -67,18 +68,6 @@ SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 # touches until it commits, and a server-side delete maintains four indexes per row.
 PRUNE_CHUNK_ROWS = 250
 CONNECT_TIMEOUT_SECONDS = 10
-# Serialises schema creation between processes opening a new database at the same time.
-SCHEMA_LOCK_KEY = 0x5E55_1057
-
-# Feature tables whose rows go with their session: (table, key column, agent column).
-# SQLite does it with the triggers its table modules declare; these are the same on PostgreSQL.
-SESSION_CHILD_TABLES = (
-    ("session_meta", "session_key", "agent_id"),
-    ("session_messages", "session_key", "agent_id"),
-    ("agent_runs", "child_key", "child_agent_id"),
-    ("upstream_links", "session_key", "agent_id"),
-)
-
 # Durability per ``synchronous`` level: NORMAL keeps the server's own setting.
 _SYNCHRONOUS_COMMIT = {"OFF": "off", "FULL": "on", "EXTRA": "on"}
 
@@ -260,29 +249,10 @@ class PostgresStore:
         )
 
     def _create_schema(self, create: bool) -> None:
-        """The tables (SQLModel's declaration), their indexes and the delete triggers, in one
+        """Check, migrate and create the schema (``postgres_schema.prepare``) in one
         transaction under an advisory lock, so concurrent first opens do not collide."""
         with self._engine.begin() as conn:
-            if not create and conn.exec_driver_sql("SELECT to_regclass('sessions')").scalar() is None:
-                raise StorageUnavailable(f"{self.where}: no sessionstate tables there (nothing was created)")
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
-            SQLModel.metadata.create_all(conn)
-            present = {row[0] for row in conn.exec_driver_sql(
-                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'sessions'::regclass"
-            )}
-            for table, key_column, agent_column in SESSION_CHILD_TABLES:
-                trigger, function = f"trg_{table}_session_deleted", f"sessionstate_{table}_session_deleted"
-                if trigger in present:
-                    continue
-                conn.exec_driver_sql(
-                    f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$"
-                    f" BEGIN DELETE FROM {table} WHERE {key_column} = OLD.session_key"
-                    f" AND {agent_column} = OLD.agent_id; RETURN NULL; END $$"
-                )
-                conn.exec_driver_sql(
-                    f"CREATE TRIGGER {trigger} AFTER DELETE ON sessions"
-                    f" FOR EACH ROW EXECUTE FUNCTION {function}()"
-                )
+            postgres_schema.prepare(conn, self.where, create=create)
 
     def _connect(self) -> None:
         self._proxy = self._engine.raw_connection()

@@ -62,7 +62,7 @@ event.listen(
         " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
         " DELETE FROM agent_runs WHERE child_key = OLD.session_key AND child_agent_id = OLD.agent_id;"
         " END"
-    ).execute_if(dialect="sqlite"),  # postgres.py: SESSION_CHILD_TABLES
+    ).execute_if(dialect="sqlite"),  # postgres_schema.py: SESSION_CHILD_TABLES
 )
 
 

@@ -52,7 +52,7 @@ event.listen(
         " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
         " DELETE FROM session_messages WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
         " END"
-    ).execute_if(dialect="sqlite"),  # postgres.py: SESSION_CHILD_TABLES
+    ).execute_if(dialect="sqlite"),  # postgres_schema.py: SESSION_CHILD_TABLES
 )
 
 

@@ -60,7 +60,7 @@ _DROP_ON_SESSION_DELETE = DDL(
     " AFTER DELETE ON sessions FOR EACH ROW BEGIN"
     " DELETE FROM upstream_links WHERE session_key = OLD.session_key AND agent_id = OLD.agent_id;"
     " END"
-).execute_if(dialect="sqlite")  # postgres.py creates the same trigger (SESSION_CHILD_TABLES)
+).execute_if(dialect="sqlite")  # postgres_schema.py creates the same trigger (SESSION_CHILD_TABLES)
 # SQLModel sets __table__ when it creates a table class; its type hints do not declare it.
 event.listen(UpstreamLinkRow.__table__, "after_create", _DROP_ON_SESSION_DELETE)  # type: ignore[attr-defined]
 
