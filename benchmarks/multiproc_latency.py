@@ -1,6 +1,7 @@
 """Several processes: commit-to-drainable latency across processes, the pump's idle CPU.
 
 Run: ./dev run .venv/bin/python benchmarks/multiproc_latency.py [episodes]
+     scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/multiproc_latency.py --postgres [episodes]
 
 Process A (a child process) records one material event per episode and reports the wall-clock
 time right after its commit; process B (this one) serves the watcher with the change pump and
@@ -10,6 +11,10 @@ baseline runs the same two processes with a bare ``sqlite3`` writer and a bare
 ``PRAGMA data_version`` poller with the same back-off, so the ratio shows what the sweep adds
 over the polling itself. Idle CPU: B with its pump and nothing happening, for 20 s, against
 the bare poller.
+
+With ``--postgres`` (a server named by SESSIONSTATE_TEST_PG_URL; each run in a schema of its
+own) B's pump listens for the notification A's commit carries; the raw baseline is a bare
+psycopg writer that inserts and sends ``NOTIFY`` in one transaction, and a bare listener.
 """
 
 from __future__ import annotations
@@ -25,8 +30,16 @@ import threading
 import time
 from pathlib import Path
 
+import os
+import uuid
+from contextlib import contextmanager
+from typing import Any, Iterator
+
 from sessionstate import Gateway
 from sessionstate.pump import MAX_POLL_SECONDS, MIN_POLL_SECONDS
+
+PG_URL_ENV = "SESSIONSTATE_TEST_PG_URL"
+PROBE_CHANNEL = "latency_probe"
 
 W, T = "agent:a:main", "agent:b:main"
 
@@ -34,8 +47,15 @@ W, T = "agent:a:main", "agent:b:main"
 def writer(mode: str, path: str) -> None:
     """Process A: one commit per line read; prints the time after the commit."""
     if mode == "project":
-        gw = Gateway.open(f"sqlite:///{path}", serve=[])
+        gw = Gateway.open(path if "://" in path else f"sqlite:///{path}", serve=[])
         record = lambda: gw.record_event(T, "human_direct_message", actor_type="human", summary="hi")  # noqa: E731
+    elif "://" in path:  # the raw PostgreSQL writer
+        pg = _pg_connect(path)
+
+        def record() -> None:
+            with pg.transaction():
+                pg.execute("INSERT INTO probe (at) VALUES (0)")
+                pg.execute(f"NOTIFY {PROBE_CHANNEL}, 'x'")
     else:
         db = sqlite3.connect(path, isolation_level=None)
 
@@ -72,21 +92,70 @@ class RawPoller:
                 interval = min(interval * 2, MAX_POLL_SECONDS)
 
 
+def _pg_connect(url: str) -> Any:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    query = {k: v for k, v in parsed.query.items() if isinstance(v, str)}
+    return psycopg.connect(dbname=parsed.database, user=parsed.username, password=parsed.password,
+                           host=parsed.host or query.pop("host", None), port=parsed.port,
+                           autocommit=True, **query)
+
+
+@contextmanager
+def pg_schema() -> Iterator[str]:
+    """A schema of its own in the server named by SESSIONSTATE_TEST_PG_URL, dropped afterwards."""
+    from sqlalchemy.engine import make_url
+
+    url = os.environ.get(PG_URL_ENV)
+    if not url:
+        raise SystemExit(f"--postgres needs {PG_URL_ENV} (scripts/pg-test-server run ...)")
+    schema = f"latency_{uuid.uuid4().hex[:12]}"
+    with _pg_connect(url) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield make_url(url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+            hide_password=False
+        )
+    finally:
+        with _pg_connect(url) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+class RawListener:
+    """The PostgreSQL baseline: a bare listening connection, blocking on its socket."""
+
+    def __init__(self, url: str, on_change) -> None:
+        self.conn = _pg_connect(url)
+        self.conn.execute(f"LISTEN {PROBE_CHANNEL}")
+        self.on_change = on_change
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for _ in self.conn.notifies(timeout=MAX_POLL_SECONDS, stop_after=1):
+                self.on_change()
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def latency(mode: str, episodes: int, directory: Path) -> list[float]:
-    path = str(directory / f"{mode}.db")
+def latency(mode: str, episodes: int, directory: Path, pg_url: str | None = None) -> list[float]:
+    path = pg_url or str(directory / f"{mode}.db")
+    url = pg_url or f"sqlite:///{path}"
     arrived = threading.Event()
     stamp: list[float] = []
     if mode == "project":
-        with Gateway.open(f"sqlite:///{path}") as setup:
+        with Gateway.open(url) as setup:
             setup.create_session(W)
             setup.create_session(T)
             setup.watch(W, T)
-        b = Gateway.open(f"sqlite:///{path}", serve=[W], pump=True)
+        b = Gateway.open(url, serve=[W], pump=True)
         enqueue = b.queue.enqueue
 
         def noting(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -99,6 +168,21 @@ def latency(mode: str, episodes: int, directory: Path) -> list[float]:
         b.queue.enqueue = noting  # type: ignore[method-assign]
         reset = lambda: b.drain_system_events(W)  # noqa: E731
         stop = b.close
+    elif pg_url is not None:
+        with _pg_connect(pg_url) as setup:
+            setup.execute("CREATE TABLE probe (id serial PRIMARY KEY, at double precision)")
+
+        def heard() -> None:
+            stamp.append(time.time())
+            arrived.set()
+
+        listener = RawListener(pg_url, heard)
+        reset = lambda: None  # noqa: E731
+
+        def stop() -> None:
+            listener.stop.set()
+            listener.thread.join()
+            listener.conn.close()
     else:
         db = sqlite3.connect(path, isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
@@ -134,11 +218,18 @@ def latency(mode: str, episodes: int, directory: Path) -> list[float]:
     return samples
 
 
-def idle_cpu(mode: str, seconds: float, directory: Path) -> float:
+def idle_cpu(mode: str, seconds: float, directory: Path, pg_url: str | None = None) -> float:
     path = str(directory / f"idle-{mode}.db")
     if mode == "project":
-        gw = Gateway.open(f"sqlite:///{path}", pump=True)
+        gw = Gateway.open(pg_url or f"sqlite:///{path}", pump=True)
         stop = gw.close
+    elif pg_url is not None:
+        listener = RawListener(pg_url, lambda: None)
+
+        def stop() -> None:
+            listener.stop.set()
+            listener.thread.join()
+            listener.conn.close()
     else:
         db = sqlite3.connect(path, isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
@@ -159,20 +250,32 @@ def main() -> None:
     if sys.argv[1:2] == ["--writer"]:
         writer(sys.argv[2], sys.argv[3])
         return
-    episodes = int(sys.argv[1]) if len(sys.argv) > 1 else 150
-    results = {}
+    args = sys.argv[1:]
+    postgres = "--postgres" in args
+    args = [a for a in args if a != "--postgres"]
+    episodes = int(args[0]) if args else 150
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         for mode in ("raw", "project"):
-            samples = latency(mode, episodes, directory)
+            if postgres:
+                with pg_schema() as url:
+                    samples = latency(mode, episodes, directory, url)
+                with pg_schema() as url:
+                    cpu = idle_cpu(mode, 20, directory, url)
+            else:
+                samples = latency(mode, episodes, directory)
+                cpu = idle_cpu(mode, 20, directory)
             results[mode] = {
                 "p50_ms": round(percentile(samples, 0.50) * 1000, 1),
                 "p99_ms": round(percentile(samples, 0.99) * 1000, 1),
                 "max_ms": round(max(samples) * 1000, 1),
-                "idle_cpu_percent": round(idle_cpu(mode, 20, directory) * 100, 3),
+                "idle_cpu_percent": round(cpu * 100, 3),
             }
     results["ratio_p99"] = round(results["project"]["p99_ms"] / results["raw"]["p99_ms"], 2)
-    print(json.dumps({"episodes": episodes, "poll_ms": [MIN_POLL_SECONDS * 1000, MAX_POLL_SECONDS * 1000], **results}, indent=2))
+    backend = "postgresql" if postgres else "sqlite"
+    print(json.dumps({"backend": backend, "episodes": episodes,
+                      "poll_ms": [MIN_POLL_SECONDS * 1000, MAX_POLL_SECONDS * 1000], **results}, indent=2))
 
 
 if __name__ == "__main__":

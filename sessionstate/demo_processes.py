@@ -1,4 +1,4 @@
-"""``sessionstate demo --processes 2``: the story across two gateway processes on one file.
+"""``sessionstate demo --processes 2``: the story across two gateway processes on one database.
 
 This process serves the manager (it attaches it, and its change pump brings other processes'
 notices); a second OS process, started here, records the human's messages into the worker
@@ -16,6 +16,7 @@ import time
 from .config import normalize_url
 from .demo import MANAGER, WORKER, _heading, _json, _lines
 from .gateway import Gateway
+from .store.factory import is_postgres_url
 
 
 def _recorder(url: str) -> None:
@@ -68,7 +69,8 @@ def run_demo_processes(db: str | None) -> int:
         gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
         generation = gw.attach(MANAGER)
         spawn_version = gw.state_version(WORKER)
-        print(f"   attached {MANAGER} (claim generation {generation}); its change pump polls PRAGMA data_version")
+        feed = "listens for the commits' NOTIFY" if is_postgres_url(url) else "polls PRAGMA data_version"
+        print(f"   attached {MANAGER} (claim generation {generation}); its change pump {feed}")
 
         recorder = subprocess.Popen(
             [sys.executable, "-m", "sessionstate.demo_processes", "--recorder", url],

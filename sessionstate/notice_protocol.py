@@ -148,8 +148,9 @@ class NoticeProtocol:
 
     @locked
     def sweep_changes(self) -> int:
-        """R22: one incremental sweep now (what the pump runs on a change); notices queued."""
-        return self.serving.sweep()
+        """R22: one sweep now, of everything committed before the call (what the pump runs on
+        a change); notices queued."""
+        return self.serving.sweep(sync=True)
 
     # -- sessions ---------------------------------------------------------------------------
 

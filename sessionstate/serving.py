@@ -20,8 +20,8 @@ from .errors import InvalidArgument
 from .keys import SessionRef, check_key
 from .notices import SystemEventQueue, notice_text
 from .rewake import Rewaker
-from .store import Store
-from .store.records import PendingCursor
+from .store import ChangeFeed, Store
+from .store.records import ChangeSet, PendingCursor
 
 log = logging.getLogger("sessionstate")
 
@@ -61,11 +61,10 @@ class Serving:
         self._sink = sink
         self.patterns = check_patterns(patterns)
         self.server_id: str | None = None  # set when the pump registers this server
+        self.feed: ChangeFeed | None = None  # other connections' commits, from registration on
         self._mine: set[str] = set()
         self._elsewhere: dict[str, str] = {}  # key -> the live server holding its claim
         self._matches: dict[str, bool] = {}
-        self._after_sequence = 0
-        self._after_stamp = 0
         self.sweeps = 0
         from .statemachine import NOTIFYING_KINDS
 
@@ -96,24 +95,35 @@ class Serving:
     # -- registration (the pump's) ----------------------------------------------------------
 
     def register(self) -> None:
-        """Become a server: a heartbeat row, the claims as they stand, the sweep watermarks."""
+        """Become a server: a heartbeat row, the claims as they stand, and a change feed
+        opened first, so no commit after the claims were read goes unseen."""
         store = self._sink.store
-        self.server_id = uuid.uuid4().hex
-        with store.transaction():
-            store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), time.time())
-            self._elsewhere = store.serving.all_claims()
-            self._after_sequence, self._after_stamp = store.serving.watermarks()
+        feed = store.open_change_feed(self._kinds)
+        server_id = uuid.uuid4().hex
+        try:
+            with store.transaction():
+                store.serving.register_server(server_id, os.getpid(), socket.gethostname(), time.time())
+                self._elsewhere = store.serving.all_claims()
+        except BaseException:
+            feed.close()
+            raise
+        self.server_id, self.feed = server_id, feed
         self._mine.clear()
         self.reconcile(list(self._elsewhere))  # notices queued before it knew the claims
 
     def unregister(self) -> None:
-        if self.server_id is None:
-            return
+        """Close the change feed; drop this server's row and claims."""
         store = self._sink.store
-        with store.transaction():
-            store.serving.remove_server(self.server_id, self._sink.clock())
-        self.server_id = None
-        self._mine.clear()
+        feed, self.feed = self.feed, None
+        try:
+            if self.server_id is not None:
+                with store.transaction():
+                    store.serving.remove_server(self.server_id, self._sink.clock())
+        finally:
+            if feed is not None:
+                feed.close()
+            self.server_id = None
+            self._mine.clear()
 
     def heartbeat(self) -> None:
         """Refresh this server's heartbeat and remove servers whose lease ran out (R20)."""
@@ -164,33 +174,47 @@ class Serving:
 
     # -- R22: the sweep -----------------------------------------------------------------------
 
-    def sweep(self) -> int:
-        """Bring this process's queue in step with commits since the previous sweep.
+    def sweep(self, *, sync: bool = False) -> int:
+        """Bring this process's queue in step with the commits its feed reports since the
+        previous sweep; with ``sync``, first wait until the feed holds every commit made before
+        the call. Returns how many notices it queued."""
+        feed = self.feed
+        if feed is None:  # the first sweep of a gateway without the pump: everything, once
+            try:
+                self.feed = self._sink.store.open_change_feed(self._kinds)
+            except InvalidArgument:  # an in-memory database: every sweep is a full one
+                pass
+            queued = self._apply(ChangeSet([], [], [], True))
+            self.sweeps += 1
+            return queued
+        if sync:
+            feed.sync()
+        changes = feed.take()
+        try:
+            queued = self._apply(changes)
+        except BaseException:
+            feed.lost()  # redone in full by the next sweep
+            raise
+        self.sweeps += 1
+        return queued
 
-        Returns how many notices it queued. Reads one snapshot through the partial index and
-        the change log (never the whole cursor table, except after a change-log gap).
-        """
+    def _apply(self, changes: ChangeSet) -> int:
         sink = self._sink
-        serving = sink.store.serving
-        snap = serving.read_sweep(self._after_sequence, self._after_stamp, self._kinds)
-        for key in snap.changed_watchers:
-            self._refresh_claim(key)
-        if snap.gap:
-            log.warning("change log trimmed past this server's stamp: resynchronising every watcher")
-            watchers = {p.watcher for p in serving.all_pending()} | set(sink.queue.sessions())
+        if changes.resync:
+            if self.feed is not None:
+                log.warning("change feed lost track: resynchronising every watcher")
+            self._refresh_all_claims()
+            watchers = {p.watcher for p in sink.store.serving.all_pending()} | set(sink.queue.sessions())
             queued = self.reconcile(watchers)
         else:
-            queued = self._queue_pending(p for p in snap.frozen if self.serves(p.watcher))
-            queued += self.reconcile(snap.changed_watchers)
-        if sink.rewaker.active():  # R23: other processes' material events re-wake too
+            for key in changes.watchers:
+                self._refresh_claim(key)
+            queued = self._queue_pending(p for p in changes.frozen if self.serves(p.watcher))
+            queued += self.reconcile(changes.watchers)
+        if changes.material and sink.rewaker.active():  # R23: other processes' events re-wake too
             now = sink.clock()
-            for key, agent_id, actor_id in serving.notifying_events_after(
-                self._after_sequence, snap.log_sequence, self._kinds
-            ):
+            for key, agent_id, actor_id in changes.material:
                 sink.rewaker.on_material((key, agent_id), actor_id, now)
-        # Advanced only once the sweep succeeded: a failed one is redone by the next.
-        self._after_sequence, self._after_stamp = snap.log_sequence, snap.change_stamp
-        self.sweeps += 1
         return queued
 
     def reconcile(self, watchers: Iterable[str]) -> int:
@@ -221,6 +245,11 @@ class Serving:
         before = sink.stats["notices_enqueued"]
         sink.queue_notices(notices)
         return sink.stats["notices_enqueued"] - before
+
+    def _refresh_all_claims(self) -> None:
+        claims = self._sink.store.serving.all_claims()
+        self._mine = {key for key, server in claims.items() if server == self.server_id}
+        self._elsewhere = {key: server for key, server in claims.items() if server != self.server_id}
 
     def _refresh_claim(self, key: str) -> None:
         holder = self._sink.store.serving.claimant(key)

@@ -6,6 +6,7 @@ from the URL's scheme. ``SqliteStore`` is the embedded default.
 """
 
 from .contract import (
+    ChangeFeed,
     CursorTable,
     MetadataTable,
     RunTable,
@@ -21,6 +22,7 @@ from .records import (
     COMPLETED,
     FAILED,
     RUNNING,
+    ChangeSet,
     CursorRecord,
     EventRecord,
     Head,
@@ -36,6 +38,8 @@ from .sqlite import DEFAULT_SYNCHRONOUS, SqliteStore, sqlite_path
 __all__ = [
     "BACKENDS",
     "COMPLETED",
+    "ChangeFeed",
+    "ChangeSet",
     "FAILED",
     "RUNNING",
     "DEFAULT_SYNCHRONOUS",

@@ -45,6 +45,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from .records import (
+    ChangeSet,
     CursorRecord,
     EventRecord,
     Head,
@@ -55,7 +56,6 @@ from .records import (
     PruneObserver,
     RunRecord,
     SessionRecord,
-    SweepSnapshot,
     UpstreamLink,
     VacuumReport,
 )
@@ -335,12 +335,9 @@ class ServingTable(Protocol):
         """The watcher's pending cursors (effective positions are not needed: only L)."""
         ...
 
-    def read_sweep(self, after_sequence: int, after_stamp: int, kinds: tuple[str, ...]) -> SweepSnapshot:
-        """One read snapshot: cursors frozen since ``after_sequence`` and watchers changed
-        since ``after_stamp``; outside any transaction."""
+    def frozen_on_target(self, target_key: str, target_agent_id: str, after: int) -> list[PendingCursor]:
+        """The target's pending cursors whose N is above ``after`` (turned pending since)."""
         ...
-
-    def watermarks(self) -> tuple[int, int]: ...
 
     def all_pending(self) -> list[PendingCursor]: ...
 
@@ -365,9 +362,31 @@ class ServingTable(Protocol):
         statement: ``(won, the slot's time)`` (R23)."""
         ...
 
-    def notifying_events_after(self, after: int, upto: int, kinds: tuple[str, ...]) -> list[tuple[str, str, str | None]]:
-        """(session key, agent id, actor id) of the notifying events in (after, upto]."""
+
+class ChangeFeed(Protocol):
+    """How a server learns of commits made on other connections (R22); one per server.
+
+    ``wait`` runs on the pump's thread without the store's lock; ``take``, ``sync`` and
+    ``lost`` run with the store's lock held.
+    """
+
+    def wait(self, timeout: float) -> bool:
+        """Block at most ``timeout`` seconds; ``True`` when changes may be waiting."""
         ...
+
+    def take(self) -> ChangeSet:
+        """The changes committed since the previous ``take`` (read now, in one snapshot)."""
+        ...
+
+    def sync(self) -> None:
+        """Make the next ``take`` include everything committed before this call."""
+        ...
+
+    def lost(self) -> None:
+        """The caller could not apply the last change set: the next one resynchronises."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class Store(Transactions, SessionTable, SignalLog, CursorTable, Protocol):
@@ -390,6 +409,11 @@ class Store(Transactions, SessionTable, SignalLog, CursorTable, Protocol):
 
     @property
     def serving(self) -> ServingTable: ...
+
+    def open_change_feed(self, kinds: tuple[str, ...]) -> ChangeFeed:
+        """A feed of other connections' commits for one server (R22): its position starts
+        now. ``kinds`` are the notifying kinds."""
+        ...
 
     def close(self) -> None: ...
 

@@ -46,6 +46,7 @@ from ..errors import (
 )
 from . import postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .runs import SqliteRunTable
+from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .serving import SqliteServingTable
 from .session_meta import SqliteMetadataTable
 from .transcripts import SqliteTranscriptTable
@@ -194,7 +195,11 @@ class PostgresStore:
         self._engine = create_engine(parsed, poolclass=NullPool, connect_args=connect_args)
         self._depth = 0
         self._locked: set[Target] = set()  # head rows this transaction holds
-        self._build_statements(sorted(notifying_kinds))
+        self._notifying_kinds = frozenset(notifying_kinds)
+        self._build_statements(sorted(self._notifying_kinds))
+        # R22: what this transaction must tell the other servers, sent with its commit.
+        self._changed_watchers: list[str] = []
+        self._notified_events: list[NotifiedEvent] = []
         try:
             self._create_schema(create)
             self._connect()
@@ -214,7 +219,9 @@ class PostgresStore:
         self.runs = SqliteRunTable(db, self.storage_error)
         self.transcripts = SqliteTranscriptTable(db, self.storage_error)
         self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
-        self.serving = SqliteServingTable(db, self.storage_error)
+        self.serving = PostgresServingTable(self, db, self.storage_error)
+        self.channel = channel_for(str(self._scalar("SELECT current_schema()", ())))
+        self._notify_prefix = notify_prefix(self.channel)
 
     def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
         kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
@@ -260,6 +267,7 @@ class PostgresStore:
         assert isinstance(pg, psycopg.Connection)
         pg.rollback()  # the dialect's first-connect queries may have opened one
         pg.autocommit = True  # transactions are explicit: see atomic()
+        pg.execute("SET standard_conforming_strings = on")  # the NOTIFY literals rely on it
         if self._synchronous_commit is not None:
             pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
@@ -287,6 +295,40 @@ class PostgresStore:
             return self._cur.execute(sql, args, prepare=True)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
+
+    # -- R22: telling other servers ---------------------------------------------------------
+
+    def note_changed_watchers(self, watchers: Iterable[str]) -> None:
+        """Name ``watchers`` in this transaction's notification (at once outside one)."""
+        self._changed_watchers.extend(watchers)
+        if not self._depth and self._changed_watchers:
+            notify = self._take_notifications()
+            if notify:
+                self._execute(notify)
+
+    def _take_notifications(self) -> str:
+        """The ``NOTIFY`` statements for this transaction's changes ('' when none); clears them."""
+        if not (self._changed_watchers or self._notified_events):
+            return ""
+        payloads = encode_changes(self._changed_watchers, self._notified_events)
+        self._changed_watchers, self._notified_events = [], []
+        return "".join(notify_statement(self._notify_prefix, p) + "; " for p in payloads)
+
+    def _listening_connection(self) -> "psycopg.Connection[Any]":
+        proxy = self._engine.raw_connection()
+        pg = proxy.driver_connection
+        assert isinstance(pg, psycopg.Connection)
+        proxy.detach()  # closed by the feed, not returned to SQLAlchemy
+        pg.rollback()
+        pg.autocommit = True
+        return pg
+
+    def open_change_feed(self, kinds: tuple[str, ...]) -> PostgresChangeFeed:
+        """R22: a listening connection of its own on this schema's channel."""
+        try:
+            return PostgresChangeFeed(self._listening_connection, self.channel, self.serving, self.storage_error)
+        except DBAPIError as exc:
+            raise _translate(exc.orig or exc) from exc
 
     def storage_error(self, exc: BaseException) -> StorageError:
         """The ``StorageError`` for a driver failure on this database (the feature stores'
@@ -421,7 +463,10 @@ class PostgresStore:
             if winner is None:  # no head row to bump (the caller rolls the insert back)
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             return int(winner[0]), False
-        return int(row[0]), True
+        sequence = int(row[0])
+        if kind in self._notifying_kinds:
+            self._notified_events.append((key, agent_id, actor_id, sequence))
+        return sequence, True
 
     def head(self, key: str, agent_id: str) -> Head | None:
         """The head; inside a transaction its row is locked first (a seed reads it)."""
@@ -714,13 +759,14 @@ class _Transaction:
     that rolls back are released by the server, so the store's record of held head locks is
     restored with it, and so are the after-commit callbacks registered inside it."""
 
-    __slots__ = ("_store", "_name", "_locked_before", "_mark")
+    __slots__ = ("_store", "_name", "_locked_before", "_mark", "_notify_marks")
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
         self._name = ""
         self._locked_before: set[Target] = set()
         self._mark = 0
+        self._notify_marks = (0, 0)
 
     def __enter__(self) -> None:
         store = self._store
@@ -733,6 +779,7 @@ class _Transaction:
                 self._name = f"sp{store._depth}"
                 self._locked_before = set(store._locked)
                 self._mark = len(store._after_commit)
+                self._notify_marks = (len(store._changed_watchers), len(store._notified_events))
                 _run(store, f"SAVEPOINT {self._name}")
         except BaseException:
             store.lock.release()
@@ -749,7 +796,17 @@ class _Transaction:
                     return
                 store._locked.clear()
                 callbacks, store._after_commit = store._after_commit, []
-                _run(store, "COMMIT", committing=True)
+                # R22: the notification goes with the commit, in the same round trip.
+                notify = store._take_notifications()
+                try:
+                    _run(store, notify + "COMMIT", committing=True)
+                except StorageError:
+                    if notify:  # a failed NOTIFY leaves the transaction open and aborted
+                        try:
+                            store._pg.execute("ROLLBACK")
+                        except psycopg.Error:
+                            pass  # the connection is gone: the server rolled back
+                    raise
                 for callback in callbacks:
                     try:
                         callback()
@@ -759,6 +816,8 @@ class _Transaction:
             if self._name:
                 store._locked = self._locked_before
                 del store._after_commit[self._mark:]
+                del store._changed_watchers[self._notify_marks[0]:]
+                del store._notified_events[self._notify_marks[1]:]
                 try:
                     store._pg.execute(f"ROLLBACK TO {self._name}")
                     store._pg.execute(f"RELEASE {self._name}")
@@ -767,6 +826,7 @@ class _Transaction:
             else:
                 store._locked.clear()
                 store._after_commit = []
+                store._changed_watchers, store._notified_events = [], []
                 try:
                     store._pg.execute("ROLLBACK")
                 except psycopg.Error:
@@ -882,3 +942,15 @@ class QmarkConnection:
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
+
+class PostgresServingTable(SqliteServingTable):
+    """The serving SQL (it runs on both backends); a cursor change is told to the other
+    servers by the transaction's ``NOTIFY`` rather than a change-log row, which a reader
+    could not order by commit here (see postgres_feed.py)."""
+
+    def __init__(self, store: PostgresStore, db: Any, storage_error: Callable[[BaseException], StorageError]) -> None:
+        super().__init__(db, storage_error)
+        self._store = store
+
+    def note_cursor_changes(self, watchers: Iterable[str], now: float) -> None:
+        self._store.note_changed_watchers(watchers)

@@ -164,3 +164,16 @@ class SweepSnapshot(NamedTuple):
     frozen: list[PendingCursor]
     changed_watchers: list[str]
     gap: bool  # the change log was trimmed past the previous stamp
+
+
+class ChangeSet(NamedTuple):
+    """What a change feed found committed since its previous ``take`` (R22)."""
+
+    frozen: list[PendingCursor]  # cursors a notifying event turned pending
+    watchers: list[str]  # watchers whose cursors or claim changed outside the event hot path
+    material: list[tuple[str, str, str | None]]  # (key, agent id, actor id) of notifying events
+    resync: bool  # changes may have been missed: bring every watcher in step
+
+    @classmethod
+    def nothing(cls) -> "ChangeSet":
+        return cls([], [], [], False)

@@ -8,8 +8,8 @@
 - the sweep's reads: the cursors ``freeze`` turned pending since a sweep are found through the
   log's new notifying events and the target index, so the event hot path writes nothing extra.
 
-All SQL for these lives in this module. Callers hold the gateway lock (the main connection)
-or own the connection they pass (the pump's).
+All SQL for these lives in this module (it runs on both backends; on PostgreSQL the change
+log is replaced by notifications, see postgres_feed.py). Callers hold the gateway lock.
 """
 
 from __future__ import annotations
@@ -126,11 +126,7 @@ def read_sweep(
         targets = db.execute(
             NEW_TARGETS_SQL.format(marks=", ".join("?" * len(kinds))), (after_sequence, sequence, *kinds)
         ).fetchall()
-        frozen = [
-            PendingCursor(*r)
-            for key, agent_id in targets
-            for r in db.execute(FROZEN_ON_TARGET_SQL, (key, agent_id, after_sequence)).fetchall()
-        ]
+        frozen = [p for key, agent_id in targets for p in frozen_on_target(db, key, agent_id, after_sequence)]
         changed = [
             r[0]
             for r in db.execute(
@@ -149,6 +145,11 @@ def watermarks(db: sqlite3.Connection) -> tuple[int, int]:
     sequence = _int(db.execute(LOG_SEQUENCE_SQL).fetchone())
     stamp = _int(db.execute("SELECT max(stamp) FROM session_cursor_changes").fetchone())
     return sequence, stamp
+
+
+def frozen_on_target(db: sqlite3.Connection, key: str, agent_id: str, after: int) -> list[PendingCursor]:
+    """The target's pending cursors whose N is above ``after`` (the target index)."""
+    return [PendingCursor(*r) for r in db.execute(FROZEN_ON_TARGET_SQL, (key, agent_id, after)).fetchall()]
 
 
 def all_pending(db: sqlite3.Connection) -> list[PendingCursor]:
@@ -186,7 +187,6 @@ def remove_server(db: sqlite3.Connection, server_id: str, now: float) -> list[st
     ).fetchall()]
     db.execute("DELETE FROM session_claims WHERE server_id = ?", (server_id,))
     db.execute("DELETE FROM session_servers WHERE server_id = ?", (server_id,))
-    note_cursor_changes(db, keys, now)
     return keys
 
 
@@ -199,7 +199,6 @@ def claim(db: sqlite3.Connection, key: str, server_id: str, now: float) -> int:
         " claimed_at = excluded.claimed_at RETURNING generation",
         (key, server_id, now),
     ).fetchone()[0]
-    note_cursor_changes(db, [key], now)
     return int(generation)
 
 
@@ -207,8 +206,6 @@ def unclaim(db: sqlite3.Connection, key: str, server_id: str, now: float) -> boo
     dropped = db.execute(
         "DELETE FROM session_claims WHERE session_key = ? AND server_id = ?", (key, server_id)
     ).rowcount == 1
-    if dropped:
-        note_cursor_changes(db, [key], now)
     return dropped
 
 
@@ -264,8 +261,7 @@ def _int(row: tuple[object, ...] | None) -> int:
 
 @translated
 class SqliteServingTable:
-    """The functions above on the store's connection (the pump's own connection uses the
-    functions directly); callers hold the store's lock."""
+    """The functions above on the store's connection; callers hold the store's lock."""
 
     def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
@@ -283,6 +279,9 @@ class SqliteServingTable:
     def watermarks(self) -> tuple[int, int]:
         return watermarks(self._db)
 
+    def frozen_on_target(self, target_key: str, target_agent_id: str, after: int) -> list[PendingCursor]:
+        return frozen_on_target(self._db, target_key, target_agent_id, after)
+
     def all_pending(self) -> list[PendingCursor]:
         return all_pending(self._db)
 
@@ -295,14 +294,23 @@ class SqliteServingTable:
     def dead_servers(self, older_than: float) -> list[str]:
         return dead_servers(self._db, older_than)
 
+    # Each claim change is noted for the other servers in the same transaction (R22).
+
     def remove_server(self, server_id: str, now: float) -> list[str]:
-        return remove_server(self._db, server_id, now)
+        keys = remove_server(self._db, server_id, now)
+        self.note_cursor_changes(keys, now)
+        return keys
 
     def claim(self, key: str, server_id: str, now: float) -> int:
-        return claim(self._db, key, server_id, now)
+        generation = claim(self._db, key, server_id, now)
+        self.note_cursor_changes([key], now)
+        return generation
 
     def unclaim(self, key: str, server_id: str, now: float) -> bool:
-        return unclaim(self._db, key, server_id, now)
+        dropped = unclaim(self._db, key, server_id, now)
+        if dropped:
+            self.note_cursor_changes([key], now)
+        return dropped
 
     def claimant(self, key: str) -> tuple[str, int] | None:
         return claimant(self._db, key)

@@ -27,6 +27,7 @@ from .failures import DRIVER_ERRORS, storage_error, translated
 from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord, VacuumReport
 from .runs import SqliteRunTable
 from .serving import SqliteServingTable
+from .sqlite_feed import SqliteChangeFeed
 from .session_meta import SqliteMetadataTable
 from .transcripts import SqliteTranscriptTable
 from .upstream_links import SqliteUpstreamLinkTable
@@ -216,6 +217,10 @@ class SqliteStore:
         self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
         self.serving = SqliteServingTable(db, self.storage_error)
         self._build_statements(sorted(notifying_kinds))
+
+    def open_change_feed(self, kinds: tuple[str, ...]) -> SqliteChangeFeed:
+        """R22: ``PRAGMA data_version`` on a connection of its own (file databases only)."""
+        return SqliteChangeFeed(self.path, self.serving, kinds, busy_timeout=BUSY_TIMEOUT_MS / 1000)
 
     def storage_error(self, exc: BaseException) -> StorageError:
         """The ``StorageError`` for a driver failure on this database."""

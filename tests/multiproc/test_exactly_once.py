@@ -15,10 +15,10 @@ def _human(gw: Gateway, summary: str = "hi") -> int:
     return sequence
 
 
-def test_two_servers_of_one_watcher_deliver_one_line_per_target(tmp_path):
+def test_two_servers_of_one_watcher_deliver_one_line_per_target(db_url):
     """The reported bug: one drain returned changesSince 1 and changesSince 2 for one target and
     left a stale line queued while the cursor was caught up."""
-    url = f"sqlite:///{tmp_path / 'state.db'}"
+    url = db_url
     with Gateway.open(url) as a:
         a.create_session(W)
         a.create_session(T)
@@ -39,8 +39,8 @@ def test_two_servers_of_one_watcher_deliver_one_line_per_target(tmp_path):
             assert a.cursor_positions(W, T) == (third, third, third)
 
 
-def test_a_drain_delivers_what_the_cursor_owes_when_nothing_is_queued_here(tmp_path):
-    url = f"sqlite:///{tmp_path / 'state.db'}"
+def test_a_drain_delivers_what_the_cursor_owes_when_nothing_is_queued_here(db_url):
+    url = db_url
     with Gateway.open(url) as a, Gateway.open(url) as b:
         a.create_session(W)
         a.create_session(T)
@@ -52,8 +52,8 @@ def test_a_drain_delivers_what_the_cursor_owes_when_nothing_is_queued_here(tmp_p
         assert a.pending_system_events(W) == []
 
 
-def test_plain_lines_keep_their_place(tmp_path):
-    url = f"sqlite:///{tmp_path / 'state.db'}"
+def test_plain_lines_keep_their_place(db_url):
+    url = db_url
     with Gateway.open(url) as a:
         a.create_session(W)
         a.create_session(T)

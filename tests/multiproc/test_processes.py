@@ -1,4 +1,4 @@
-"""Real OS processes (R21, R22, INV10): A records, B serves the watcher. B's notice arrives
+"""Real OS processes on each backend (R21, R22, INV10): A records, B serves the watcher. B's notice arrives
 through its pump and its wake fires; then A and B drain the watcher concurrently, a thousand
 times each, while A keeps recording, and every pending episode is delivered exactly once."""
 
@@ -24,8 +24,8 @@ def read(process: subprocess.Popen[str]) -> dict:
     return json.loads(line)
 
 
-def test_a_records_b_serves_and_each_episode_is_delivered_once(tmp_path):
-    url = f"sqlite:///{tmp_path / 'state.db'}"
+def test_a_records_b_serves_and_each_episode_is_delivered_once(db_url):
+    url = db_url
     with Gateway.open(url, serve=[]) as a:
         a.create_session(W)
         a.create_session(T)

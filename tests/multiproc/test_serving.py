@@ -1,9 +1,9 @@
-"""R19, R20, R22 inside one test process: two gateways on one file, sweeps run by hand
-(``sweep_changes``) so every step is deterministic; the pump thread has its own test."""
+"""R19, R20, R22 inside one test process: two gateways on one database (each backend), sweeps
+run by hand (``sweep_changes``) so every step is deterministic; the pump thread has its own
+test."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 import pytest
@@ -15,15 +15,23 @@ from sessionstate.store import serving as serving_sql
 W, T, W2 = "agent:a:main", "agent:b:main", "agent:c:main"
 
 
-@pytest.fixture
-def url(tmp_path):
-    url = f"sqlite:///{tmp_path / 'state.db'}"
+def populate(url: str) -> str:
     with Gateway.open(url) as gw:
         for key in (W, T, W2):
             gw.create_session(key)
         gw.watch(W, T)
         gw.watch(W2, T)
     return url
+
+
+@pytest.fixture
+def url(db_url):
+    return populate(db_url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return populate(f"sqlite:///{tmp_path / 'state.db'}")
 
 
 def human(gw: Gateway) -> int:
@@ -80,15 +88,15 @@ def test_last_attach_wins_and_the_loser_stops_serving(url):
         assert a.serves(W)  # back to its pattern
 
 
-def test_a_crashed_servers_sessions_are_taken_over(url, tmp_path):
+def test_a_crashed_servers_sessions_are_taken_over(url):
     with Gateway.open(url, pump=True) as a, Gateway.open(url, pump=True) as b:
         b.attach(W)
         a.sweep_changes()
         human(a)
         assert a.pending_system_events(W) == []
         # b stops heartbeating (as a crashed process does): its heartbeat ages past the lease.
-        with sqlite3.connect(tmp_path / "state.db") as raw:
-            raw.execute("UPDATE session_servers SET heartbeat_at = 0 WHERE server_id = ?", (b.serving.server_id,))
+        with a.locked(), a.store.transaction():
+            assert a.store.serving.heartbeat(b.serving.server_id, 0.0)
         with a.locked():
             a.serving.heartbeat()  # finds b dead and releases its claims
         a.sweep_changes()
@@ -96,7 +104,8 @@ def test_a_crashed_servers_sessions_are_taken_over(url, tmp_path):
         assert a.pending_system_events(W) == [notice_text(T, 0)]
 
 
-def test_a_sweep_behind_a_trimmed_change_log_resynchronises(url, monkeypatch):
+def test_a_sweep_behind_a_trimmed_change_log_resynchronises(sqlite_url, monkeypatch):
+    url = sqlite_url  # the change log is SQLite's (PostgreSQL notifies instead)
     monkeypatch.setattr(serving_sql, "CHANGE_LOG_KEEP", 2)
     monkeypatch.setattr(serving_sql, "CHANGE_LOG_TRIM_EVERY", 1)
     with Gateway.open(url, serve=[]) as other, Gateway.open(url, pump=True) as server:
@@ -127,12 +136,15 @@ def test_attach_checks_its_input(url):
         Gateway.open("sqlite://", pump=True)
 
 
-def test_closing_drops_the_server_and_its_claims(url, tmp_path):
+def test_closing_drops_the_server_and_its_claims(url):
     with Gateway.open(url, pump=True) as gw:
         gw.attach(W)
-    with sqlite3.connect(tmp_path / "state.db") as raw:
-        assert raw.execute("SELECT count(*) FROM session_servers").fetchone()[0] == 0
-        assert raw.execute("SELECT count(*) FROM session_claims").fetchone()[0] == 0
+        with gw.locked():
+            assert gw.store.serving.all_claims() == {W: gw.serving.server_id}
+            assert gw.store.serving.dead_servers(float("inf")) == [gw.serving.server_id]
+    with Gateway.open(url) as gw, gw.locked():
+        assert gw.store.serving.all_claims() == {}
+        assert gw.store.serving.dead_servers(float("inf")) == []
 
 
 def test_the_pump_thread_brings_another_process_notice(url):

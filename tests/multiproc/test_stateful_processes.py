@@ -1,8 +1,10 @@
-"""The stateful test with three gateways on one file against the one reference model.
+"""The stateful test with three gateways on one database (each backend) against the one
+reference model.
 
 Every rule of ``GatewayVersusModel`` runs in the process the last ``switch`` picked; after each
-step every process sweeps (what its pump does on the commit). A process restarts alone, and
-``attach`` moves a watcher to a process (the last attach wins). The queue invariants hold in
+step every process sweeps (what its pump does on the commit). A process restarts alone or is
+killed (it leaves its server row and claims behind until another finds its lease run out),
+and ``attach`` moves a watcher to a process (the last attach wins). The queue invariants hold in
 every process for the watchers it serves; a process that does not serve a watcher holds no
 notice for it (INV11); wakes, summed over all processes, are the model's.
 """
@@ -13,6 +15,7 @@ from hypothesis import note, strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 from sessionstate import Gateway
+from tests.backends import stateful_test_cases
 from tests.gateway.test_stateful import GatewayVersusModel
 from sessionstate.verify.refmodel import agent_of
 
@@ -88,9 +91,36 @@ class GatewaysVersusModel(GatewayVersusModel):
     @rule(index=st.sampled_from(PROCESSES))
     def restart(self, index: int) -> None:  # type: ignore[override]
         note(f"restart process {index}")
+        self._replace(index, lambda gw: gw.close())
+
+    @rule(index=st.sampled_from(PROCESSES))
+    def crash(self, index: int) -> None:
+        """The process dies without closing: its server row and claims stay until another
+        process finds its heartbeat older than the lease (R20) and releases them."""
+        note(f"kill process {index}; its lease runs out")
+        dead = self.gws[index]
+        dead_id = dead.serving.server_id
+
+        def kill(gw: Gateway) -> None:
+            if gw.serving.feed is not None:
+                gw.serving.feed.close()
+            gw.store.close()  # no unregister: what an ended process leaves behind
+
+        def take_over() -> None:
+            survivor = self.gws[(index + 1) % len(PROCESSES)]
+            with survivor.locked():
+                with survivor.store.transaction():
+                    assert survivor.store.serving.heartbeat(dead_id, 0.0)  # its heartbeat aged
+                survivor.serving.heartbeat()
+                assert dead_id not in survivor.store.serving.all_claims().values()
+
+        self._replace(index, kill, after=take_over)
+
+    def _replace(self, index: int, stop, after=lambda: None) -> None:
         before = {i: {w for w in self.model.sessions if gw.serves(w)} for i, gw in self.gws.items() if i != index}
-        self.gws[index].close()
+        stop(self.gws[index])
         self.gws[index] = self._open()
+        after()
         self._sweep_all()
         woken = {w for w in self.model.sessions if self.gws[index].serves(w)}
         for i, served in before.items():
@@ -152,4 +182,4 @@ class GatewaysVersusModel(GatewayVersusModel):
                     assert not any(e.target for e in gw.queue.peek(watcher)), watcher
 
 
-TestGatewaysVersusModel = GatewaysVersusModel.TestCase
+globals().update(stateful_test_cases(GatewaysVersusModel, "GatewaysVersusModel"))

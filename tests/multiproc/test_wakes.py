@@ -23,8 +23,8 @@ class Clock:
 
 
 @pytest.fixture
-def setup(tmp_path):
-    url = f"sqlite:///{tmp_path / 'state.db'}"
+def setup(db_url):
+    url = db_url
     clock = Clock()
     with Gateway.open(url, clock=clock) as gw:
         for key in (W, T, T2):

@@ -187,9 +187,3 @@ def test_malformed_postgres_urls_are_invalid_database_urls(url):
     with pytest.raises(InvalidDatabaseUrl):
         Gateway.open(url)
 
-
-def test_the_change_pump_is_refused_with_a_reason(pg_url):
-    from sessionstate.errors import UnsupportedBackend
-
-    with pytest.raises(UnsupportedBackend, match="PRAGMA data_version"):
-        Gateway.open(pg_url, pump=True)

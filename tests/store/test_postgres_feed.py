@@ -1,0 +1,125 @@
+"""R22 on PostgreSQL: the notification goes with the commit, never with a rollback; a lost
+listening connection or an oversized change turns into a resynchronisation; one schema's
+servers do not hear another's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sessionstate import Gateway
+from sessionstate.notices import notice_text
+from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES, RESYNC_PAYLOAD, encode_changes
+from tests.backends import _admin_connection, postgres_database
+
+W, T = "agent:a:main", "agent:b:main"
+
+
+def populate(url: str) -> str:
+    with Gateway.open(url) as gw:
+        gw.create_session(W)
+        gw.create_session(T)
+        gw.watch(W, T)
+    return url
+
+
+def human(gw: Gateway) -> int:
+    sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="hi")
+    assert sequence is not None
+    return sequence
+
+
+def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
+    url = populate(pg_url)
+    with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
+        server.serving.register()
+        feed = server.serving.feed
+        sequence = human(recorder)
+        recorder.drain_system_events(W)  # the ack is a cursor change outside the hot path
+        feed.sync()
+        changes = feed.take()
+        assert not changes.resync
+        assert changes.material == [(T, "b", None)]
+        assert [p.watcher for p in changes.frozen] in ([], [W])  # acknowledged again since
+        assert changes.watchers == [W]
+        assert server.cursor_positions(W, T).last_seen == sequence
+
+
+def test_a_rolled_back_transaction_notifies_nothing(pg_url):
+    url = populate(pg_url)
+    with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
+        server.serving.register()
+        feed = server.serving.feed
+
+        class Boom(Exception):
+            pass
+
+        with pytest.raises(Boom), recorder.locked(), recorder.store.transaction():
+            recorder.store.serving.note_cursor_changes([W], 0.0)
+            raise Boom
+        feed.sync()
+        assert feed.take() == ([], [], [], False)
+
+
+def test_a_lost_listening_connection_resynchronises(pg_url):
+    url = populate(pg_url)
+    with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server:
+        with server.locked():
+            server.serving.register()
+        with _admin_connection() as admin:  # the server ends every listening backend
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+            ).fetchall()
+        assert ended and all(row[0] for row in ended)
+        human(recorder)  # its notification reaches nobody
+        assert server.sweep_changes() == 1  # reconnects, resynchronises, queues the notice
+        assert server.serving.feed.reconnects == 1
+        assert server.pending_system_events(W) == [notice_text(T, 0)]
+
+
+def test_two_schemas_do_not_hear_each_other(pg_url):
+    url = populate(pg_url)
+    with postgres_database() as other_url:
+        populate(other_url)
+        with Gateway.open(url) as server, Gateway.open(other_url, serve=[]) as elsewhere, server.locked():
+            server.serving.register()
+            human(elsewhere)
+            server.serving.feed.sync()
+            assert server.serving.feed.take() == ([], [], [], False)
+
+
+def test_payloads_stay_under_the_limit_and_lose_nothing():
+    watchers = [f"agent:w{i}:main" for i in range(400)]
+    events = [(f"agent:t{i}:main", f"t{i}", None, i) for i in range(300)]
+    payloads = encode_changes(watchers, events)
+    assert len(payloads) > 1
+    assert all(len(p.encode()) <= MAX_PAYLOAD_BYTES for p in payloads)
+    messages = [json.loads(p) for p in payloads]
+    assert [w for m in messages for w in m.get("w", [])] == watchers
+    assert [tuple(e) for m in messages for e in m.get("e", [])] == events
+
+
+def test_a_change_too_large_for_one_notification_becomes_a_resync():
+    huge = "agent:" + "\u4e00" * 3000 + ":main"  # 9 KB in UTF-8
+    assert encode_changes([huge, W], []) == [RESYNC_PAYLOAD]
+    assert encode_changes([], [(huge, "a", None, 1)]) == [RESYNC_PAYLOAD]
+
+
+def test_the_pump_heals_a_lost_listening_connection(pg_url):
+    import time
+
+    url = populate(pg_url)
+    with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, pump=True) as server:
+        with _admin_connection() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+            )
+        human(recorder)
+        deadline = time.monotonic() + 30  # a bound for a stuck pump, not a timing assertion
+        while not server.pending_system_events(W) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.serving.feed.reconnects >= 1
