@@ -5,20 +5,30 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .timefmt import iso_millis
+from .timefmt import MILLIS_TAIL, epoch_micros, second_prefix
 from .validation import visible_payload
 
 
 def events_json(rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """Rows of ``SqliteStore.event_page`` -> the event objects agents receive."""
+    """Rows of a store's ``event_page`` (``contract.EventPageRow``) -> the event objects
+    agents receive. ``occurredAt`` is ``timefmt.iso_micros`` of each event's microseconds,
+    written out here so that consecutive events in the same second share one prefix."""
     out: list[dict[str, Any]] = []
     append = out.append
-    for sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload in rows:
+    last_second = None
+    prefix = ""
+    for sequence, kind, actor_type, micros, summary, actor_id, run_id, payload, epoch in rows:
+        if micros is None:  # the backend left the rounding to Python
+            micros = epoch_micros(epoch)
+        second, within = divmod(micros, 1_000_000)
+        if second != last_second:
+            prefix = second_prefix(second)
+            last_second = second
         event = {
             "sequence": sequence,
             "kind": kind,
             "actorType": actor_type,
-            "occurredAt": iso_millis(occurred_at),
+            "occurredAt": prefix + MILLIS_TAIL[within // 1000],
             "summary": summary,
         }
         if actor_id is not None:

@@ -60,7 +60,10 @@ from .records import (
     VacuumReport,
 )
 
-# (sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload)
+# (sequence, kind, actor_type, occurred_micros, summary, actor_id, run_id, payload, occurred_at):
+# ``occurred_micros`` is occurred_at in whole microseconds rounded as timefmt.iso_millis rounds
+# (computed by the database where that is cheaper than in Python), else None and
+# ``occurred_at`` holds the epoch seconds (else None).
 EventPageRow = tuple[Any, ...]
 
 

@@ -102,8 +102,18 @@ LOCK_HEADS_SQL = (
     " WHERE (session_key, agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
     " ORDER BY session_key, agent_id FOR UPDATE"
 )
+# The reconciliation page (contract.EventPageRow). The server rounds each occurred_at to whole
+# microseconds as timefmt.iso_millis does (trunc is exact, the fraction times 10**6 is the same
+# IEEE product, round(float8) is rint: half-even), so Python only formats text
+# (timefmt.iso_micros). Beyond +-10**12 s the bigint product could overflow: those rows carry
+# the raw float in the last column instead and Python rounds them.
+_OCCURRED_IN_RANGE = "abs(occurred_at) < 1e12::float8"
 EVENT_PAGE_SQL = (
-    "SELECT sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload"
+    f"SELECT sequence, kind, actor_type, CASE WHEN {_OCCURRED_IN_RANGE}"
+    " THEN trunc(occurred_at)::bigint * 1000000"
+    " + round((occurred_at - trunc(occurred_at)) * 1000000::float8)::bigint END,"
+    " summary, actor_id, run_id, payload,"
+    f" CASE WHEN NOT {_OCCURRED_IN_RANGE} THEN occurred_at END"
     " FROM session_state_events WHERE session_key = %s AND agent_id = %s AND sequence > %s"
     " ORDER BY sequence LIMIT %s"
 )

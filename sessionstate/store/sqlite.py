@@ -57,6 +57,14 @@ CAUGHT_UP_WATCHERS_SQL = (
     " WHERE target_session_key = ? AND target_agent_id = ?"
     " AND notified_sequence = last_seen_sequence"
 )
+# The reconciliation page (contract.EventPageRow). SQLite has no half-even rounding, and the
+# CASE expressions that would replace it cost more per row than the rounding in Python
+# (timefmt.iso_millis), so the microseconds column stays NULL and the float goes last.
+EVENT_PAGE_SQL = (
+    "SELECT sequence, kind, actor_type, NULL, summary, actor_id, run_id, payload, occurred_at"
+    " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
+    " ORDER BY sequence LIMIT ?"
+)
 
 
 
@@ -416,13 +424,8 @@ class SqliteStore:
 
     def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
         """The reconciliation page: only the columns ``changesSince`` shows, as plain tuples
-        ``(sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload)``."""
-        return self._db.execute(
-            "SELECT sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload"
-            " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
-            " ORDER BY sequence LIMIT ?",
-            (key, agent_id, after, limit),
-        ).fetchall()
+        (``contract.EventPageRow``)."""
+        return self._db.execute(EVENT_PAGE_SQL, (key, agent_id, after, limit)).fetchall()
 
     def earliest_sequence(self, key: str, agent_id: str) -> int | None:
         return _scalar(self._db.execute(

@@ -1,28 +1,38 @@
 """The spec's invariants, stated on the abstract worlds of the model check.
 
-``state_violations`` checks one state (both sides must agree on everything observable);
+``state_violations`` checks one state (both sides must agree on everything observable;
+with two processes, INV11 for every process that has swept the newest commit);
 ``edge_violations`` checks what one action changed (INV3, INV5, INV7's monotonicity,
-INV8's watermark, and that no obligation is dropped while still uncovered).
+INV8's watermark, and that no obligation is dropped while still uncovered);
+``delivery_violations`` checks what one drain delivered (INV10).
 """
 
 from __future__ import annotations
 
 from ..errors import ProtocolError
 from ..statemachine import derive_state
-from .machinepath import MachWorld
-from .refmodel import Event, RefWorld
-from .world import Action
+from .machinepath import MachWorld, SharedMachWorld
+from .refmodel import Event, Notice, RefWorld
+from .world import Action, describe, process_of
 
 
-def observable(world: RefWorld | MachWorld) -> tuple:
-    return (sorted(world.sessions), world.events, sorted(world.heads.items()),
-            sorted(world.pruned.items()), sorted(world.positions().items()), sorted(world.queue))
+def observable(world: RefWorld | MachWorld, *, with_queue: bool = True) -> tuple:
+    durable = (sorted(world.sessions), world.events, sorted(world.heads.items()),
+               sorted(world.pruned.items()), sorted(world.positions().items()))
+    return durable + (sorted(world.queue),) if with_queue else durable
 
 
-def state_violations(ref: RefWorld, mach: MachWorld) -> list[str]:
+def state_violations(ref: RefWorld, mach: MachWorld, fresh: tuple[bool, ...] = ()) -> list[str]:
     out: list[str] = []
-    if observable(ref) != observable(mach):
-        out.append(f"AGREE: reference {observable(ref)} != machine path {observable(mach)}")
+    if isinstance(mach, SharedMachWorld):
+        # The durable state and the claims; each process's queue is held to INV11 instead.
+        ours = observable(ref, with_queue=False) + (sorted(ref.claims.items()),)
+        theirs = observable(mach, with_queue=False) + (sorted(mach.claims.items()),)
+        out += served_queue_violations(ref, mach, fresh)
+    else:
+        ours, theirs = observable(ref), observable(mach)
+    if ours != theirs:
+        out.append(f"AGREE: reference {ours} != machine path {theirs}")
     positions = ref.positions()
     for pair, (last, notified, material) in positions.items():
         if not (last <= notified <= material and (last < notified or notified == material)):
@@ -53,6 +63,63 @@ def state_violations(ref: RefWorld, mach: MachWorld) -> list[str]:
             out.append(f"INV7: head of {session} ({ref.heads[session]}) below a retained or pruned sequence")
         if any(seq <= ref.pruned[session] for seq in mine):
             out.append(f"INV8: {session} retains an event at or below its pruned watermark")
+    return out
+
+
+def served_queue_violations(ref: RefWorld, mach: SharedMachWorld, fresh: tuple[bool, ...]) -> list[str]:
+    """INV11 (with INV2-INV4 in each process): a process that has swept the newest commit
+    holds, for each watcher it serves, exactly the reference's queue (one notice per pending
+    pair, for its L), and nothing for a watcher it does not serve."""
+    out: list[str] = []
+    owed_all = ref.queue
+    for process, queue in enumerate(mach.queues):
+        if not fresh[process]:
+            continue  # between another process's commit and this one's sweep (section 11)
+        pairs = [(w, t) for w, t, _ in queue]
+        for pair in sorted(set(pairs)):
+            if pairs.count(pair) > 1:
+                out.append(f"INV2: process {process} (swept) holds {pairs.count(pair)} notices for {pair}")
+        for watcher in sorted(ref.sessions | {n[0] for n in queue}):
+            held = sorted(n for n in queue if n[0] == watcher)
+            serves = ref.serves(process, watcher)
+            owed = sorted(n for n in owed_all if n[0] == watcher) if serves else []
+            if held != owed:
+                role = "serves" if serves else "does not serve"
+                out.append(f"INV11: process {process} has swept the newest commit and {role} {watcher}:"
+                           f" it queues {held}, the durable cursors owe {owed}")
+    return out
+
+
+def opened_violations(action: Action, before: SharedMachWorld, after: SharedMachWorld) -> list[str]:
+    """INV5 in every process, in step or not: a notice enters a process's queue only from a
+    notifying event by another actor recorded there, a drain's follow-up there, or that
+    process's sweep, attach or restart (which queue what the cursors owe)."""
+    out: list[str] = []
+    kind, acting = action[0], process_of(action)
+    for process, queue in enumerate(after.queues):
+        for watcher, target, since in sorted(queue - before.queues[process]):
+            if process == acting:
+                if kind in ("sweep", "restart") or (kind in ("attach", "drain") and action[1] == watcher):
+                    continue
+                if kind == "event" and action[1] == target and action[3] and action[2] != watcher:
+                    continue
+            out.append(f"INV5: {describe(action)} opened a notice for ({watcher}, {target}) in process {process}")
+    return out
+
+
+def delivery_violations(action: Action, before: RefWorld, delivered: dict[str, list[Notice]]) -> list[str]:
+    """INV10 for one drain: exactly one line per pending pair of the watcher, for its L (so
+    each pending episode is delivered by the drain that ends it, and by no other)."""
+    watcher = action[1]
+    episodes = sorted((w, t, c[0]) for (w, t), c in before.cursors.items() if w == watcher and c[0] < c[1])
+    out: list[str] = []
+    for side, lines in delivered.items():
+        got = sorted(lines)
+        targets = [t for _, t, _ in got]
+        if len(targets) != len(set(targets)):
+            out.append(f"INV10: {describe(action)}: the {side} delivered two lines for one target: {got}")
+        elif got != episodes:
+            out.append(f"INV10: {describe(action)}: the {side} delivered {got}, the pending episodes were {episodes}")
     return out
 
 
@@ -92,7 +159,7 @@ def edge_violations(action: Action, before: RefWorld, after: RefWorld, pruned: E
     opened = after.queue - before.queue
     for watcher, target, since in opened:
         if kind == "event":
-            _, ev_target, actor, notifying = action
+            ev_target, actor, notifying = action[1:4]
             if not notifying or watcher == actor or target != ev_target:
                 out.append(f"INV5: {kind} opened a notice for ({watcher}, {target})")
         elif kind not in ("restart",) and not (kind == "drain" and action[1] == watcher):

@@ -199,3 +199,135 @@ class MachWorld:
 
     def positions(self) -> dict[Pair, tuple[int, int, int]]:
         return {pair: self._effective_stored(pair) for pair in self.cursors}
+
+
+@dataclass(slots=True)
+class SharedMachWorld(MachWorld):
+    """The machine path of several processes on one database (spec section 6a).
+
+    The durable part is ``MachWorld``'s. Each process has its own queue and its own view of
+    the claims (what ``Serving`` holds in memory: refreshed by its sweep, its attach and its
+    restart). ``MachWorld.queue`` is used as the commit's outbox: the notices an action
+    released, which enter the acting process's queue only for the watchers it serves (R19).
+    The drain is R21's (by the durable cursors), the sweep R22's (the abstraction reconciles
+    every watcher; which watchers the real sweep visits is tested in ``tests/multiproc``).
+    """
+
+    queues: list[set[Notice]] = field(default_factory=list)
+    views: list[dict[str, int]] = field(default_factory=list)  # watcher -> claimant, as seen
+    claims: dict[str, int] = field(default_factory=dict)  # durable: watcher -> claimant
+
+    @classmethod
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], **options: Unpack[MachOptions]) -> "MachWorld":
+        return cls.shared(sessions, pairs, 2, **options)
+
+    @classmethod
+    def shared(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], processes: int,
+               **options: Unpack[MachOptions]) -> "SharedMachWorld":
+        world = cls(set(sessions), heads={s: 0 for s in sessions}, pruned={s: 0 for s in sessions},
+                    queues=[set() for _ in range(processes)], views=[{} for _ in range(processes)], **options)
+        for pair in pairs:
+            world.watch(*pair)
+        return world
+
+    def copy(self) -> "SharedMachWorld":
+        return SharedMachWorld(set(self.sessions), list(self.events), dict(self.heads), dict(self.pruned),
+                               dict(self.cursors), set(self.queue), self.next_seq, self.check_bound,
+                               self.write_back_on_prune, [set(q) for q in self.queues],
+                               [dict(v) for v in self.views], dict(self.claims))
+
+    def serves(self, process: int, watcher: str) -> bool:
+        """R19 as the process sees it (every process's patterns are ``*``)."""
+        return self.views[process].get(watcher, process) == process
+
+    def _release(self, process: int) -> None:
+        """After the commit: the outbox's notices enter this process's queue where it serves."""
+        self.queues[process] |= {n for n in self.queue if self.serves(process, n[0])}
+        self.queue = set()
+
+    def _withdraw(self, process: int, gone: set[Pair], watcher: str | None = None) -> None:
+        """``remove``'s withdrawal, in the acting process only (the others' sweeps follow)."""
+        self.queues[process] = {n for n in self.queues[process] if (n[0], n[1]) not in gone and n[0] != watcher}
+
+    def pending_notices(self, watcher: str) -> set[Notice]:
+        """The notices the durable cursors owe the watcher: one per pending pair, for its L."""
+        out = set()
+        for pair in self.cursors:
+            if pair[0] == watcher:
+                last, notified, _ = self._effective_stored(pair)
+                if last < notified:
+                    out.add((watcher, pair[1], last))
+        return out
+
+    def _reconcile(self, process: int, watcher: str) -> None:
+        owed = self.pending_notices(watcher) if self.serves(process, watcher) else set()
+        self.queues[process] = {n for n in self.queues[process] if n[0] != watcher} | owed
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def event(self, target: str, actor: str | None, notifying: bool, process: int | None = None) -> int:
+        seq = MachWorld.event(self, target, actor, notifying)
+        if process is None:
+            assert not self.queue, "an event that names no process released notices"
+        else:
+            self._release(process)
+        return seq
+
+    def drain(self, watcher: str, process: int) -> list[Notice]:  # type: ignore[override]
+        """R21: one line per pending pair, for the durable cursor's L, whatever is queued here;
+        this process's queued notices for the watcher go; its follow-ups stay if it serves W."""
+        delivered: list[Notice] = []
+        for pair in sorted(p for p in self.cursors if p[0] == watcher):
+            positions = self.effective(pair)
+            assert positions is not None
+            if positions.last_seen == positions.notified:
+                continue  # R17: not pending, nothing to deliver (a queued notice is stale)
+            step = self._fire(pair, positions, DRAIN)
+            self._write(pair, step.positions)
+            delivered.append((watcher, pair[1], positions.last_seen))
+            if step.notice_since is not None:
+                self.queue.add((watcher, pair[1], step.notice_since))
+        self.queues[process] = {n for n in self.queues[process] if n[0] != watcher}
+        self._release(process)
+        return delivered
+
+    def sweep(self, process: int) -> None:
+        """R22: learn the claims, then queue what the durable cursors owe the watchers served
+        here and withdraw every other notice (stale L, pair gone, watcher not served)."""
+        self.views[process] = dict(self.claims)
+        for watcher in sorted(self.sessions | {n[0] for n in self.queues[process]}):
+            self._reconcile(process, watcher)
+
+    def attach(self, watcher: str, process: int) -> None:
+        """R20: the last attach wins; the attaching process queues the owed notices (R18)."""
+        self.claims[watcher] = process
+        self.views[process][watcher] = process
+        self._reconcile(process, watcher)
+
+    def restart(self, process: int | None = None) -> None:
+        """Close (its claims go) and reopen: the startup sweep (R11), then the queue holds the
+        notices of the watchers it serves."""
+        assert process is not None, "a restart names its process"
+        self.claims = {w: p for w, p in self.claims.items() if p != process}
+        self.views[process] = dict(self.claims)
+        self.queues[process] = set()
+        MachWorld.restart(self)
+        self._release(process)
+
+    def reset(self, watcher: str, process: int | None = None) -> None:
+        assert process is not None, "a reset names its process"
+        gone = {p for p in self.cursors if p[0] == watcher}
+        MachWorld.reset(self, watcher)
+        self._withdraw(process, gone, watcher)
+
+    def delete(self, session: str, process: int | None = None) -> None:
+        assert process is not None, "a delete names its process"
+        gone = {p for p in self.cursors if session in p}
+        MachWorld.delete(self, session)
+        self._withdraw(process, gone, session)
+
+    def unwatch(self, watcher: str, target: str, process: int | None = None) -> bool:
+        assert process is not None, "an unwatch names its process"
+        removed = MachWorld.unwatch(self, watcher, target)
+        self._withdraw(process, {(watcher, target)})
+        return removed

@@ -6,6 +6,11 @@ takes maxima of sequences, so renamed states behave alike). In every state both 
 agree on everything observable and every invariant must hold; from every state the path that
 drains all watchers must discharge every obligation within ``drain_rounds`` rounds. BFS makes
 the first counter-example found a shortest one; it prints as a trace of actions.
+
+With ``processes=2`` the same database is shared by two processes (spec section 6a): each
+has its own queue and view of the claims (``SharedMachWorld``), and the node records which
+processes have swept the newest commit, where INV11 is checked; INV10 is checked on every
+drain, in both configurations.
 """
 
 from __future__ import annotations
@@ -13,12 +18,12 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Unpack
+from typing import Callable, Iterator, Unpack, cast
 
-from .invariants import edge_violations, state_violations
-from .machinepath import MachOptions, MachWorld, PathViolation
-from .refmodel import Event, RefWorld
-from .world import PAIRS, SESSIONS, WATCHERS, Action, all_actions, describe, enabled
+from .invariants import delivery_violations, edge_violations, opened_violations, state_violations
+from .machinepath import MachOptions, MachWorld, PathViolation, SharedMachWorld
+from .refmodel import Event, Notice, RefWorld
+from .world import PAIRS, SESSIONS, WATCHERS, Action, all_actions, describe, enabled, process_of
 
 Key = bytes
 _POSSIBLE_WATCHERS = {t: {w for w, tt in PAIRS if tt == t} for t in SESSIONS}
@@ -40,6 +45,7 @@ class Violation:
 class ModelCheckReport:
     depth: int
     max_retained: int
+    processes: int = 1
     states: int = 0
     transitions: int = 0
     depth_reached: int = 0
@@ -58,51 +64,84 @@ class ModelCheckReport:
 class Node:
     ref: RefWorld
     mach: MachWorld
+    # Two processes: per process, whether it has swept the newest commit (INV11 applies).
+    fresh: tuple[bool, ...] = ()
 
 
-def initial_node(**options: Unpack[MachOptions]) -> Node:
-    return Node(RefWorld.initial(SESSIONS, PAIRS), MachWorld.initial(SESSIONS, PAIRS, **options))
+def initial_node(processes: int = 1, **options: Unpack[MachOptions]) -> Node:
+    ref = RefWorld.initial(SESSIONS, PAIRS)
+    if processes == 1:
+        return Node(ref, MachWorld.initial(SESSIONS, PAIRS, **options))
+    return Node(ref, SharedMachWorld.shared(SESSIONS, PAIRS, processes, **options), (True,) * processes)
 
 
-def apply(world: RefWorld | MachWorld, action: Action) -> Event | None:
-    """Run one action on either side; returns the pruned event for ``prune``."""
+def apply(world: RefWorld | MachWorld, action: Action) -> Event | list[Notice] | None:
+    """Run one action on either side; returns the pruned event for ``prune`` and the
+    delivered notices for ``drain``."""
     kind = action[0]
-    if kind == "event":
-        world.event(action[1], action[2], action[3])
-    elif kind == "prune":
-        return world.prune()
-    elif kind == "restart":
-        world.restart()
-    else:
-        getattr(world, kind)(*action[1:])
+    if kind in ("prune", "drain"):
+        return getattr(world, kind)(*action[1:])
+    getattr(world, kind)(*action[1:])
     return None
+
+
+def _relevant(ref: RefWorld) -> tuple:
+    """What another process's queue depends on: the claims and, by INV4, the reference's
+    queue (each pending pair with its L). A commit that changes neither leaves nothing for
+    a sweep to do."""
+    return sorted(ref.claims.items()), ref.queue
+
+
+def freshness(node: Node, action: Action, ref: RefWorld) -> tuple[bool, ...]:
+    """Which processes have swept the newest commit after ``action``: the acting process's
+    own commits keep it in step; its sweep or restart brings it in step."""
+    if not node.fresh:
+        return ()
+    acting = process_of(action)
+    if action[0] in ("sweep", "restart"):
+        swept = tuple(p == acting or f for p, f in enumerate(node.fresh))
+    else:
+        swept = node.fresh
+    if _relevant(node.ref) == _relevant(ref):
+        return swept
+    return tuple(f and p == acting for p, f in enumerate(swept))
 
 
 def step(node: Node, action: Action, *, check_state: bool = True) -> tuple[Node, list[str]]:
     """One action on both sides, with the edge checks (and the state checks unless told not)."""
     ref, mach = node.ref.copy(), node.mach.copy()
-    pruned = apply(ref, action)
+    ref_result = apply(ref, action)
+    fresh = freshness(node, action, ref)
     try:
-        apply(mach, action)
+        mach_result = apply(mach, action)
     except (PathViolation, AssertionError) as exc:
-        return Node(ref, mach), [f"MACHINE: {exc}"]
+        return Node(ref, mach, fresh), [f"MACHINE: {exc}"]
     except Exception as exc:  # ProtocolError: an illegal trigger in a reachable state
-        return Node(ref, mach), [f"MACHINE: {type(exc).__name__}: {exc}"]
+        return Node(ref, mach, fresh), [f"MACHINE: {type(exc).__name__}: {exc}"]
+    pruned = cast(Event, ref_result) if action[0] == "prune" else None
     messages = edge_violations(action, node.ref, ref, pruned)
+    if action[0] == "drain":
+        delivered = {"reference": ref_result, "machine path": mach_result}
+        messages += delivery_violations(action, node.ref, cast(dict[str, list[Notice]], delivered))
+    if isinstance(mach, SharedMachWorld):
+        messages += opened_violations(action, cast(SharedMachWorld, node.mach), mach)
     if check_state:
-        messages += state_violations(ref, mach)
-    return Node(ref, mach), messages
+        messages += state_violations(ref, mach, fresh)
+    return Node(ref, mach, fresh), messages
 
 
 def liveness_violations(node: Node, rounds: int) -> list[str]:
-    """Drain every live watcher, ``rounds`` times at most: all obligations must be acked."""
+    """Drain every live watcher, ``rounds`` times at most: all obligations must be acked.
+    With several processes round ``r`` drains in process ``r`` modulo their number."""
     current = node
-    for _ in range(rounds):
+    processes = len(node.fresh)
+    for round_ in range(rounds):
         if not current.ref.owed:
             return []
         for watcher in WATCHERS:
             if watcher in current.ref.sessions:
-                current, messages = step(current, ("drain", watcher))
+                action = ("drain", watcher) if not processes else ("drain", watcher, round_ % processes)
+                current, messages = step(current, action)
                 if messages:
                     return [f"while draining: {m}" for m in messages]
     if current.ref.owed:
@@ -128,8 +167,11 @@ def canonical(node: Node) -> tuple:
         values.update(stored)
     values.update(n[2] for n in ref.queue)
     values.update(o[2] for o in ref.owed)
+    if isinstance(mach, SharedMachWorld):
+        for queue in mach.queues:
+            values.update(n[2] for n in queue)
     rank = {v: i for i, v in enumerate(sorted(values))}
-    return (
+    one = (
         tuple(sorted(ref.sessions)),
         # An actor that can never watch the target acts like a human there (R2 needs W only).
         tuple((rank[s], t, n, a if a in _POSSIBLE_WATCHERS[t] else None) for s, t, n, a in ref.events),
@@ -138,6 +180,26 @@ def canonical(node: Node) -> tuple:
         tuple((p, tuple(rank[x] for x in c)) for p, c in sorted(mach.cursors.items())),
         tuple(sorted((w, t, rank[s]) for w, t, s in ref.queue)),
         tuple(sorted((w, t, rank[s]) for w, t, s in ref.owed)),
+    )
+    if not isinstance(mach, SharedMachWorld):
+        return one
+    # The processes are interchangeable (the initial state and the actions are symmetric in
+    # them): a state and its mirror image are one state.
+    return one + min(_processes_part(ref, mach, node.fresh, rank, order) for order in _ORDERS[len(mach.queues)])
+
+
+_ORDERS = {2: ((0, 1), (1, 0))}
+
+
+def _processes_part(ref: RefWorld, mach: SharedMachWorld, fresh: tuple[bool, ...], rank: dict[int, int],
+                    order: tuple[int, ...]) -> tuple:
+    """The per-process state with process ``order[i]`` renamed to ``i``."""
+    name = {old: new for new, old in enumerate(order)}
+    return (
+        tuple(sorted((w, name[p]) for w, p in ref.claims.items())),
+        tuple(tuple(sorted((w, name[p]) for w, p in mach.views[old].items())) for old in order),
+        tuple(tuple(sorted((w, t, rank[s]) for w, t, s in mach.queues[old])) for old in order),
+        tuple(fresh[old] for old in order),
     )
 
 
@@ -154,6 +216,7 @@ def trace_to(parents: dict[Key, tuple[Key | None, Action | None]], key: Key) -> 
 def run_modelcheck(
     depth: int = 10,
     *,
+    processes: int = 1,
     max_retained: int = 3,
     drain_rounds: int = 3,
     check_bound: bool = False,
@@ -162,13 +225,13 @@ def run_modelcheck(
 ) -> tuple[ModelCheckReport, dict[Key, tuple[Key | None, Action | None]]]:
     """BFS to ``depth``; returns the report and the parent map (for traces and replay)."""
     started = time.monotonic()
-    report = ModelCheckReport(depth=depth, max_retained=max_retained)
-    actions = all_actions()
-    root = initial_node(check_bound=check_bound, write_back_on_prune=write_back_on_prune)
+    report = ModelCheckReport(depth=depth, max_retained=max_retained, processes=processes)
+    actions = all_actions(processes)
+    root = initial_node(processes, check_bound=check_bound, write_back_on_prune=write_back_on_prune)
     root_key = digest(root)
     parents: dict[Key, tuple[Key | None, Action | None]] = {root_key: (None, None)}
     frontier: list[tuple[Key, Node]] = [(root_key, root)]
-    messages = state_violations(root.ref, root.mach) + liveness_violations(root, drain_rounds)
+    messages = state_violations(root.ref, root.mach, root.fresh) + liveness_violations(root, drain_rounds)
     if messages:
         report.violation = Violation(messages, [])
     level = 0
@@ -187,7 +250,7 @@ def run_modelcheck(
                     continue
                 if child_key not in parents:
                     parents[child_key] = (key, action)
-                    messages = messages or state_violations(child.ref, child.mach)
+                    messages = messages or state_violations(child.ref, child.mach, child.fresh)
                     messages = messages or liveness_violations(child, drain_rounds)
                     report.liveness_checked += 1
                 if messages:

@@ -376,12 +376,20 @@ class Model:
 
 class RefWorld:
     """The model check's view of one ``Model``: abstract sessions (no time, no texts), the
-    state as plain tuples the checker hashes and compares, and its actions."""
+    state as plain tuples the checker hashes and compares, and its actions.
 
-    __slots__ = ("model",)
+    With several processes (spec section 6a) the durable state is the same whichever process
+    acts (R21: a drain in any process acknowledges by the durable cursors), so the view adds
+    only the durable claims (R20: watcher -> the process that attached it last; a watcher
+    without a claim is served by every process, whose patterns are all ``*``). ``queue`` stays
+    the queue of W in a process that serves W and has swept the newest commit (INV11).
+    """
 
-    def __init__(self, model: Model) -> None:
+    __slots__ = ("model", "claims")
+
+    def __init__(self, model: Model, claims: dict[str, int] | None = None) -> None:
         self.model = model
+        self.claims: dict[str, int] = {} if claims is None else claims
 
     @classmethod
     def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...]) -> "RefWorld":
@@ -393,7 +401,11 @@ class RefWorld:
         return cls(model)
 
     def copy(self) -> "RefWorld":
-        return RefWorld(self.model.copy())
+        return RefWorld(self.model.copy(), dict(self.claims))
+
+    def serves(self, process: int, watcher: str) -> bool:
+        """R19 with every process's patterns ``*``: the claimant, or anyone when unclaimed."""
+        return self.claims.get(watcher, process) == process
 
     # -- the state, as tuples ---------------------------------------------------------------
 
@@ -425,33 +437,42 @@ class RefWorld:
     def owed(self) -> set[Obligation]:
         return self.model.owed
 
-    # -- actions -----------------------------------------------------------------------------
+    # -- actions (``process``: which process runs it; the durable outcome does not depend on it)
 
-    def event(self, target: str, actor: str | None, notifying: bool) -> int:
+    def event(self, target: str, actor: str | None, notifying: bool, process: int | None = None) -> int:
         kind = "human_direct_message" if notifying else "compacted"
         return self.model.record(target, kind, "human" if actor is None else "agent", actor, "event")
 
-    def drain(self, watcher: str) -> list[Notice]:
+    def drain(self, watcher: str, process: int | None = None) -> list[Notice]:
+        """The lines delivered: one per pending pair of the watcher, for its L (R17, R21)."""
         taken = sorted(n for n in self.queue if n[0] == watcher)
         self.model.drain(watcher)
         return taken
 
-    def restart(self) -> None:
+    def restart(self, process: int | None = None) -> None:
+        if process is not None:  # closing a gateway drops its claims (R20)
+            self.claims = {w: p for w, p in self.claims.items() if p != process}
         self.model.restart()
+
+    def sweep(self, process: int) -> None:
+        """R22: the sweep fires no trigger and writes nothing durable."""
+
+    def attach(self, watcher: str, process: int) -> None:
+        self.claims[watcher] = process  # R20: the last attach wins
 
     def prune(self) -> Event:
         return self.model.prune_oldest()
 
-    def reset(self, watcher: str) -> None:
+    def reset(self, watcher: str, process: int | None = None) -> None:
         self.model.reset(watcher)
 
-    def delete(self, session: str) -> None:
+    def delete(self, session: str, process: int | None = None) -> None:
         self.model.delete(session)
 
     def watch(self, watcher: str, target: str) -> bool:
         return self.model.watch(watcher, target)
 
-    def unwatch(self, watcher: str, target: str) -> bool:
+    def unwatch(self, watcher: str, target: str, process: int | None = None) -> bool:
         return self.model.unwatch(watcher, target)
 
     # -- observation -------------------------------------------------------------------------

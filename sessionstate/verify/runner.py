@@ -11,8 +11,8 @@ import sys
 from typing import TextIO
 
 PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering")
-SLOW = {"depth": 10, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000}
-FAST = {"depth": 5, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500}
+SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000}
+FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500}
 ORDERING_WRITERS, ORDERING_READERS = 4, 2
 
 
@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", action="append", choices=PARTS, default=None, metavar="PART",
                         help=f"run only this part (repeatable): {', '.join(PARTS)}")
     parser.add_argument("--depth", type=int, default=None, help="model-check BFS depth (slow 10, fast 5)")
+    parser.add_argument("--processes-depth", type=int, default=None, metavar="N",
+                        help="BFS depth of the two-process model check (slow 5, fast 4; 0 skips it)")
     parser.add_argument("--replay", type=int, default=None, metavar="N",
                         help="explored traces replayed on the real store (slow 1000, fast 30)")
     parser.add_argument("--budget", default=None,
@@ -79,6 +81,16 @@ def _modelcheck(profile: dict, seed: int, say) -> list[str]:
     if report.violation is not None:
         return [f"model check:\n{report.violation.render()}\n  replay: sessionstate check --only modelcheck"
                 f" --depth {len(report.violation.trace)}"]
+    if profile["processes_depth"] > 0:
+        two, _ = run_modelcheck(
+            profile["processes_depth"], processes=2,
+            progress=lambda lvl, n, t: sys.stderr.write(f"\rmodel check, two processes: depth {lvl}, {n} states"))
+        sys.stderr.write("\n")
+        say(f"model check, two processes: {two.states} states, {two.transitions} transitions,"
+            f" depth {two.depth_reached}, liveness from {two.liveness_checked} states, {two.seconds:.1f}s")
+        if two.violation is not None:
+            return [f"model check, two processes:\n{two.violation.render()}\n  replay: sessionstate check"
+                    f" --only modelcheck --processes-depth {len(two.violation.trace)}"]
     replayed = 0
     for trace in sample_traces(parents, profile["replay"], seed):
         diff = replay_trace(trace)

@@ -4,6 +4,11 @@ Three sessions: A watches B and C (one watcher of two targets); B watches C and 
 C (the self-acting watcher). Events land on B and C; the actors are a human (``None``) and
 each session. Actions name sessions only, never sequence numbers, so a trace replays from
 the initial state on any side.
+
+The two-process configuration (spec section 6a) shares that database between processes 0
+and 1: every action that touches a process's queue ends with the index of the process that
+runs it (records, drains, sweeps, attaches, restarts, resets, deletes, unwatches); log-only
+events, watches and prunes touch no queue and name no process.
 """
 
 from __future__ import annotations
@@ -15,12 +20,16 @@ PAIRS: tuple[tuple[str, str], ...] = (("A", "B"), ("A", "C"), ("B", "C"))
 WATCHERS: tuple[str, ...] = ("A", "B")
 TARGETS: tuple[str, ...] = ("B", "C")
 ACTORS: tuple[str | None, ...] = (None, "A", "B", "C")
+PROCESSES: tuple[int, ...] = (0, 1)
 
 Action = tuple  # ("event", target, actor, notifying) | ("drain", w) | ("restart",) | ...
 
 
-def all_actions() -> list[Action]:
+def all_actions(processes: int = 1) -> list[Action]:
     """Every action of the configuration, in a fixed order (BFS order follows it)."""
+    if processes == 2:
+        return _two_process_actions()
+    assert processes == 1, "the check models one or two processes"
     actions: list[Action] = []
     for target in TARGETS:
         for actor in ACTORS:
@@ -35,27 +44,57 @@ def all_actions() -> list[Action]:
     return actions
 
 
+def _two_process_actions() -> list[Action]:
+    actions: list[Action] = []
+    for target in TARGETS:
+        # An actor that does not watch the target acts there as a human does (the check's
+        # canonical form says so too): the two-process configuration leaves such actors out.
+        actors = [None] + [w for w, t in PAIRS if t == target]
+        for process in PROCESSES:
+            for actor in actors:
+                actions.append(("event", target, actor, True, process))
+        actions.append(("event", target, None, False))  # log-only: no queue changes
+    actions += [("drain", w, p) for w in WATCHERS for p in PROCESSES]
+    actions += [("sweep", p) for p in PROCESSES]
+    actions += [("attach", w, p) for w in WATCHERS for p in PROCESSES]
+    actions += [("restart", p) for p in PROCESSES] + [("prune",)]
+    actions += [("reset", w, p) for w in WATCHERS for p in PROCESSES]
+    actions += [("delete", s, p) for s in SESSIONS for p in PROCESSES]
+    actions += [("watch", w, t) for w, t in PAIRS]
+    actions += [("unwatch", w, t, p) for w, t in PAIRS for p in PROCESSES]
+    return actions
+
+
+def process_of(action: Action) -> int | None:
+    """The process an action of the two-process configuration runs in (``None``: any)."""
+    last = action[-1]
+    return last if type(last) is int else None  # not a bool: an event's ``notifying``
+
+
 def enabled(action: Action, sessions: Iterable[str], retained: int, max_retained: int) -> bool:
     """Whether ``action`` makes sense: named sessions exist, the abstract log has room."""
     live = set(sessions)
     kind = action[0]
     if kind == "event":
-        _, target, actor, _ = action
+        target, actor = action[1], action[2]
         return target in live and (actor is None or actor in live) and retained < max_retained
-    if kind in ("drain", "reset", "delete"):
+    if kind in ("drain", "reset", "delete", "attach"):
         return action[1] in live
     if kind in ("watch", "unwatch"):
         return action[1] in live and action[2] in live
     if kind == "prune":
         return retained > 0
-    return True  # restart
+    return True  # restart, sweep
 
 
 def describe(action: Action) -> str:
     """One readable line per action, as printed in a counter-example trace."""
     kind = action[0]
+    process = process_of(action)
+    where = "" if process is None else f" in process {process}"
     if kind == "event":
-        _, target, actor, notifying = action
+        target, actor, notifying = action[1:4]
         what = "material/self event" if notifying else "log-only event"
-        return f"{what} on {target} by {actor or 'human'}"
-    return " ".join(str(part) for part in action)
+        return f"{what} on {target} by {actor or 'human'}{where}"
+    parts = action[:-1] if process is not None else action
+    return " ".join(str(part) for part in parts) + where

@@ -140,8 +140,12 @@ def test_the_event_page_is_ascending_and_bounded(store):
         append(store, kind=kind, actor=actor)
     page = store.event_page(A, "a", 1, 2)
     assert [row[0] for row in page] == [2, 3]
-    # (sequence, kind, actor_type, occurred_at, summary, actor_id, ...): the columns changesSince shows
-    assert [row[1:6] for row in page] == [(LOG_ONLY, "human", 1.0, "s", None), ("goal_changed", "human", 1.0, "s", W)]
+    # contract.EventPageRow: (sequence, kind, actor_type, occurred_micros, summary, actor_id,
+    # run_id, payload, occurred_at), the columns changesSince shows
+    assert [row[1:3] + row[4:8] for row in page] == [(LOG_ONLY, "human", "s", None, None, None),
+                                                     ("goal_changed", "human", "s", W, None, None)]
+    # the instant (1.0 s) in whole microseconds, or the float where Python does the rounding
+    assert all((row[3], row[8]) in ((1_000_000, None), (None, 1.0)) for row in page)
     assert store.earliest_sequence(A, "a") == 1 and store.earliest_sequence(B, "a") is None
 
 

@@ -15,10 +15,10 @@ def run(argv: list[str]) -> tuple[int, str]:
 
 
 def test_fast_profile_end_to_end_report():
-    code, text = run(["--fast", "--depth", "3", "--replay", "5", "--budget", "2", "--crash-trials", "1",
-                      "--events", "100"])
+    code, text = run(["--fast", "--depth", "3", "--processes-depth", "2", "--replay", "5", "--budget", "2",
+                      "--crash-trials", "1", "--events", "100"])
     assert code == 0, text
-    for needle in ("model check:", "states", "real-store replay: 5 traces", "fuzz: 2 examples",
+    for needle in ("model check:", "states", "model check, two processes: 222 states", "real-store replay: 5 traces", "fuzz: 2 examples",
                    "crash: 1 SIGKILL trials", "concurrency: 2 processes x 100 events", "all checks passed"):
         assert needle in text
 
@@ -35,6 +35,18 @@ def test_a_failure_exits_non_zero_with_a_replay_command(monkeypatch):
     code, text = run(["--fast", "--only", "modelcheck", "--depth", "4"])
     assert code == 1
     assert "counter-example (4 steps" in text and "replay: sessionstate check --only modelcheck" in text
+
+
+def test_a_two_process_failure_exits_non_zero_with_a_replay_command(monkeypatch):
+    from sessionstate.verify import machinepath
+
+    def sweep_that_queues_nothing(self, process):  # R22 broken on purpose
+        self.views[process] = dict(self.claims)
+
+    monkeypatch.setattr(machinepath.SharedMachWorld, "sweep", sweep_that_queues_nothing)
+    code, text = run(["--fast", "--only", "modelcheck", "--depth", "1", "--processes-depth", "3", "--replay", "0"])
+    assert code == 1, text
+    assert "model check, two processes:\ncounter-example" in text and "--processes-depth" in text
 
 
 def test_the_trials_run_on_the_backend_of_db(db_url):

@@ -1,0 +1,134 @@
+"""The exhaustive model check with two processes on one database (spec section 6a): INV10 on
+every drain, INV11 in every process that has swept the newest commit, and planted bugs that
+the check must find."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionstate.statemachine.table import DRAIN
+from sessionstate.verify.machinepath import SharedMachWorld
+from sessionstate.verify.modelcheck import initial_node, run_modelcheck, step
+from sessionstate.verify.refmodel import Notice
+from sessionstate.verify.world import all_actions, describe, process_of
+
+# Issue 12's report, as a trace: A's notice for B reaches both processes (A has no claim, so
+# both serve it); a drain in each; a second episode recorded in process 0, drained there.
+ISSUE_TRACE = [
+    ("event", "B", None, True, 0),
+    ("sweep", 1),
+    ("drain", "A", 1),
+    ("event", "B", None, True, 0),
+    ("drain", "A", 0),
+]
+
+
+def drain_from_the_local_queue(self: SharedMachWorld, watcher: str, process: int) -> list[Notice]:
+    """The drain before R21: it delivers what this process queued, not what the cursors owe
+    (it acknowledges by the cursor, so the only symptom is in the lines delivered)."""
+    lines = sorted(n for n in self.queues[process] if n[0] == watcher)
+    for target in sorted({t for _, t, _ in lines}):
+        positions = self.effective((watcher, target))
+        if positions is not None and positions.last_seen < positions.notified:
+            fired = self._fire((watcher, target), positions, DRAIN)
+            self._write((watcher, target), fired.positions)
+            if fired.notice_since is not None:
+                self.queue.add((watcher, target, fired.notice_since))
+    self.queues[process] -= set(lines)
+    self._release(process)
+    return lines
+
+
+def walk(trace):
+    node, seen = initial_node(2), []
+    for action in trace:
+        node, messages = step(node, action)
+        seen.append(messages)
+    return node, seen
+
+
+def test_two_process_actions_name_their_process_where_a_queue_is_touched():
+    actions = all_actions(2)
+    assert len(actions) == len(set(actions))
+    for action in actions:
+        touches_no_queue = action[0] in ("watch", "prune") or (action[0] == "event" and not action[3])
+        assert (process_of(action) is None) == touches_no_queue, action
+    assert describe(("drain", "A", 1)) == "drain A in process 1"
+    assert describe(("event", "B", None, True, 0)) == "material/self event on B by human in process 0"
+
+
+def test_two_processes_depth_4_without_a_violation():
+    report, parents = run_modelcheck(4, processes=2)
+    assert report.ok, report.violation.render()
+    assert report.depth_reached == 4 and report.states == len(parents) > 20_000
+    assert report.liveness_checked == report.states - 1
+
+
+def test_the_issue_trace_delivers_each_episode_once_by_the_durable_cursor():
+    node, seen = walk(ISSUE_TRACE)
+    assert seen == [[]] * len(ISSUE_TRACE)
+    # Process 0 never swept after process 1's drain: it still held the first episode's notice
+    # beside the second's; the R21 drain delivered the second only and left nothing queued.
+    assert node.mach.queues[0] == set() and node.ref.queue == set()
+    assert node.fresh == (False, False)  # neither has swept the other's last commit
+    node, messages = step(node, ("sweep", 0))
+    assert messages == [] and node.fresh == (True, False)
+
+
+def test_a_drain_from_the_local_queue_is_caught_with_the_shortest_trace(monkeypatch):
+    monkeypatch.setattr(SharedMachWorld, "drain", drain_from_the_local_queue)
+    report, _ = run_modelcheck(4, processes=2)
+    assert not report.ok
+    # Shortest: two episodes recorded in process 0; the liveness drains (round 0 in process 0,
+    # round 1 in process 1) leave the follow-up in process 0, and process 1 delivers nothing.
+    assert [describe(a) for a in report.violation.trace] == ["material/self event on B by human in process 0"] * 2
+    assert any(m.startswith("while draining: INV10: drain A in process 1: the machine path delivered []")
+               for m in report.violation.messages), report.violation.render()
+
+
+def test_a_drain_from_the_local_queue_delivers_two_lines_for_one_target(monkeypatch):
+    monkeypatch.setattr(SharedMachWorld, "drain", drain_from_the_local_queue)
+    _, seen = walk(ISSUE_TRACE)
+    assert seen[:-1] == [[]] * (len(ISSUE_TRACE) - 1)
+    assert any("the machine path delivered two lines for one target: [('A', 'B', 0), ('A', 'B', 1)]" in m
+               for m in seen[-1]), seen[-1]
+
+
+def test_a_sweep_that_does_not_learn_the_claims_breaks_inv11(monkeypatch):
+    def sweep_with_stale_claims(self: SharedMachWorld, process: int) -> None:
+        for watcher in sorted(self.sessions | {n[0] for n in self.queues[process]}):
+            self._reconcile(process, watcher)
+
+    monkeypatch.setattr(SharedMachWorld, "sweep", sweep_with_stale_claims)
+    report, _ = run_modelcheck(4, processes=2)
+    assert not report.ok
+    assert any(m.startswith("INV11: process") and "does not serve" in m for m in report.violation.messages), \
+        report.violation.render()
+
+
+def test_two_process_fires_agree_with_the_bound_transitions_machine():
+    report, _ = run_modelcheck(2, processes=2, check_bound=True)
+    assert report.ok, report.violation.render()
+    assert report.states == 222
+
+
+@pytest.mark.slow
+def test_slow_profile_two_processes_depth_5():
+    report, _ = run_modelcheck(5, processes=2)
+    assert report.ok, report.violation.render()
+    assert report.depth_reached == 5 or report.exhausted
+
+
+def test_a_self_event_that_queues_a_notice_is_caught_in_any_process(monkeypatch):
+    real_event = SharedMachWorld.event
+
+    def event_ignoring_self_suppression(self, target, actor, notifying, process=None):  # R2 broken
+        seq = real_event(self, target, actor, notifying, process)
+        if process is not None and (actor, target) in self.cursors:
+            self.queues[process].add((actor, target, self.cursors[(actor, target)][0]))
+        return seq
+
+    monkeypatch.setattr(SharedMachWorld, "event", event_ignoring_self_suppression)
+    node, seen = walk([("event", "B", None, True, 0), ("event", "B", "A", True, 1)])
+    assert node.fresh == (True, False)  # process 1 is out of step: only the per-process INV5 sees it
+    assert seen[1] == ["INV5: material/self event on B by A in process 1 opened a notice for (A, B) in process 1"]
