@@ -5,18 +5,25 @@ event) becomes a real prune with ``max_rows`` one below the row count; restart c
 reopens the file (the startup sweep runs). After every step the real gateway must match the
 reference model run on the same trace: positions, queued notice texts, state versions, and
 ``changesSince`` answers (sequences, actor ids, historyGap, earliest available sequence).
+
+Two-process traces run on two gateways sharing one file, each a server without the pump
+thread (the trace's ``sweep`` runs ``sweep_changes``); there each process's queue must be the
+machine path's for that process (in step with the other's commits or not), and each drain
+must deliver the reference's lines.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from ..gateway import Gateway
 from ..notices import notice_text
+from .machinepath import SharedMachWorld
 from .modelcheck import apply
-from .refmodel import RefWorld
-from .world import PAIRS, SESSIONS, Action, describe
+from .refmodel import Notice, RefWorld
+from .world import PAIRS, SESSIONS, Action, describe, process_of
 
 KEYS = {"A": "agent:a:main", "B": "agent:b:main", "C": "agent:c:main"}
 NOW = 1_700_000_000.0  # a frozen clock: nothing expires, retention is driven by max_rows
@@ -56,7 +63,7 @@ def _apply_real(gw: Gateway, url: str, action: Action) -> Gateway:
     return gw
 
 
-def differences(gw: Gateway, ref: RefWorld) -> list[str]:
+def differences(gw: Gateway, ref: RefWorld, *, queues: bool = True) -> list[str]:
     out: list[str] = []
     for watcher, target in PAIRS:
         if watcher in ref.sessions and target in ref.sessions:
@@ -71,7 +78,7 @@ def differences(gw: Gateway, ref: RefWorld) -> list[str]:
             continue
         want_q = sorted(notice_text(KEYS[t], s) for w, t, s in ref.queue if w == session)
         got_q = sorted(gw.pending_system_events(KEYS[session]))
-        if got_q != want_q:
+        if queues and got_q != want_q:
             out.append(f"queue of {session}: real {got_q} != model {want_q}")
         sinces = {0, ref.heads[session], ref.pruned[session], max(ref.pruned[session] - 1, 0)}
         sinces |= {c[0] for (w, t), c in ref.cursors.items() if t == session}
@@ -108,4 +115,89 @@ def replay_trace(trace: list[Action], directory: Path | None = None) -> list[str
                     return steps + diff
         finally:
             gw.close()
+    return []
+
+
+# -- two processes (spec section 6a) -----------------------------------------------------------
+
+
+def _open_server(url: str) -> Gateway:
+    """A gateway that is a server (claims, sweeps) without the pump thread: the replay sweeps
+    when the trace says so."""
+    gw = _open(url)
+    with gw.locked():
+        gw.serving.register()
+    return gw
+
+
+def _apply_real_process(gws: list[Gateway], url: str, action: Action) -> list[str] | None:
+    """Run one two-process action on the real gateways; returns a drain's lines."""
+    kind, process = action[0], process_of(action)
+    gw = gws[0 if process is None else process]
+    if kind == "event":
+        _apply_real(gw, url, action[:4])
+    elif kind == "drain":
+        return gw.drain_system_events(KEYS[action[1]])
+    elif kind == "sweep":
+        gw.sweep_changes()
+    elif kind == "attach":
+        gw.attach(KEYS[action[1]])
+    elif kind == "restart":
+        assert process is not None
+        gw.close()
+        gws[process] = _open_server(url)
+    elif kind in ("prune", "watch"):
+        _apply_real(gw, url, action)
+    else:  # reset, delete, unwatch: the same calls, in the named process
+        _apply_real(gw, url, action[:-1])
+    return None
+
+
+def process_differences(gws: list[Gateway], mach: SharedMachWorld) -> list[str]:
+    """Each real process's queue must be the machine path's for that process, in step with
+    the other process's commits or not."""
+    out: list[str] = []
+    for process, gw in enumerate(gws):
+        for session in SESSIONS:
+            if session not in mach.sessions:
+                continue
+            want = sorted(notice_text(KEYS[t], s) for w, t, s in mach.queues[process] if w == session)
+            got = sorted(gw.pending_system_events(KEYS[session]))
+            if got != want:
+                out.append(f"queue of {session} in process {process}: real {got} != machine path {want}")
+    return out
+
+
+def replay_two_process_trace(trace: list[Action], directory: Path | None = None) -> list[str]:
+    """Run a two-process ``trace`` on two real gateways sharing a fresh file; after every step
+    the durable state must be the reference's, each process's queue the machine path's, and
+    a drain's lines the ones the reference delivers (INV10). Returns the first differences."""
+    with tempfile.TemporaryDirectory(prefix="sessionstate-replay-", dir=directory) as tmp:
+        url = f"sqlite:///{Path(tmp) / 'state.db'}"
+        first = _open(url)
+        gws: list[Gateway] = []
+        try:
+            for key in KEYS.values():
+                first.create_session(key)
+            for watcher, target in PAIRS:
+                first.watch(KEYS[watcher], KEYS[target])
+            first.close()
+            gws = [_open_server(url), _open_server(url)]
+            ref = RefWorld.initial(SESSIONS, PAIRS)
+            mach = SharedMachWorld.shared(SESSIONS, PAIRS, 2)
+            for index, action in enumerate(trace):
+                lines = _apply_real_process(gws, url, action)
+                delivered = apply(ref, action)
+                apply(mach, action)
+                diff = differences(gws[0], ref, queues=False) + process_differences(gws, mach)
+                if lines is not None:
+                    want = sorted(notice_text(KEYS[t], s) for _, t, s in cast(list[Notice], delivered))
+                    if sorted(lines) != want:
+                        diff.append(f"drain delivered: real {sorted(lines)} != reference {want}")
+                if diff:
+                    steps = [f"{i + 1}. {describe(a)}" for i, a in enumerate(trace[: index + 1])]
+                    return steps + diff
+        finally:
+            for gw in gws:
+                gw.close()
     return []

@@ -8,8 +8,9 @@ import pytest
 
 from sessionstate.statemachine.table import DRAIN
 from sessionstate.verify.machinepath import SharedMachWorld
-from sessionstate.verify.modelcheck import initial_node, run_modelcheck, step
+from sessionstate.verify.modelcheck import initial_node, run_modelcheck, sample_traces, step
 from sessionstate.verify.refmodel import Notice
+from sessionstate.verify.replay import replay_two_process_trace
 from sessionstate.verify.world import all_actions, describe, process_of
 
 # Issue 12's report, as a trace: A's notice for B reaches both processes (A has no claim, so
@@ -57,11 +58,32 @@ def test_two_process_actions_name_their_process_where_a_queue_is_touched():
     assert describe(("event", "B", None, True, 0)) == "material/self event on B by human in process 0"
 
 
-def test_two_processes_depth_4_without_a_violation():
-    report, parents = run_modelcheck(4, processes=2)
+@pytest.fixture(scope="module")
+def depth_4():
+    return run_modelcheck(4, processes=2)
+
+
+def test_two_processes_depth_4_without_a_violation(depth_4):
+    report, parents = depth_4
     assert report.ok, report.violation.render()
     assert report.depth_reached == 4 and report.states == len(parents) > 20_000
     assert report.liveness_checked == report.states - 1
+
+
+def test_sampled_two_process_traces_replay_equal_on_two_real_gateways(depth_4, tmp_path):
+    traces = list(sample_traces(depth_4[1], 30, seed=1))
+    assert len(traces) == 30 and max(map(len, traces)) == 4
+    assert {a[0] for t in traces for a in t} >= {"event", "drain", "sweep", "attach"}
+    for trace in traces:
+        assert replay_two_process_trace(trace, tmp_path) == []
+    assert replay_two_process_trace(ISSUE_TRACE, tmp_path) == []
+
+
+def test_the_two_process_replay_reports_a_difference(monkeypatch, tmp_path):
+    monkeypatch.setattr(SharedMachWorld, "sweep", lambda self, process: None)  # R22 left out
+    diff = replay_two_process_trace(ISSUE_TRACE[:2], tmp_path)
+    assert diff[:2] == ["1. material/self event on B by human in process 0", "2. sweep in process 1"]
+    assert any(line.startswith("queue of A in process 1: real ['Session") for line in diff), diff
 
 
 def test_the_issue_trace_delivers_each_episode_once_by_the_durable_cursor():
@@ -114,9 +136,11 @@ def test_two_process_fires_agree_with_the_bound_transitions_machine():
 
 @pytest.mark.slow
 def test_slow_profile_two_processes_depth_5():
-    report, _ = run_modelcheck(5, processes=2)
+    report, parents = run_modelcheck(5, processes=2)
     assert report.ok, report.violation.render()
     assert report.depth_reached == 5 or report.exhausted
+    for trace in sample_traces(parents, 1000, seed=0):
+        assert replay_two_process_trace(trace) == []
 
 
 def test_a_self_event_that_queues_a_notice_is_caught_in_any_process(monkeypatch):
