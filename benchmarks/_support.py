@@ -22,7 +22,13 @@ from typing import Any, Callable, Iterator
 from sessionstate import Gateway
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SqliteStore
-from sessionstate.store.sqlite import AUTO_VACUUM_INCREMENTAL, BUSY_TIMEOUT_MS, PRUNE_CHUNK_ROWS, RECLAIM_STEP_PAGES
+from sessionstate.store.sqlite import (
+    AUTO_VACUUM_INCREMENTAL,
+    BUSY_TIMEOUT_MS,
+    EVENT_PAGE_SQL,
+    PRUNE_CHUNK_ROWS,
+    RECLAIM_STEP_PAGES,
+)
 
 SMOKE = os.environ.get("SESSIONSTATE_BENCH_SMOKE", "") not in ("", "0")
 
@@ -280,11 +286,8 @@ SELECT_HEAD = (
     "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
     " WHERE session_key = ? AND agent_id = ?"
 )
-SELECT_PAGE = (
-    "SELECT sequence, session_key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,"
-    " occurred_at, recorded_at, dedupe_key FROM session_state_events"
-    " WHERE session_key = ? AND agent_id = ? AND sequence > ? ORDER BY sequence LIMIT ?"
-)
+# The project's own page statement: the baseline reads exactly what the project reads.
+SELECT_PAGE = EVENT_PAGE_SQL
 SELECT_EARLIEST = "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?"
 ACK_CURSOR = (
     "UPDATE session_watch_cursors SET last_seen_sequence = notified_sequence, updated_at = ?"

@@ -58,6 +58,7 @@ class ChangePump:
     def stop(self) -> None:
         """Stop and join the thread (within one interval); call without the gateway lock."""
         self._stop.set()
+        self._feed.interrupt()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 

@@ -386,6 +386,10 @@ class ChangeFeed(Protocol):
         """The caller could not apply the last change set: the next one resynchronises."""
         ...
 
+    def interrupt(self) -> None:
+        """End the current and every later ``wait`` early (the pump is stopping); any thread."""
+        ...
+
     def close(self) -> None: ...
 
 

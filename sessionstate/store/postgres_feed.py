@@ -234,6 +234,11 @@ class PostgresChangeFeed:
         with self._lock:
             self._resync = True
 
+    def interrupt(self) -> None:
+        """A wait in progress still runs to its timeout (at most the pump's 250 ms): the
+        connection it blocks on is not this thread's to use."""
+        self._closed = True
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

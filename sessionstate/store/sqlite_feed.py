@@ -65,6 +65,9 @@ class SqliteChangeFeed:
     def lost(self) -> None:
         self._resync = True
 
+    def interrupt(self) -> None:
+        self._stopped.set()
+
     def close(self) -> None:
         self._stopped.set()
         self._db.close()
