@@ -2,8 +2,9 @@
 
 The feed is the backend's (``Store.open_change_feed``): on SQLite a poll of ``PRAGMA
 data_version``, on PostgreSQL a listening connection. The pump asks it every 50 ms after a
-change, doubling the interval to 250 ms while nothing changes (a listening feed returns as
-soon as a notification arrives, so the interval only bounds how long it blocks). On a change
+change, doubling the interval while nothing changes up to the feed's ``longest_wait``
+(SQLite: 250 ms; PostgreSQL: 1 s, as a notification ends its wait at once, so the interval
+only bounds how long it blocks). On a change
 it takes the gateway lock and sweeps (``Serving.sweep``); every 5 s it refreshes this
 server's heartbeat and releases servers whose lease ran out.
 """
@@ -31,7 +32,6 @@ class Pumped(Protocol):
 log = logging.getLogger("sessionstate")
 
 MIN_POLL_SECONDS = 0.05
-MAX_POLL_SECONDS = 0.25
 
 
 class ChangePump:
@@ -41,12 +41,12 @@ class ChangePump:
         feed: ChangeFeed,
         *,
         min_interval: float = MIN_POLL_SECONDS,
-        max_interval: float = MAX_POLL_SECONDS,
+        max_interval: float | None = None,
     ) -> None:
         self._gateway = gateway
         self._feed = feed
         self._min = min_interval
-        self._max = max_interval
+        self._max = feed.longest_wait if max_interval is None else max_interval
         self._stop = threading.Event()
         self.polls = 0
         self.changes = 0

@@ -370,6 +370,10 @@ class ChangeFeed(Protocol):
     ``lost`` run with the store's lock held.
     """
 
+    # The longest wait worth asking for while idle: a poll's interval, or for a feed that is
+    # woken by the server how often its pump must still run (heartbeat, stop).
+    longest_wait: float
+
     def wait(self, timeout: float) -> bool:
         """Block at most ``timeout`` seconds; ``True`` when changes may be waiting."""
         ...

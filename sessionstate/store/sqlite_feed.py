@@ -21,6 +21,8 @@ from .serving import SqliteServingTable
 
 @translated
 class SqliteChangeFeed:
+    longest_wait = 0.25  # the poll's idle interval (R22)
+
     def __init__(
         self, path: Path | None, serving: SqliteServingTable, kinds: tuple[str, ...], *, busy_timeout: float
     ) -> None:
