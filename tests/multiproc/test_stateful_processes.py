@@ -16,7 +16,7 @@ from hypothesis.stateful import invariant, precondition, rule
 
 from sessionstate import Gateway
 from tests.backends import stateful_test_cases
-from tests.gateway.test_stateful import GatewayVersusModel
+from tests.gateway.test_stateful import MAX_ROWS, GatewayVersusModel
 from sessionstate.verify.refmodel import agent_of
 
 PROCESSES = (0, 1, 2)
@@ -39,9 +39,20 @@ class GatewaysVersusModel(GatewayVersusModel):
         self.gws[self.current] = value
 
     def _open(self) -> Gateway:
-        gw = super()._open()
+        # A server without the pump thread (sweeps run by hand). It learns the claims before
+        # it serves anything, as Gateway.open(pump=True) does: its startup sweep runs after the
+        # registration, so it never queues or wakes for a watcher another server holds.
+        gw = Gateway.open(
+            self.url,
+            clock=lambda: self.model.now,
+            on_wake=lambda w, r: self.wakes.append((w, r)),
+            max_rows=MAX_ROWS,
+            serve=[],
+        )
         with gw.locked():
-            gw.serving.register()  # a server without the pump thread: sweeps run by hand
+            gw.serving.register()
+            gw.serving.serve(["*"])
+        gw.startup_sweep()
         return gw
 
     def teardown(self) -> None:
