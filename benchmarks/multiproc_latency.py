@@ -139,6 +139,11 @@ class RawListener:
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.conn.close()
+
     def run(self) -> None:
         while not self.stop.is_set():
             for _ in self.conn.notifies(timeout=LISTEN_WAIT_SECONDS, stop_after=1):
@@ -183,11 +188,7 @@ def latency(mode: str, episodes: int, directory: Path, pg_url: str | None = None
 
         listener = RawListener(pg_url, heard)
         reset = lambda: None  # noqa: E731
-
-        def stop() -> None:
-            listener.stop.set()
-            listener.thread.join()
-            listener.conn.close()
+        stop = listener.close
     else:
         db = sqlite3.connect(path, isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
@@ -230,11 +231,7 @@ def idle_cpu(mode: str, seconds: float, directory: Path, pg_url: str | None = No
         stop = gw.close
     elif pg_url is not None:
         listener = RawListener(pg_url, lambda: None)
-
-        def stop() -> None:
-            listener.stop.set()
-            listener.thread.join()
-            listener.conn.close()
+        stop = listener.close
     else:
         db = sqlite3.connect(path, isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
