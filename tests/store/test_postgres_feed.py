@@ -10,6 +10,7 @@ import pytest
 
 from sessionstate import Gateway
 from sessionstate.notices import notice_text
+from sessionstate.store.records import PendingCursor
 from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES, RESYNC_PAYLOAD, encode_changes
 from tests.backends import _admin_connection, postgres_database
 
@@ -35,14 +36,12 @@ def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
         server.serving.register()
         feed = server.serving.feed
-        sequence = human(recorder)
+        sequence = human(recorder)  # freezes W's cursor on T: found through the event
+        feed.sync()
+        assert feed.take() == ([PendingCursor(W, T, "b", 0)], [], [(T, "b", None)], False)
         recorder.drain_system_events(W)  # the ack is a cursor change outside the hot path
         feed.sync()
-        changes = feed.take()
-        assert not changes.resync
-        assert changes.material == [(T, "b", None)]
-        assert [p.watcher for p in changes.frozen] in ([], [W])  # acknowledged again since
-        assert changes.watchers == [W]
+        assert feed.take() == ([], [W], [], False)
         assert server.cursor_positions(W, T).last_seen == sequence
 
 
