@@ -5,8 +5,8 @@ without it every benchmark here skips. Each module run gets its own schema.
 
 The raw baseline (``RawPg``) is one autocommit psycopg connection running, at the same
 transaction boundaries, the very statements ``PostgresStore`` runs (imported from it, so they
-cannot drift apart), prepared on the server: head lock, insert + head bump, the caught-up
-read, the cursor upsert; and for ``changesSince`` the head, the page and the earliest
+cannot drift apart), prepared on the server: head lock with insert + head bump (one
+statement), the caught-up read, the cursor upsert; and for ``changesSince`` the head, the page and the earliest
 sequence. It does that SQL and nothing else: no validation, no protocol machine, no queue.
 """
 
@@ -147,10 +147,9 @@ class RawPg:
     def record(self, key: str = TARGET) -> None:
         sql, cur = self.sql, self.cur
         cur.execute("BEGIN")
-        cur.execute(sql.LOCK_HEAD_SQL, (key, AGENT), prepare=True).fetchone()
         sequence = cur.execute(
-            sql.APPEND_SQL,
-            (key, AGENT, KIND, "human", None, None, "hello", None, NOW, NOW, None, NOW, key, AGENT),
+            sql.LOCK_AND_APPEND_SQL,
+            (key, AGENT, key, AGENT, KIND, "human", None, None, "hello", None, NOW, NOW, None, NOW, key, AGENT),
             prepare=True,
         ).fetchone()[0]
         rows = cur.execute(sql.CAUGHT_UP_WATCHERS_SQL, (key, AGENT), prepare=True).fetchall()

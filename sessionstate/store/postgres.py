@@ -84,12 +84,26 @@ DEDUPE_SQL = "SELECT sequence FROM session_state_events WHERE dedupe_key = %s"
 # Runs after LOCK_HEAD_SQL in the same transaction: the sequence is taken under the head's
 # lock. ON CONFLICT covers a dedupe key committed by a transaction on another session after
 # the DEDUPE_SQL check (no row comes back; the caller reads the winner's sequence).
+_BUMP_HEAD = (
+    " UPDATE session_state_heads h SET last_sequence = inserted.sequence, updated_at = %s"
+    " FROM inserted WHERE h.session_key = %s AND h.agent_id = %s RETURNING inserted.sequence"
+)
 APPEND_SQL = (
     f"WITH inserted AS (INSERT INTO session_state_events ({_EVENT_COLUMNS})"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence)"
-    " UPDATE session_state_heads h SET last_sequence = inserted.sequence, updated_at = %s"
-    " FROM inserted WHERE h.session_key = %s AND h.agent_id = %s RETURNING inserted.sequence"
+    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence)" + _BUMP_HEAD
+)
+# The first append to a session in a transaction, without a dedupe key: the head lock and the
+# append in one statement, one round trip fewer (spec section 16, C1). The inserted row is
+# produced by the locked head row, so its sequence is taken after the lock is held; no head
+# row means nothing is inserted and nothing comes back. Arguments: the head's key twice, then
+# APPEND_SQL's.
+LOCK_AND_APPEND_SQL = (
+    "WITH locked AS (SELECT 1 FROM session_state_heads"
+    " WHERE session_key = %s AND agent_id = %s FOR UPDATE),"
+    f" inserted AS (INSERT INTO session_state_events ({_EVENT_COLUMNS})"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s::float8, %s::float8, %s FROM locked"
+    " RETURNING sequence)" + _BUMP_HEAD
 )
 HEAD_SQL = (
     "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
@@ -440,10 +454,19 @@ class PostgresStore:
 
         Must run inside ``atomic()``. The head row is locked first (its absence raises
         ``UnknownSession``), then the dedupe key is looked up, then the row is inserted with a
-        sequence taken under that lock.
+        sequence taken under that lock. Without a dedupe key the first append to a session in
+        a transaction locks and inserts in one statement (``LOCK_AND_APPEND_SQL``).
         """
         cur = self._cur
         target = (key, agent_id)
+        append_args = (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload, occurred_at,
+                       recorded_at, dedupe_key, recorded_at, key, agent_id)
+        if target not in self._locked and dedupe_key is None:
+            row = cur.execute(LOCK_AND_APPEND_SQL, target + append_args, prepare=True).fetchone()
+            if row is None:
+                raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
+            self._locked.add(target)
+            return self._appended(key, agent_id, kind, actor_id, int(row[0]))
         if target not in self._locked:
             if cur.execute(LOCK_HEAD_SQL, target, prepare=True).fetchone() is None:
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
@@ -452,18 +475,15 @@ class PostgresStore:
             existing = cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
             if existing is not None:
                 return int(existing[0]), False
-        row = cur.execute(
-            APPEND_SQL,
-            (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload, occurred_at,
-             recorded_at, dedupe_key, recorded_at, key, agent_id),
-            prepare=True,
-        ).fetchone()
+        row = cur.execute(APPEND_SQL, append_args, prepare=True).fetchone()
         if row is None:  # the dedupe key was committed meanwhile by a writer on another session
             winner = None if dedupe_key is None else cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
             if winner is None:  # no head row to bump (the caller rolls the insert back)
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             return int(winner[0]), False
-        sequence = int(row[0])
+        return self._appended(key, agent_id, kind, actor_id, int(row[0]))
+
+    def _appended(self, key: str, agent_id: str, kind: str, actor_id: str | None, sequence: int) -> tuple[int, bool]:
         if kind in self._notifying_kinds:
             self._notified_events.append((key, agent_id, actor_id, sequence))
         return sequence, True

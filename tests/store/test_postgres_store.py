@@ -44,12 +44,15 @@ def terminate(pid: int) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
-def test_appends_to_one_session_commit_in_sequence_order(stores):
+# Without a dedupe key the head lock and the insert are one statement (LOCK_AND_APPEND_SQL);
+# with one the lock is a statement of its own before the key's lookup: both must wait.
+@pytest.mark.parametrize("dedupe", [None, "second-writer"], ids=["lock-in-append", "lock-then-dedupe"])
+def test_appends_to_one_session_commit_in_sequence_order(stores, dedupe):
     first, second = stores
     done: list[int] = []
     with first.atomic():
-        held = append(first)[0]
-        worker = threading.Thread(target=lambda: done.append(_append_in_transaction(second)))
+        held = append(first, dedupe=None if dedupe is None else "first-writer")[0]
+        worker = threading.Thread(target=lambda: done.append(_append_in_transaction(second, dedupe)))
         worker.start()
         worker.join(0.3)
         # The second writer waits on the head row: its sequence is not taken yet.
@@ -63,9 +66,9 @@ def test_appends_to_one_session_commit_in_sequence_order(stores):
     assert first.head("agent:a:one", "a").last_sequence == done[0]
 
 
-def _append_in_transaction(store) -> int:
+def _append_in_transaction(store, dedupe=None) -> int:
     with store.transaction():
-        return append(store)[0]
+        return append(store, dedupe=dedupe)[0]
 
 
 class second_store_for_other_session:
