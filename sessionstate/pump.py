@@ -3,9 +3,9 @@
 The feed is the backend's (``Store.open_change_feed``): on SQLite a poll of ``PRAGMA
 data_version``, on PostgreSQL a listening connection. The pump asks it every 50 ms after a
 change, doubling the interval while nothing changes up to the feed's ``longest_wait``
-(SQLite: 250 ms; PostgreSQL: 1 s, as a notification ends its wait at once, so the interval
-only bounds how long it blocks). On a change
-it takes the gateway lock and sweeps (``Serving.sweep``); every 5 s it refreshes this
+(SQLite: 250 ms; PostgreSQL: the 5 s heartbeat, as a notification ends its wait at once, so
+the interval only bounds how long it blocks), and no wait runs past the next heartbeat. On a
+change it takes the gateway lock and sweeps (``Serving.sweep``); every 5 s it refreshes this
 server's heartbeat and releases servers whose lease ran out.
 """
 
@@ -78,7 +78,10 @@ class ChangePump:
         next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
         while not self._stop.is_set():
             try:
-                interval = self._min if self.poll_once(interval) else min(interval * 2, self._max)
+                # No wait outlasts the heartbeat that falls due during it (a PostgreSQL feed,
+                # woken by the server, could otherwise sleep past the lease).
+                wait = min(interval, max(0.0, next_heartbeat - time.monotonic()))
+                interval = self._min if self.poll_once(wait) else min(interval * 2, self._max)
                 if time.monotonic() >= next_heartbeat:
                     next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
                     with self._gateway.store.lock:

@@ -101,9 +101,11 @@ def notify_statement(prefix: str, payload: str) -> str:
 
 
 class PostgresChangeFeed:
-    # A notification ends a wait at once, so idle waits can be long; each wake-up of an idle
-    # process costs about 0.1 % of a core here, and the pump's heartbeat (5 s) bounds it.
-    longest_wait = 1.0
+    # A notification or an interrupt ends a wait at once, so an idle wait lasts until the
+    # pump's next heartbeat (5 s; the pump caps each wait there): an idle server wakes once
+    # per heartbeat. Each wake-up of a thread costs the scheduler's accounting here about as
+    # much as the pump's work in it.
+    longest_wait = 5.0
 
     def __init__(
         self,

@@ -1,0 +1,92 @@
+"""The pump's schedule (R22): waits back off while idle, but none outlasts the next heartbeat.
+
+A feed woken by its server (PostgreSQL) may ask for idle waits longer than the heartbeat; the
+pump must still refresh the heartbeat on time, or a live server's lease would run out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from sessionstate import pump as pump_module
+from sessionstate.pump import ChangePump
+
+HEARTBEAT = 0.3
+
+
+class SilentFeed:
+    """A feed on which nothing ever changes; it records the timeout of every wait."""
+
+    longest_wait = 30.0  # far beyond the heartbeat
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+        self._stop = threading.Event()
+
+    def wait(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        self._stop.wait(timeout)
+        return False
+
+    def interrupt(self) -> None:
+        self._stop.set()
+
+
+class ServingSpy:
+    def __init__(self) -> None:
+        self.heartbeats: list[float] = []
+
+    def heartbeat(self) -> None:
+        self.heartbeats.append(time.monotonic())
+
+    def sweep(self) -> None:
+        raise AssertionError("nothing changed: no sweep")
+
+
+class StoreStub:
+    lock = threading.RLock()
+
+
+class GatewayStub:
+    closed = False
+
+    def __init__(self) -> None:
+        self.store = StoreStub()
+        self.serving = ServingSpy()
+
+
+@pytest.fixture
+def short_heartbeat(monkeypatch):
+    monkeypatch.setattr(pump_module, "HEARTBEAT_SECONDS", HEARTBEAT)
+
+
+def test_an_idle_pump_heartbeats_on_time_however_long_its_feed_would_wait(short_heartbeat):
+    gateway, feed = GatewayStub(), SilentFeed()
+    pump = ChangePump(gateway, feed)  # type: ignore[arg-type]
+    began = time.monotonic()
+    pump.start()
+    time.sleep(HEARTBEAT * 6.5)
+    pump.stop()
+    beats = [began] + gateway.serving.heartbeats
+    assert len(beats) >= 6, beats
+    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    # Each beat falls due HEARTBEAT after the previous one; it is late only by scheduling.
+    assert max(gaps) < HEARTBEAT + 0.15, gaps
+    assert max(feed.timeouts) <= HEARTBEAT + 1e-6, feed.timeouts
+
+
+def test_an_idle_pump_backs_off_to_its_feeds_longest_wait(short_heartbeat, monkeypatch):
+    monkeypatch.setattr(pump_module, "HEARTBEAT_SECONDS", 60.0)
+    gateway, feed = GatewayStub(), SilentFeed()
+    feed.longest_wait = 0.2
+    pump = ChangePump(gateway, feed)  # type: ignore[arg-type]
+    pump.start()
+    time.sleep(1.2)
+    pump.stop()
+    # 50 ms, doubling, capped at the feed's longest wait; no heartbeat fell due.
+    assert feed.timeouts[:4] == pytest.approx([0.05, 0.1, 0.2, 0.2], abs=1e-3)
+    assert max(feed.timeouts) == pytest.approx(0.2, abs=1e-6)
+    assert gateway.serving.heartbeats == []
