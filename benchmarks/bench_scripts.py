@@ -1,0 +1,38 @@
+"""The standalone measurement scripts, run once at their smallest so they cannot rot.
+
+``append_cost.py`` compares trees rather than the project with raw SQL, so it is a script of
+its own; here it compares this tree with itself, on SQLite and (with a server) on PostgreSQL,
+and only the shape of its report is checked: nothing here asserts timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PG_URL = os.environ.get("SESSIONSTATE_TEST_PG_URL")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_append_cost_script_reports_every_tree(backend):
+    if backend == "postgresql" and not PG_URL:
+        pytest.skip("needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")
+    flags = ["--postgres"] if backend == "postgresql" else []
+    done = subprocess.run(
+        [sys.executable, str(HERE / "append_cost.py"), *flags, "--events", "20", "--runs", "2",
+         str(HERE.parent), str(HERE.parent)],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["backend"] == backend and report["events"] == 20
+    assert [t["tree"] for t in report["trees"]] == [str(HERE.parent)] * 2
+    for tree in report["trees"]:
+        assert len(tree["medians_us"]) == 2 and all(m > 0 for m in tree["medians_us"])
+    assert report["trees"][0]["vs_first"] == 1.0
