@@ -21,6 +21,7 @@ writer gave for free (the ordering argument is written out in spec/notice-protoc
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -148,6 +149,19 @@ PUT_CURSOR_SQL = (
     " notified_sequence = excluded.notified_sequence,"
     " material_sequence = excluded.material_sequence, updated_at = excluded.updated_at"
 )
+# Up to this many cursor upserts go in one statement, one round trip with its plan prepared
+# once per row count: three rows take ~100 µs that way against ~145 µs through executemany's
+# pipeline. A larger freeze (rare) uses executemany, so the statement texts stay few.
+PUT_CURSORS_MAX_ROWS = 16
+_CURSOR_ROW = "(%s, %s, %s, %s, %s, %s, %s)"
+
+
+@functools.lru_cache(maxsize=PUT_CURSORS_MAX_ROWS)
+def put_cursors_sql(rows: int) -> str:
+    """``PUT_CURSOR_SQL`` for ``rows`` rows at once (their watchers distinct)."""
+    return PUT_CURSOR_SQL.replace("VALUES " + _CURSOR_ROW, "VALUES " + ", ".join([_CURSOR_ROW] * rows), 1)
+
+
 DELETE_CURSOR_SQL = (
     "DELETE FROM session_watch_cursors WHERE watcher_session_key = %s"
     " AND target_session_key = %s AND target_agent_id = %s"
@@ -595,6 +609,10 @@ class PostgresStore:
         deletes = [(w, target_key, target_agent_id) for w, p in changes if p is None]
         if len(upserts) == 1:
             cur.execute(PUT_CURSOR_SQL, upserts[0], prepare=True)
+        elif 1 < len(upserts) <= PUT_CURSORS_MAX_ROWS:
+            if len({u[0] for u in upserts}) < len(upserts):  # one statement may not upsert a row twice
+                upserts = list({u[0]: u for u in upserts}.values())  # the last write wins, as in order
+            cur.execute(put_cursors_sql(len(upserts)), [v for u in upserts for v in u], prepare=True)
         elif upserts:
             cur.executemany(PUT_CURSOR_SQL, upserts)
         if deletes:

@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from json.encoder import encode_basestring as _quote  # json.dumps's quoting (ensure_ascii=False)
 from typing import Any
 
 import psycopg
@@ -58,9 +59,9 @@ def encode_changes(watchers: Iterable[str], events: Iterable[NotifiedEvent]) -> 
     cannot fit in one alone turns the whole change into one resynchronisation payload."""
     named = list(dict.fromkeys(watchers))
     listed = [list(e) for e in events]
-    whole = _dump({"w": named, "e": listed} if named and listed else {"w": named} if named else {"e": listed})
-    if len(whole.encode()) <= MAX_PAYLOAD_BYTES:  # the common case: one notification
-        return [whole]
+    whole = _whole_payload(named, listed)
+    if len(whole) <= MAX_PAYLOAD_BYTES // 4 or len(whole.encode()) <= MAX_PAYLOAD_BYTES:
+        return [whole]  # the common case: one notification
     payloads: list[str] = []
     items: list[tuple[str, Any]] = [("w", w) for w in named]
     items += [("e", e) for e in listed]
@@ -83,6 +84,24 @@ def encode_changes(watchers: Iterable[str], events: Iterable[NotifiedEvent]) -> 
 
 def _dump(batch: dict[str, list[Any]]) -> str:
     return json.dumps(batch, ensure_ascii=False, separators=(",", ":"))
+
+
+def _whole_payload(named: list[str], listed: list[list[Any]]) -> str:
+    """``_dump`` of the one-notification payload, written out by hand: this runs in every
+    notifying commit, and ``json.dumps`` with these options builds an encoder per call, which
+    cost three quarters of the notification's Python time (~15 of ~20 microseconds). Strings
+    go through the encoder's own quoting function, so the text is the same."""
+    events = '"e":[' + ",".join(map(_event_text, listed)) + "]"
+    if not named:
+        return "{" + events + "}"
+    watchers = '"w":[' + ",".join(map(_quote, named)) + "]"
+    return "{" + watchers + "," + events + "}" if listed else "{" + watchers + "}"
+
+
+def _event_text(event: list[Any]) -> str:
+    key, agent_id, actor_id, sequence = event
+    actor = "null" if actor_id is None else _quote(actor_id)
+    return "[" + _quote(key) + "," + _quote(agent_id) + "," + actor + "," + str(sequence) + "]"
 
 
 def quoted_channel(channel: str) -> str:

@@ -181,6 +181,18 @@ def test_caught_up_watchers_leaves_out_pending_cursors(store):
     assert sorted(store.caught_up_watchers("t", "a")) == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
 
 
+@pytest.mark.parametrize("count", [2, 3, 16, 17, 40])  # one statement up to 16 rows on PostgreSQL, then executemany
+def test_one_put_writes_every_cursor_and_a_repeated_watcher_ends_at_its_last_positions(store, count):
+    with store.transaction():
+        store.put_cursors("t", "a", [(f"w{i}", (0, 0, 0)) for i in range(count)], 1.0)
+    changes = [(f"w{i}", (i, i + 1, i + 2)) for i in range(count)] + [("w0", (7, 8, 9)), ("w1", None)]
+    with store.transaction():
+        store.put_cursors("t", "a", changes, 2.0)
+    expected = {f"w{i}": (i, i + 1, i + 2) for i in range(2, count)} | {"w0": (7, 8, 9)}
+    assert {c.watcher: c.positions for c in store.cursors_naming("t", "a")} == expected
+    assert all(c.updated_at == 2.0 for c in store.cursors_naming("t", "a"))
+
+
 def test_cursor_queries_by_holder_naming_and_pending(store):
     put(store, W, A, (0, 1, 1))
     put(store, W, B, (0, 0, 0))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sessionstate import Gateway
 from sessionstate.notices import notice_text
@@ -98,6 +100,22 @@ def test_payloads_stay_under_the_limit_and_lose_nothing():
     messages = [json.loads(p) for p in payloads]
     assert [w for m in messages for w in m.get("w", [])] == watchers
     assert [tuple(e) for m in messages for e in m.get("e", [])] == events
+
+
+_text = st.text(max_size=12)  # every code point: quotes, backslashes, controls, beyond the BMP
+_events = st.lists(st.tuples(_text, _text, st.none() | _text, st.integers(0, 2**63 - 1)), max_size=4)
+
+
+@given(watchers=st.lists(_text, max_size=4), events=_events)
+def test_a_payload_is_the_json_text_of_its_changes(watchers, events):
+    """The payload is written by hand on the commit path: it must be exactly the text
+    ``json.dumps`` gives (compact, unescaped), and read back to the same changes."""
+    named = list(dict.fromkeys(watchers))
+    listed = [list(e) for e in events]
+    expected = {"w": named, "e": listed} if named and listed else {"w": named} if named else {"e": listed}
+    (payload,) = encode_changes(watchers, events)
+    assert payload == json.dumps(expected, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(payload) == expected
 
 
 def test_a_change_too_large_for_one_notification_becomes_a_resync():
