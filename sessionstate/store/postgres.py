@@ -877,7 +877,7 @@ class _Transaction:
 
 def _run(store: PostgresStore, sql: str, *, committing: bool = False) -> None:
     try:
-        store._pg.execute(sql)
+        store._cur.execute(sql)  # the store's cursor: Connection.execute would make one per call
     except psycopg.Error as exc:
         raise _translate(exc, committing=committing) from exc
 
