@@ -496,3 +496,34 @@ def measure(
 
     return benchmark.pedantic(fn, setup=wrapped, rounds=rounds(rounds_full),
                               warmup_rounds=0 if SMOKE else warmup)
+
+
+def paired(benchmark: Any, project: Callable[..., Any], other: Callable[..., Any], *, key: str,
+           rounds_full: int, setup_project: Callable[[], None] | None = None,
+           setup_other: Callable[[], None] | None = None, args: tuple[Any, ...] = (),
+           kwargs: dict[str, Any] | None = None, other_args: tuple[Any, ...] = (),
+           other_name: str = "raw", warmup: int = 10, **info: Any) -> Any:
+    """Time ``project`` under pytest-benchmark and ``other`` (the baseline) in the same rounds,
+    alternately (each round: the baseline, then the project, each after its untimed setup),
+    so that the slow and fast phases of a shared machine, which last seconds, move both sides
+    alike; measured in separate benchmarks, one side could meet a slow phase the other
+    missed, and a ratio moved by up to 2x between runs here. The baseline's median goes into
+    ``extra_info[f"{other_name}_median"]``, which ``report.py`` reads as ``key#other_name``."""
+    other_times: list[float] = []
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if setup_other is not None:
+            setup_other()
+        began = time.perf_counter()
+        other(*other_args)
+        other_times.append(time.perf_counter() - began)
+        if setup_project is not None:
+            setup_project()
+        return args, kwargs or {}
+
+    benchmark.extra_info.update(key=key, smoke=SMOKE, **info)
+    result = benchmark.pedantic(project, setup=setup, rounds=rounds(rounds_full),
+                                warmup_rounds=0 if SMOKE else warmup)
+    timed = sorted(other_times[len(other_times) - rounds(rounds_full):])  # the warm-up rounds left out
+    benchmark.extra_info[f"{other_name}_median"] = timed[len(timed) // 2]
+    return result

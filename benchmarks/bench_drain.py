@@ -9,28 +9,20 @@ baseline is the smallest durable ack: BEGIN IMMEDIATE, one UPDATE by primary key
 
 from __future__ import annotations
 
-from _support import KIND, TARGET, RawLog, build_log_file, measure, open_gateway, watcher_key
+from _support import KIND, TARGET, RawLog, build_log_file, open_gateway, paired, watcher_key
 
 W = watcher_key(0)
 
 
-def test_drain_project(benchmark, tmp_path):
-    path = tmp_path / "drain.db"
-    build_log_file(path, rows=1_000, sessions=10, watchers=1)
-    gw = open_gateway(path)
-
-    def setup() -> None:
-        gw.record_event(TARGET, KIND, actor_type="human", summary="hello")
-
-    lines = measure(benchmark, gw.drain_system_events, key="drain.project", setup=setup,
-                    rounds_full=2000, args=(W,))
+def test_drain(benchmark, tmp_path):
+    """Both sides alternately, each on a file of its own."""
+    for name in ("project", "raw"):
+        build_log_file(tmp_path / f"{name}.db", rows=1_000, sessions=10, watchers=1)
+    gw = open_gateway(tmp_path / "project.db")
+    raw = RawLog(tmp_path / "raw.db")
+    lines = paired(benchmark, gw.drain_system_events, raw.ack, key="drain.project", rounds_full=2000,
+                   setup_project=lambda: gw.record_event(TARGET, KIND, actor_type="human", summary="hello"),
+                   setup_other=raw.record, args=(W,), other_args=(W,))
     assert len(lines) == 1
-    gw.close()
-
-
-def test_drain_raw(benchmark, tmp_path):
-    path = tmp_path / "drain.db"
-    build_log_file(path, rows=1_000, sessions=10, watchers=1)
-    raw = RawLog(path)
-    measure(benchmark, raw.ack, key="drain.raw", setup=raw.record, rounds_full=2000, args=(W,))
     raw.close()
+    gw.close()

@@ -21,7 +21,7 @@ import uuid
 from typing import Any, Iterator
 
 import pytest
-from _support import KIND, NOW, SMOKE, TARGET, clear_queue, measure, scaled, watcher_key
+from _support import KIND, NOW, SMOKE, TARGET, clear_queue, measure, paired, scaled, watcher_key
 
 PG_URL = os.environ.get("SESSIONSTATE_TEST_PG_URL")
 pytestmark = pytest.mark.skipif(not PG_URL, reason="needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")
@@ -117,32 +117,6 @@ def _reset_caught_up(side: Any, watcher: str | None = None, target: str = TARGET
         side.execute(_RESET_CAUGHT_UP.format(p="%s"), args)
 
 
-def paired(benchmark: Any, project: Any, raw: Any, *, key: str, rounds_full: int,
-           setup_project: Any = None, setup_raw: Any = None, args: tuple[Any, ...] = (),
-           kwargs: dict[str, Any] | None = None, raw_args: tuple[Any, ...] = (), **info: Any) -> Any:
-    """Time the project call under pytest-benchmark and the raw call in the same rounds,
-    alternately (each round: raw, then project), so that load on a shared machine moves
-    both sides alike. The raw median goes into ``extra_info["raw_median"]``."""
-    raw_times: list[float] = []
-
-    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if setup_raw is not None:
-            setup_raw()
-        began = time.perf_counter()
-        raw(*raw_args)
-        raw_times.append(time.perf_counter() - began)
-        if setup_project is not None:
-            setup_project()
-        return args, kwargs or {}
-
-    benchmark.extra_info.update(key=key, smoke=SMOKE, **info)
-    result = benchmark.pedantic(project, setup=setup, rounds=2 if SMOKE else rounds_full,
-                                warmup_rounds=0 if SMOKE else 10)
-    raw_times.sort()
-    benchmark.extra_info["raw_median"] = raw_times[len(raw_times) // 2]
-    return result
-
-
 class RawPg:
     """PostgresStore's statements on a raw psycopg connection, same transaction boundaries."""
 
@@ -195,7 +169,7 @@ def test_pg_record(benchmark, pg_schema, watchers):
         clear_queue(gw)
 
     paired(benchmark, gw.record_event, raw.record, key=f"pg.record.w{watchers}", rounds_full=1000,
-           setup_project=setup_project, setup_raw=lambda: _reset_caught_up(raw.db),
+           setup_project=setup_project, setup_other=lambda: _reset_caught_up(raw.db),
            args=(TARGET, KIND), kwargs=EVENT)
     assert len(gw.queue.sessions()) == watchers
     raw.close()
@@ -223,7 +197,7 @@ def test_pg_record_pending(benchmark, pg_schema):
         clear_queue(gw)
 
     paired(benchmark, gw.record_event, lambda: gw.record_event(alone, KIND, **EVENT), key="pg.record.pending",
-           rounds_full=1000, setup_project=setup_pending, setup_raw=setup_alone, args=(TARGET, KIND),
+           rounds_full=1000, setup_project=setup_pending, setup_other=setup_alone, args=(TARGET, KIND),
            kwargs=EVENT, pending=PENDING)
     admin.close()
     gw.close()
@@ -239,7 +213,7 @@ def test_pg_changes_since_page(benchmark, pg_schema):
     expect = min(200, len(seqs) - len(seqs) // 2 - 1)
     gw = _gateway(pg_schema)
     result = paired(benchmark, gw.session_status, raw.page, key="pg.page.full", rounds_full=1000,
-                    args=(TARGET,), kwargs={"changes_since": since}, raw_args=(TARGET, since), rows=PAGE_ROWS)
+                    args=(TARGET,), kwargs={"changes_since": since}, other_args=(TARGET, since), rows=PAGE_ROWS)
     assert len(result["stateChanges"]["events"]) == expect
     assert len(raw.page(TARGET, since)[1][:200]) == expect
     raw.close()

@@ -8,7 +8,7 @@ runs the same three SELECTs on the same file and keeps the rows as tuples.
 from __future__ import annotations
 
 import pytest
-from _support import TARGET, RawLog, cached_log_file, measure, open_gateway, scaled
+from _support import TARGET, RawLog, cached_log_file, open_gateway, paired, scaled
 
 ROWS = scaled(50_000, 2_000)
 SESSIONS = 10
@@ -30,20 +30,15 @@ def _since(path, page: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("page", ["full", "head"])
-def test_changes_since_project(benchmark, log_file, page):
+def test_changes_since(benchmark, log_file, page):
+    """The project's page against the raw statements, alternately, on the same file (reads
+    only: neither side's connection sees a commit)."""
     since, expect = _since(log_file, page)
     gw = open_gateway(log_file)
-    result = measure(benchmark, gw.session_status, key=f"page.{page}.project", rounds_full=2000,
-                     args=(TARGET,), kwargs={"changes_since": since}, rows=ROWS)
-    assert len(result["stateChanges"]["events"]) == expect
-    gw.close()
-
-
-@pytest.mark.parametrize("page", ["full", "head"])
-def test_changes_since_raw(benchmark, log_file, page):
-    since, expect = _since(log_file, page)
     raw = RawLog(log_file)
-    result = measure(benchmark, raw.page, key=f"page.{page}.raw", rounds_full=2000,
-                     args=(TARGET, since), rows=ROWS)
-    assert len(result[1][:200]) == expect
+    result = paired(benchmark, gw.session_status, raw.page, key=f"page.{page}.project", rounds_full=2000,
+                    args=(TARGET,), kwargs={"changes_since": since}, other_args=(TARGET, since), rows=ROWS)
+    assert len(result["stateChanges"]["events"]) == expect
+    assert len(raw.page(TARGET, since)[1][:200]) == expect
     raw.close()
+    gw.close()
