@@ -7,14 +7,17 @@
 * vs number of sessions: 10 -> 10k sessions, one watcher watching each; events go round-robin
   over the sessions, so every event lands on a different target.
 
-Each point is measured for the project and for the raw baseline in the same run.
+Each point times the project and the raw baseline in the same benchmark, alternating rounds
+(``_support.paired``), each side on a file of its own.
 """
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
+from sessionstate import Gateway
 from _support import (
     side_connection,
     KIND,
@@ -28,7 +31,7 @@ from _support import (
     connect_raw,
     create_schema,
     make_pending,
-    measure,
+    paired,
     open_gateway,
     reset_caught_up,
     scaled,
@@ -47,53 +50,42 @@ def _rounds_for(watchers: int) -> int:
     return max(15, min(1000, 30_000 // watchers))
 
 
-@pytest.mark.parametrize("side", SIDES)
+def _caught_up(gw: Gateway, target: str = TARGET) -> None:
+    reset_caught_up(side_connection(gw), target=target)
+    clear_queue(gw)
+
+
 @pytest.mark.parametrize("rows", TABLE_SIZES)
-def test_event_vs_table_size(benchmark, tmp_path, rows, side):
-    path = cached_log_file(tmp_path, rows=rows, sessions=100, watchers=3)
-    info = dict(curve="table_size", x=rows, side=side)
-    if side == "project":
-        gw = open_gateway(path)
-
-        def setup() -> None:
-            reset_caught_up(side_connection(gw))
-            clear_queue(gw)
-
-        measure(benchmark, gw.record_event, setup=setup, rounds_full=1000, args=(TARGET, KIND), kwargs=EVENT, **info)
-        gw.close()
-    else:
-        raw = RawLog(path)
-        measure(benchmark, raw.record, setup=lambda: reset_caught_up(raw.db), rounds_full=1000, **info)
-        raw.close()
+def test_event_vs_table_size(benchmark, tmp_path, rows):
+    gw = open_gateway(cached_log_file(_dir(tmp_path, "project"), rows=rows, sessions=100, watchers=3))
+    raw = RawLog(cached_log_file(_dir(tmp_path, "raw"), rows=rows, sessions=100, watchers=3))
+    paired(benchmark, gw.record_event, raw.record, key=f"scaling.rows.{rows}", rounds_full=1000,
+           setup_project=lambda: _caught_up(gw), setup_other=lambda: reset_caught_up(raw.db),
+           args=(TARGET, KIND), kwargs=EVENT, curve="table_size", x=rows, side="project")
+    raw.close()
+    gw.close()
 
 
-@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("state", ["caught_up", "pending"])
 @pytest.mark.parametrize("watchers", WATCHERS)
-def test_event_vs_watchers(benchmark, tmp_path, watchers, state, side):
-    path = tmp_path / "watchers.db"
-    build_log_file(path, rows=1_000, sessions=10, watchers=watchers)
-    if state == "pending":
-        raw = RawLog(path)
-        make_pending(raw.db)
-        raw.close()
-    info = dict(curve=f"watchers_{state}", x=watchers, side=side)
-    if side == "project":
-        gw = open_gateway(path)
-
-        def setup() -> None:
-            if state == "caught_up":
-                reset_caught_up(side_connection(gw))
-            clear_queue(gw)
-
-        measure(benchmark, gw.record_event, setup=setup, rounds_full=_rounds_for(watchers),
-                args=(TARGET, KIND), kwargs=EVENT, **info)
-        gw.close()
-    else:
-        raw = RawLog(path)
-        setup = (lambda: reset_caught_up(raw.db)) if state == "caught_up" else (lambda: None)
-        measure(benchmark, raw.record, setup=setup, rounds_full=_rounds_for(watchers), **info)
-        raw.close()
+def test_event_vs_watchers(benchmark, tmp_path, watchers, state):
+    paths = {}
+    for side in SIDES:
+        paths[side] = _dir(tmp_path, side) / "watchers.db"
+        build_log_file(paths[side], rows=1_000, sessions=10, watchers=watchers)
+        if state == "pending":
+            db = RawLog(paths[side])
+            make_pending(db.db)
+            db.close()
+    gw, raw = open_gateway(paths["project"]), RawLog(paths["raw"])
+    caught_up = state == "caught_up"
+    paired(benchmark, gw.record_event, raw.record, key=f"scaling.watchers_{state}.{watchers}",
+           rounds_full=_rounds_for(watchers),
+           setup_project=(lambda: _caught_up(gw)) if caught_up else (lambda: clear_queue(gw)),
+           setup_other=(lambda: reset_caught_up(raw.db)) if caught_up else None,
+           args=(TARGET, KIND), kwargs=EVENT, curve=f"watchers_{state}", x=watchers, side="project")
+    raw.close()
+    gw.close()
 
 
 def _sessions_file(path, sessions: int) -> None:
@@ -114,37 +106,33 @@ def _sessions_file(path, sessions: int) -> None:
     db.close()
 
 
-@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("sessions", SESSIONS)
-def test_event_vs_sessions(benchmark, tmp_path, sessions, side):
-    path = tmp_path / "sessions.db"
-    _sessions_file(path, sessions)
-    keys = itertools.cycle([session_key(i) for i in range(sessions)])
-    info = dict(curve="sessions", x=sessions, side=side)
-    if side == "project":
-        gw = open_gateway(path)
+def test_event_vs_sessions(benchmark, tmp_path, sessions):
+    """Events round-robin over the sessions, the two sides in step (each on its own file)."""
+    paths = {side: _dir(tmp_path, side) / "sessions.db" for side in SIDES}
+    for path in paths.values():
+        _sessions_file(path, sessions)
+    gw, raw = open_gateway(paths["project"]), RawLog(paths["raw"])
+    keys = [session_key(i) for i in range(sessions)]
+    project_keys, raw_keys = itertools.cycle(keys), itertools.cycle(keys)
+    current = {"project": keys[0], "raw": keys[0]}
 
-        def setup() -> None:
-            key = next(keys)
-            reset_caught_up(side_connection(gw), target=key)
-            clear_queue(gw)
-            args[:] = [key, KIND]
+    def setup_project() -> None:
+        current["project"] = next(project_keys)
+        _caught_up(gw, target=current["project"])
 
-        args: list = []
+    def setup_raw() -> None:
+        current["raw"] = next(raw_keys)
+        reset_caught_up(raw.db, target=current["raw"])
 
-        def call() -> None:
-            gw.record_event(*args, **EVENT)
+    paired(benchmark, lambda: gw.record_event(current["project"], KIND, **EVENT), lambda: raw.record(current["raw"]),
+           key=f"scaling.sessions.{sessions}", rounds_full=1000, setup_project=setup_project,
+           setup_other=setup_raw, curve="sessions", x=sessions, side="project")
+    raw.close()
+    gw.close()
 
-        measure(benchmark, call, setup=setup, rounds_full=1000, **info)
-        gw.close()
-    else:
-        raw = RawLog(path)
-        current: list = []
 
-        def setup() -> None:
-            key = next(keys)
-            reset_caught_up(raw.db, target=key)
-            current[:] = [key]
-
-        measure(benchmark, lambda: raw.record(current[0]), setup=setup, rounds_full=1000, **info)
-        raw.close()
+def _dir(tmp_path: Path, side: str) -> Path:
+    directory = tmp_path / side
+    directory.mkdir(exist_ok=True)
+    return directory

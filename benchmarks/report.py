@@ -98,6 +98,15 @@ def side_median(by_key: dict[str, dict[str, Any]], key: str) -> float | None:
     return median(bench)
 
 
+def point_median(point: dict[str, dict[str, Any]], side: str) -> float | None:
+    """One side of a curve's point: its own benchmark, or the baseline the project's
+    benchmark measured alongside it (``<side>_median``, alternating rounds)."""
+    if side in point:
+        return median(point[side])
+    value = point.get("project", {}).get("extra_info", {}).get(f"{side}_median")
+    return None if value is None else float(value)
+
+
 def ratio_rows(by_key: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for label, num, den, target in RATIOS:
@@ -186,7 +195,7 @@ def render(data: dict[str, Any], plot_note: str) -> str:
             continue
         out += ["", f"### Scaling: {title}", "", f"| {xlabel} | project per event | raw per event | ratio |", "|---:|---:|---:|---:|"]
         for x in sorted(points):
-            p, r = median(points[x].get("project")), median(points[x].get("raw"))
+            p, r = point_median(points[x], "project"), point_median(points[x], "raw")
             ratio = f"{p / r:.2f}" if p and r else "–"
             out.append(f"| {x:,} | {fmt_time(p) if p else '–'} | {fmt_time(r) if r else '–'} | {ratio} |")
     out += ["", plot_note]
@@ -208,7 +217,7 @@ def plot(data: dict[str, Any], target: Path) -> str:
         points = curves[name]
         xs = sorted(points)
         for side in ("project", "raw"):
-            ys = [median(points[x].get(side)) for x in xs]
+            ys = [point_median(points[x], side) for x in xs]
             ax.plot(xs, [y * 1e6 if y else None for y in ys], marker="o", label=side)
         ax.set_xscale("log")
         ax.set_yscale("log")
