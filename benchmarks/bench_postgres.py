@@ -21,7 +21,7 @@ import uuid
 from typing import Any, Iterator
 
 import pytest
-from _support import KIND, NOW, SMOKE, TARGET, clear_queue, measure, paired, scaled, watcher_key
+from _support import KIND, NOW, SMOKE, TARGET, clear_queue, paired, scaled, watcher_key
 
 PG_URL = os.environ.get("SESSIONSTATE_TEST_PG_URL")
 pytestmark = pytest.mark.skipif(not PG_URL, reason="needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")

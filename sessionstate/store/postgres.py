@@ -82,13 +82,14 @@ LOCK_HEAD_SQL = (
     " WHERE session_key = %s AND agent_id = %s FOR UPDATE"
 )
 DEDUPE_SQL = "SELECT sequence FROM session_state_events WHERE dedupe_key = %s"
-# Runs after LOCK_HEAD_SQL in the same transaction: the sequence is taken under the head's
-# lock. ON CONFLICT covers a dedupe key committed by a transaction on another session after
-# the DEDUPE_SQL check (no row comes back; the caller reads the winner's sequence).
+# The head bump both append statements end with.
 _BUMP_HEAD = (
     " UPDATE session_state_heads h SET last_sequence = inserted.sequence, updated_at = %s"
     " FROM inserted WHERE h.session_key = %s AND h.agent_id = %s RETURNING inserted.sequence"
 )
+# Runs after LOCK_HEAD_SQL in the same transaction: the sequence is taken under the head's
+# lock. ON CONFLICT covers a dedupe key committed by a transaction on another session after
+# the DEDUPE_SQL check (no row comes back; the caller reads the winner's sequence).
 APPEND_SQL = (
     f"WITH inserted AS (INSERT INTO session_state_events ({_EVENT_COLUMNS})"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"

@@ -88,8 +88,8 @@ def _dump(batch: dict[str, list[Any]]) -> str:
 
 def _whole_payload(named: list[str], listed: list[list[Any]]) -> str:
     """``_dump`` of the one-notification payload, written out by hand: this runs in every
-    notifying commit, and ``json.dumps`` with these options builds an encoder per call, which
-    cost three quarters of the notification's Python time (~15 of ~20 microseconds). Strings
+    notifying commit, and ``json.dumps`` with these options builds an encoder per call: the
+    notification's Python time on the commit path fell from ~20 to ~11 microseconds. Strings
     go through the encoder's own quoting function, so the text is the same."""
     events = '"e":[' + ",".join(map(_event_text, listed)) + "]"
     if not named:
