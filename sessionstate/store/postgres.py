@@ -70,8 +70,11 @@ SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 # touches until it commits, and a server-side delete maintains four indexes per row.
 PRUNE_CHUNK_ROWS = 250
 CONNECT_TIMEOUT_SECONDS = 10
-# Durability per ``synchronous`` level: NORMAL keeps the server's own setting.
-_SYNCHRONOUS_COMMIT = {"OFF": "off", "FULL": "on", "EXTRA": "on"}
+# Durability per ``synchronous`` level, set on every connection of the store. NORMAL (the
+# default) is ``on`` too: a server tuned to ``synchronous_commit = off`` acknowledges a commit
+# before its WAL is written, and an immediate restart then lost acknowledged events and
+# reissued their sequences (issue 20). ``OFF`` is the faster mode, asked for by name.
+_SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "on", "FULL": "on", "EXTRA": "on"}
 
 _EVENT_COLUMNS = (
     "session_key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,"
@@ -217,7 +220,7 @@ class PostgresStore:
         self.url = url
         self.where = parsed.render_as_string(hide_password=True)
         self.closed = False
-        self._synchronous_commit = _SYNCHRONOUS_COMMIT.get(synchronous.upper())
+        self._synchronous_commit = _SYNCHRONOUS_COMMIT[synchronous.upper()]
         connect_args: dict[str, Any] = {"application_name": "sessionstate"}
         if "connect_timeout" not in parsed.query:
             connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
@@ -288,6 +291,8 @@ class PostgresStore:
         """Check, migrate and create the schema (``postgres_schema.prepare``) in one
         transaction under an advisory lock, so concurrent first opens do not collide."""
         with self._engine.begin() as conn:
+            # The schema's commit is as durable as the store's (a server may default to off).
+            conn.exec_driver_sql(f"SET LOCAL synchronous_commit = {self._synchronous_commit}")
             postgres_schema.prepare(conn, self.where, create=create)
 
     def _connect(self) -> None:
@@ -297,8 +302,7 @@ class PostgresStore:
         pg.rollback()  # the dialect's first-connect queries may have opened one
         pg.autocommit = True  # transactions are explicit: see atomic()
         pg.execute("SET standard_conforming_strings = on")  # the NOTIFY literals rely on it
-        if self._synchronous_commit is not None:
-            pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
+        pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
         self._cur = pg.cursor()
 

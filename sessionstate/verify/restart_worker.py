@@ -1,0 +1,89 @@
+"""The processes of a restart trial (``restart.py``), one role each; a line on stdin stops it.
+
+- ``write URL LOG NAME SEED TARGET...``: records events on the targets until stopped,
+  appending one line per acknowledged append (``sequence target summary``) to LOG, flushed
+  before the next append: a line in LOG is an event whose sequence the caller was given.
+- ``serve URL LOG WATCHER``: a pumped gateway serving the watcher; drains its notices until
+  stopped, one line per delivered notice (``time<TAB>text``) in LOG.
+
+Each prints ``ready`` when it has opened its gateway. A call that raises is a finding (R15
+says recording returns ``None`` on a storage failure): it is written to stderr and the
+process exits 3.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+import traceback
+
+from ..errors import StorageError
+from ..gateway import Gateway
+
+DRAIN_PAUSE_SECONDS = 0.02
+
+
+def _stopper() -> threading.Event:
+    stop = threading.Event()
+
+    def wait_for_line() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=wait_for_line, daemon=True).start()
+    return stop
+
+
+def write(url: str, log_path: str, name: str, seed: int, targets: list[str]) -> None:
+    rng = random.Random(seed)
+    stop = _stopper()
+    with Gateway.open(url, serve=[]) as gw, open(log_path, "a", encoding="utf-8") as log:
+        print("ready", flush=True)
+        count = 0
+        while not stop.is_set():
+            count += 1
+            target = rng.choice(targets)
+            summary = f"{name}-{count}"
+            sequence = gw.record_event(target, "human_direct_message", actor_type="human", summary=summary)
+            if sequence is None:  # R15: a failed append; the turn goes on
+                time.sleep(0.01)
+                continue
+            log.write(f"{sequence} {target} {summary}\n")
+            log.flush()
+            time.sleep(rng.uniform(0, 0.004))
+
+
+def serve(url: str, log_path: str, watcher: str) -> None:
+    stop = _stopper()
+    with Gateway.open(url, serve=[], pump=True) as gw, open(log_path, "a", encoding="utf-8") as log:
+        gw.attach(watcher)
+        print("ready", flush=True)
+        while not stop.is_set():
+            try:
+                lines = gw.drain_system_events(watcher)
+            except StorageError:  # the server is restarting: the next drain reconnects
+                lines = []
+            for line in lines:
+                log.write(f"{time.time():.6f}\t{line}\n")
+            log.flush()
+            stop.wait(DRAIN_PAUSE_SECONDS)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv[0] == "write":
+            write(argv[1], argv[2], argv[3], int(argv[4]), argv[5:])
+        elif argv[0] == "serve":
+            serve(argv[1], argv[2], argv[3])
+        else:
+            raise SystemExit(f"unknown role {argv[0]!r}")
+    except Exception:
+        traceback.print_exc()
+        return 3
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))
