@@ -32,6 +32,9 @@ class Pumped(Protocol):
 log = logging.getLogger("sessionstate")
 
 MIN_POLL_SECONDS = 0.05
+# After a failed sweep or heartbeat: the pause before the next step (well inside the 1 s in
+# which a feed is live again after a server restart).
+RETRY_SECONDS = 0.25
 
 
 class ChangePump:
@@ -76,6 +79,7 @@ class ChangePump:
     def _run(self) -> None:
         interval = self._min
         next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
+        failures = 0  # failed steps in a row
         while not self._stop.is_set():
             try:
                 # No wait outlasts the heartbeat that falls due during it (a PostgreSQL feed,
@@ -87,10 +91,20 @@ class ChangePump:
                     with self._gateway.store.lock:
                         if not self._gateway.closed:
                             self._gateway.serving.heartbeat()
-            except Exception:  # a failed sweep must not end the pump; the next one retries
-                log.exception("change pump sweep failed")
-                self._stop.wait(self._max)
-                interval = self._max
+                if failures:
+                    log.warning("change pump: sweeping again after %d failed attempt(s)", failures)
+                    failures = 0
+            except Exception:  # a failed sweep must not end the pump; the next step retries
+                # The failed sweep told the feed it lost track, so the next step resynchronises
+                # at once; the retry is soon (a server back after a restart is served within
+                # a second), and only the first failure of a run is logged in full.
+                if not failures:
+                    log.exception("change pump sweep failed; retrying every %.2f s", RETRY_SECONDS)
+                failures += 1
+                with self._gateway.store.lock:  # a failed heartbeat too: the next sweep is in full
+                    self._feed.lost()
+                self._stop.wait(RETRY_SECONDS)
+                interval = self._min
 
 
 def start_pump(gateway: Pumped) -> ChangePump:

@@ -187,13 +187,14 @@ class Serving:
             queued = self._apply(ChangeSet([], [], [], True))
             self.sweeps += 1
             return queued
-        if sync:
-            feed.sync()
-        changes = feed.take()
         try:
-            queued = self._apply(changes)
+            if sync:
+                feed.sync()
+            # Inside the try: taking reads through the main connection (PostgreSQL reads the
+            # cursors each notified event froze), and what it took is gone from the feed.
+            queued = self._apply(feed.take())
         except BaseException:
-            feed.lost()  # redone in full by the next sweep
+            feed.lost()  # redone in full by the next sweep (R22)
             raise
         self.sweeps += 1
         return queued

@@ -34,6 +34,9 @@ class SilentFeed:
     def interrupt(self) -> None:
         self._stop.set()
 
+    def lost(self) -> None:
+        raise AssertionError("nothing failed: nothing lost")
+
 
 class ServingSpy:
     def __init__(self) -> None:
@@ -90,3 +93,49 @@ def test_an_idle_pump_backs_off_to_its_feeds_longest_wait(monkeypatch):
     assert feed.timeouts[:4] == pytest.approx([0.05, 0.1, 0.2, 0.2], abs=1e-3)
     assert max(feed.timeouts) == pytest.approx(0.2, abs=1e-6)
     assert gateway.serving.heartbeats == []
+
+
+class ChangingFeed(SilentFeed):
+    """A feed that reports a change at every wait and records each ``lost``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses = 0
+
+    def wait(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        return not self._stop.wait(0.001)
+
+    def lost(self) -> None:
+        self.losses += 1
+
+
+class FlakyServing(ServingSpy):
+    """The first sweep fails (a dead connection, say); the later ones succeed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sweeps: list[float] = []
+
+    def sweep(self) -> None:
+        self.sweeps.append(time.monotonic())
+        if len(self.sweeps) == 1:
+            raise RuntimeError("the main connection is gone")
+
+
+def test_a_failed_sweep_is_followed_soon_by_a_full_one(monkeypatch):
+    """Issue 20: the pump slept a whole idle wait (PostgreSQL: the 5 s heartbeat) after a
+    failed sweep, and a failed step did not always make the next sweep a full one."""
+    monkeypatch.setattr(pump_module, "HEARTBEAT_SECONDS", 60.0)
+    gateway, feed = GatewayStub(), ChangingFeed()
+    gateway.serving = FlakyServing()
+    pump = ChangePump(gateway, feed)  # type: ignore[arg-type]
+    began = time.monotonic()
+    pump.start()
+    while len(gateway.serving.sweeps) < 2 and time.monotonic() - began < 10:
+        time.sleep(0.01)
+    pump.stop()
+    sweeps = gateway.serving.sweeps
+    assert len(sweeps) >= 2 and feed.losses == 1
+    # The retry pause, not the feed's 30 s longest wait (a bound with room for a loaded machine).
+    assert sweeps[1] - sweeps[0] < pump_module.RETRY_SECONDS + 1.0
