@@ -84,7 +84,9 @@ if (states_written_by(MATERIAL_EVENT) | states_written_by(SELF_EVENT)) - {CAUGHT
 
 
 class _PreparedEvent(NamedTuple):
-    target: SessionRef
+    # None until resolved inside the append's transaction (``requested`` names it): a
+    # resolution that reads the database must fail as the append does (R15).
+    target: SessionRef | None
     kind: str
     actor_type: str
     actor_id: str | None
@@ -93,6 +95,7 @@ class _PreparedEvent(NamedTuple):
     payload: str | None
     occurred_at: float | None
     dedupe_key: str | None
+    requested: tuple[str, str | None]  # (session key, agent id) as the caller gave them
 
 
 class NoticeProtocol:
@@ -268,7 +271,9 @@ class NoticeProtocol:
         dedupe_key: str | None = None,
         occurred_at: float | None = None,
     ) -> "_PreparedEvent":
-        """Validate one event's arguments (raising, nothing written) and resolve its target."""
+        """Validate one event's arguments (raising, nothing written); the target is resolved
+        here when its key names the agent and no dedupe key asks for a read, else inside the
+        append's transaction."""
         check_key(session_key)
         check_kind(kind)
         check_actor_type(actor_type)
@@ -280,14 +285,11 @@ class NoticeProtocol:
         payload_text = encode_payload(kind, payload)
         produced_at = check_timestamp(occurred_at)
         agent = resolve_agent_id(session_key, agent_id)
-        if agent is not None and dedupe_key is None:
-            # The head bump inside the transaction proves the session exists (append_event
-            # raises UnknownSession and the transaction rolls back): no separate read.
-            target: SessionRef = (session_key, agent)
-        else:
-            target = self.resolve(session_key, agent_id)
+        # The head bump inside the transaction proves the session exists (append_event raises
+        # UnknownSession and the transaction rolls back): no separate read.
+        target: SessionRef | None = (session_key, agent) if agent is not None and dedupe_key is None else None
         return _PreparedEvent(target, kind, actor_type, actor_id, run_id, summary, payload_text,
-                              produced_at, dedupe_key)
+                              produced_at, dedupe_key, (session_key, agent_id))
 
     def _append_prepared(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
         """One transaction for all of ``events``; notices are queued after the commit (R9).
@@ -331,9 +333,13 @@ class NoticeProtocol:
         append = self.store.append_event
         trace = self.tracer
         with self.store.transaction():
+            # Resolved here, so a storage failure while reading is the append's (R15); an
+            # unknown session raises UnknownSession and the transaction rolls back.
+            events = [e if e.target is not None else e._replace(target=self.resolve(*e.requested)) for e in events]
             if len(events) > 1:  # several sessions: their locks in one order (no deadlock)
-                self.store.lock_targets({e.target for e in events})
+                self.store.lock_targets({e.target for e in events if e.target is not None})
             for e in events:
+                assert e.target is not None  # resolved above
                 occurred = now if e.occurred_at is None else min(max(e.occurred_at, floor), now)
                 sequence, inserted = append(
                     e.target[0], e.target[1], e.kind, e.actor_type, e.actor_id, e.run_id,

@@ -409,3 +409,58 @@ def test_r14_delete_unlinks_children_so_a_reused_key_is_not_their_parent(gw):
     gw.create_session(CHILD, kind="subagent", parent=grandchild)
     assert gw.store.get_session(CHILD, "main").parent_key == grandchild
     assert gw.store.get_session(grandchild, "main").parent_key is None
+
+
+GLOBAL = "global"
+
+
+def _failing_reads(gw, monkeypatch):
+    """Every read that resolves a session fails as the store's storage would."""
+    from sessionstate import StorageUnavailable
+
+    def unavailable(*args, **kwargs):
+        raise StorageUnavailable("the database is unreachable")
+
+    monkeypatch.setattr(gw.store, "get_session", unavailable)
+    monkeypatch.setattr(gw.store, "agents_with_session_key", unavailable)
+
+
+@pytest.mark.parametrize("path", ["dedupe_key", "unqualified_key", "burst_with_dedupe_item"])
+def test_r15_holds_on_every_record_path(gw, monkeypatch, caplog, path):
+    """Issue 20: the paths that resolve the session through a read raised StorageUnavailable
+    on a storage failure instead of returning None."""
+    gw.create_session(GLOBAL)
+    gw.watch(MANAGER, GLOBAL)
+    before = gw.store.dump()
+    failures = gw.stats["append_failures"]
+    _failing_reads(gw, monkeypatch)
+    with caplog.at_level(logging.ERROR, logger="sessionstate"):
+        if path == "dedupe_key":
+            assert human(gw, dedupe_key="telegram:42") is None
+        elif path == "unqualified_key":
+            assert human(gw, key=GLOBAL) is None
+        else:
+            plain = dict(session_key=CHILD, kind="human_direct_message", actor_type="human", summary="a")
+            assert gw.record_events([plain, {**plain, "dedupe_key": "telegram:43"}]) == [None, None]
+    monkeypatch.undo()
+    assert gw.stats["append_failures"] == failures + (2 if path == "burst_with_dedupe_item" else 1)
+    assert "failed; the turn goes on" in caplog.text
+    assert gw.store.dump() == before
+    assert gw.pending_system_events(MANAGER) == []
+
+
+@pytest.mark.parametrize("item", [
+    dict(session_key="agent:main:ghost", dedupe_key="d1"),
+    dict(session_key="nobody"),
+])
+def test_an_unknown_session_still_raises_on_the_resolving_paths(gw, item):
+    from sessionstate import UnknownSession
+
+    before = gw.store.dump()
+    event = dict(kind="human_direct_message", actor_type="human", summary="x", **item)
+    with pytest.raises(UnknownSession):
+        gw.record_event(**event)
+    good = dict(session_key=CHILD, kind="compacted", actor_type="system", summary="ok")
+    with pytest.raises(UnknownSession):
+        gw.record_events([good, event])
+    assert gw.store.dump() == before
