@@ -577,11 +577,32 @@ class NoticeProtocol:
 
     @locked
     def startup_sweep(self) -> int:
-        """R11: re-materialise every owed notice from the durable cursors; returns how many."""
-        with self.store.transaction():
-            notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
-            if self.tracer is not None:
-                self.tracer.sweep(len(notices))
+        """R11: re-materialise every owed notice from the durable cursors; returns how many.
+        On a database this connection cannot write, in memory only (``_sweep_in_memory``)."""
+        if not self.store.read_only:
+            try:
+                with self.store.transaction():
+                    notices = self._fire_records(self.store.cursors_behind(), RESTART_SWEEP)
+                    if self.tracer is not None:
+                        self.tracer.sweep(len(notices))
+            except StorageError:
+                if not self.store.read_only:  # the write was refused for another reason
+                    raise
+            else:
+                self.queue_notices(notices)
+                return len(notices)
+        return self._sweep_in_memory()
+
+    def _sweep_in_memory(self) -> int:
+        """R11 on a read-only database: the same transitions, fired on positions read without a
+        transaction, their notices queued and nothing written. The notices are those of the
+        durable cursors (their L), so what this process answers agrees with every other."""
+        notices = []
+        for r in self.store.cursors_behind():
+            step = fire((r.watcher, r.target_key), Positions(*r.positions), RESTART_SWEEP, None)
+            if step.notice_since is not None:
+                notices.append((r.watcher, (r.target_key, r.target_agent_id), step.notice_since))
+        log.info("%s is read-only: %d owed notice(s) held in memory only", self.store.where, len(notices))
         self.queue_notices(notices)
         return len(notices)
 

@@ -89,6 +89,13 @@ class Transactions(Protocol):
     @property
     def in_transaction(self) -> bool: ...
 
+    @property
+    def read_only(self) -> bool:
+        """This connection cannot write: a read-only file, URL or ``query_only`` (SQLite), a
+        read-only transaction default or a standby (PostgreSQL), or a write already refused
+        as read-only. The startup sweep then holds owed notices in memory only (R11)."""
+        ...
+
 
 class SessionTable(Protocol):
     """The core registry: one row per (session key, agent id), with its head."""

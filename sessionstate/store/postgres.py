@@ -386,6 +386,20 @@ class PostgresStore:
     def in_transaction(self) -> bool:
         return self._depth > 0
 
+    def backend_pid(self) -> int:
+        """The server process of this store's main connection (diagnostics and fault tests:
+        ``pg_terminate_backend``)."""
+        return int(self._pg.info.backend_pid)
+
+    def setting(self, name: str) -> str:
+        """A server setting as this store's connection sees it (``current_setting``)."""
+        return str(self._scalar("SELECT current_setting(%s)", (name,)))
+
+    @property
+    def read_only(self) -> bool:
+        """A standby, or a role or database whose transactions default to read-only."""
+        return self._scalar("SELECT current_setting('transaction_read_only')", ()) == "on"
+
     def transaction(self) -> "_Transaction":
         """The unit of work: holds ``lock``; ``BEGIN``/``COMMIT`` at depth 0, a savepoint when
         nested; rolls back and re-raises on error, a driver error as ``StorageError``."""

@@ -264,6 +264,11 @@ class PostgresChangeFeed:
                 return
         raise StorageUnavailable(f"change feed: the sync marker did not come back on {self._channel}")
 
+    def backend_pid(self) -> int | None:
+        """The server process of the listening connection (``None`` while it is down)."""
+        conn = self._conn
+        return None if conn is None or conn.closed else int(conn.info.backend_pid)
+
     def lost(self) -> None:
         with self._lock:
             self._resync = True

@@ -178,7 +178,9 @@ class SqliteStore:
         self.where = str(path) if path is not None else "in-memory database"
         self.closed = False
         self._depth = 0
-        _, mode = _uri_mode(parsed)
+        uri, mode = _uri_mode(parsed)
+        self._opened_read_only = mode == "ro" or (uri and str(parsed.query.get("immutable", "")) == "1")
+        self._refused_as_read_only = False
         db: sqlite3.Connection | None = None
         try:
             if path is not None:
@@ -226,7 +228,15 @@ class SqliteStore:
         """The ``StorageError`` for a driver failure on this database."""
         if self.closed:
             return StorageUnavailable(f"{self.where}: the store is closed")
+        if str(getattr(exc, "sqlite_errorname", "")).startswith("SQLITE_READONLY"):
+            self._refused_as_read_only = True  # an immutable file SQLite opened read-only, say
         return storage_error(exc, self.where)
+
+    @property
+    def read_only(self) -> bool:
+        if self._refused_as_read_only or self._opened_read_only:
+            return True
+        return bool(self._db.execute("PRAGMA query_only").fetchone()[0])
 
     def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
         kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"

@@ -24,10 +24,11 @@ SERVED_WITHIN_SECONDS = 2.5
 
 def _backend_pid(gateway: Gateway, connection: str) -> int:
     if connection == "main":
-        return int(gateway.store._pg.info.backend_pid)
+        return gateway.store.backend_pid()
     feed = gateway.serving.feed
-    assert feed is not None and feed._conn is not None
-    return int(feed._conn.info.backend_pid)
+    pid = feed.backend_pid() if feed is not None else None
+    assert pid is not None
+    return pid
 
 
 def _terminate(pid: int) -> None:

@@ -46,9 +46,9 @@ def test_an_immediate_restart_under_load_loses_reissues_and_repeats_nothing(serv
 
 def test_the_default_commits_durably_on_a_server_tuned_not_to(server):
     with Gateway.open(server.url) as gw:
-        assert gw.store._pg.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert gw.store.setting("synchronous_commit") == "on"
     with Gateway.open(server.url, synchronous="OFF") as gw:  # the faster mode, by name
-        assert gw.store._pg.execute("SHOW synchronous_commit").fetchone() == ("off",)
+        assert gw.store.setting("synchronous_commit") == "off"
 
 
 def test_an_idle_pumped_gateway_serves_again_soon_after_a_restart(server):

@@ -190,3 +190,26 @@ def test_malformed_postgres_urls_are_invalid_database_urls(url):
     with pytest.raises(InvalidDatabaseUrl):
         Gateway.open(url)
 
+
+
+def test_a_read_only_connection_opens_with_owed_notices_in_memory(pg_url):
+    """Issue 20's read-only open on a server: transactions that default to read-only (a
+    standby, or a role set so) answer status and changesSince; the startup sweep writes
+    nothing (it failed the open before)."""
+    from sessionstate.notices import notice_text
+
+    w, t = "agent:w:main", "agent:t:main"
+    with Gateway.open(pg_url) as gw:
+        gw.create_session(w)
+        gw.create_session(t)
+        gw.watch(w, t)
+        for summary in ("one", "two", "three"):
+            assert gw.record_event(t, "goal_changed", actor_type="human", summary=summary) is not None
+        before = gw.store.dump()
+    url = make_url(pg_url)
+    read_only = url.update_query_dict({"options": url.query["options"] + " -cdefault_transaction_read_only=on"})
+    with Gateway.open(read_only.render_as_string(hide_password=False), create=False) as gw:
+        assert gw.store.read_only
+        assert gw.pending_system_events(w) == [notice_text(t, 0)]
+        assert gw.session_status(t, changes_since=1)["stateVersion"] == 3
+        assert gw.store.dump() == before

@@ -222,3 +222,51 @@ def test_a_write_lock_held_past_the_busy_timeout_says_storage_busy(tmp_path):
     finally:
         other.close()
         gw.close()
+
+
+def _owing_with_more_behind(path: Path) -> None:
+    """A file whose MAIN owes a notice on PEER with more events behind it (pending with more):
+    the startup sweep's transition writes there, which a read-only open cannot."""
+    gw, _ = populated(str(path))
+    try:
+        for summary in ("more", "and more"):
+            assert gw.record_event(PEER, "goal_changed", actor_type="human", summary=summary) is not None
+        positions = gw.cursor_positions(MAIN, PEER)
+        assert positions is not None and positions.material > positions.notified > positions.last_seen
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("how", ["mode=ro", "immutable", "query_only"])
+def test_a_read_only_database_owing_notices_opens_with_them_in_memory(tmp_path, immutable, how, capsys):
+    """Issue 20: the startup sweep wrote, so the open failed with StorageUnavailable."""
+    from sessionstate.cli import main as cli
+    from sessionstate.notices import notice_text
+
+    path = tmp_path / "state.db"
+    _owing_with_more_behind(path)
+    if how == "query_only":  # the sweep of a gateway whose connection was made query-only
+        gw = Gateway.open(str(path))  # its sweep wrote; another process records more
+        with Gateway.open(str(path)) as other:
+            assert other.record_event(PEER, "goal_changed", actor_type="human", summary="later") is not None
+        gw.queue.clear(MAIN)
+        gw.store.pragma("query_only", 1)
+        before = full_dump(gw)
+        assert gw.startup_sweep() == 1
+    else:
+        if how == "immutable":
+            immutable(path)
+        url = f"sqlite:///file:{path}?mode=ro&uri=true" if how == "mode=ro" else str(path)
+        gw = Gateway.open(url)
+        before = full_dump(gw)
+    try:
+        assert gw.pending_system_events(MAIN) == [notice_text(PEER, 0)]
+        status = gw.session_status(PEER, changes_since=0)
+        version = 4 if how == "query_only" else 3
+        assert status["stateVersion"] == version and len(status["stateChanges"]["events"]) == version
+        assert full_dump(gw) == before  # held in memory only
+    finally:
+        gw.close()
+    if how != "query_only":
+        assert cli(["status", PEER, "--db", url, "--changes-since", "1"]) == 0
+        assert "3" in capsys.readouterr().out
