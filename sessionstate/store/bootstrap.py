@@ -54,10 +54,12 @@ def prepare(db: sqlite3.Connection, where: str) -> None:
             # Unstamped: a new file (created below at the current version), or one whose first
             # open stopped before the stamp (its tables are the first schema's).
             version = 1 if present & set(CORE_TABLES) else target
-        for step in migrations.steps_between(version, target, migrations.MIGRATIONS):
-            log.warning("%s: migrating schema version %d -> %d: %s", where, step.version - 1, step.version, step.summary)
+        steps = migrations.steps_between(version, target, migrations.MIGRATIONS)
+        for step in steps:
             step.apply(SqliteSchemaEditor(db))
         _check_columns(db, where)
+        for step in steps:  # logged only now: a refused foreign file migrated nothing
+            log.warning("%s: migrating schema version %d -> %d: %s", where, step.version - 1, step.version, step.summary)
         missing = _missing_tables(db)
         if missing:
             for statement in create_statements(missing):

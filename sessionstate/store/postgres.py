@@ -221,7 +221,9 @@ class PostgresStore:
         self.where = parsed.render_as_string(hide_password=True)
         self.closed = False
         self._synchronous_commit = _SYNCHRONOUS_COMMIT[synchronous.upper()]
-        connect_args: dict[str, Any] = {"application_name": "sessionstate"}
+        connect_args: dict[str, Any] = {}
+        if "application_name" not in parsed.query:  # the URL's own passes to libpq as given
+            connect_args["application_name"] = "sessionstate"
         if "connect_timeout" not in parsed.query:
             connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
         self._engine = create_engine(parsed, poolclass=NullPool, connect_args=connect_args)

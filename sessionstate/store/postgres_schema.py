@@ -83,10 +83,12 @@ def prepare(conn: Connection, where: str, *, create: bool) -> None:
         version = stamped
     if version < 1:
         raise SchemaMismatch(f"{where}: {VERSION_TABLE} holds version {version}, which no release wrote; nothing was changed")
-    for step in migrations.steps_between(version, target, migrations.MIGRATIONS):
-        log.warning("%s: migrating schema version %d -> %d: %s", where, step.version - 1, step.version, step.summary)
+    steps = migrations.steps_between(version, target, migrations.MIGRATIONS)
+    for step in steps:
         step.apply(editor)
     _check_columns(conn, where)
+    for step in steps:  # logged only now: a refused foreign file migrated nothing
+        log.warning("%s: migrating schema version %d -> %d: %s", where, step.version - 1, step.version, step.summary)
     SQLModel.metadata.create_all(conn)
     _create_delete_triggers(conn)
     if stamped != target:

@@ -10,9 +10,11 @@ import argparse
 import sys
 from typing import TextIO
 
-PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering")
-SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000}
-FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500}
+PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering", "restart")
+SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000,
+        "restart_trials": 5}
+FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500,
+        "restart_trials": 1}
 ORDERING_WRITERS, ORDERING_READERS = 4, 2
 
 
@@ -32,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=None, metavar="N",
                         help="events appended by each of the two concurrent processes (slow 10000, fast 500);"
                              " each of the 4 ordering writers appends a tenth of it")
+    parser.add_argument("--restart-trials", type=int, default=None, metavar="N",
+                        help="immediate restarts of a throwaway PostgreSQL server under load (slow 5, fast 1;"
+                             " skipped without PostgreSQL's server binaries)")
     parser.add_argument("--db", default=None, metavar="URL",
                         help="run the crash, concurrency and ordering trials on this database's backend:"
                              " a PostgreSQL URL gets a fresh schema per trial (dropped after), a SQLite"
@@ -62,6 +67,8 @@ def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         failures += _concurrency(profile, args.seed, say, database)
     if "ordering" in parts:
         failures += _ordering(profile, args.seed, say, database)
+    if "restart" in parts:
+        failures += _restart(profile, args.seed, say, required=args.only is not None)
     say("FAILED: " + f"{len(failures)} failure(s)" if failures else "all checks passed")
     for failure in failures:
         say(failure)
@@ -159,3 +166,31 @@ def _ordering(profile: dict, seed: int, say, database: str | None) -> list[str]:
         f" {report.seconds:.1f}s")
     return [f"ordering: {f}\n  replay: sessionstate check --only ordering --seed {seed} --events {profile['events']}"
             for f in report.failures]
+
+
+def _restart(profile: dict, seed: int, say, *, required: bool) -> list[str]:
+    """PostgreSQL's restart trials, on a server of their own (its binaries must be installed:
+    without them the part is skipped, or fails when asked for by ``--only``)."""
+    from .pgserver import server_binaries
+
+    trials = profile["restart_trials"]
+    if trials <= 0:
+        return []
+    if server_binaries() is None:
+        reason = "no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
+        say(f"restart: skipped ({reason})")
+        return [f"restart: {reason}"] if required else []
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        say("restart: skipped (psycopg is not installed: pip install 'sessionstate[postgres]')")
+        return ["restart: psycopg is not installed"] if required else []
+    from .restart import run_restart_trials
+
+    report = run_restart_trials(trials, seed=seed, progress=lambda d, n: sys.stderr.write(f"\rrestart trials: {d}/{n}"))
+    sys.stderr.write("\n")
+    slowest = max(report.catch_up_seconds, default=0.0)
+    say(f"restart: {report.trials} immediate restarts of PostgreSQL (synchronous_commit=off on the server) under"
+        f" 2 writer processes and a pumped serving process, {report.acknowledged} acknowledged appends,"
+        f" {report.delivered} notices delivered, watcher caught up within {slowest:.2f}s, {report.seconds:.1f}s")
+    return [f"restart: {f}\n  replay: sessionstate check --only restart --seed {seed}" for f in report.failures]

@@ -306,15 +306,17 @@ def test_the_migration_list_has_no_gaps():
 # -- item 2: same names, other columns -------------------------------------------------------
 
 
-def test_tables_with_our_names_and_other_columns_fail_and_change_nothing(tmp_path):
+def test_tables_with_our_names_and_other_columns_fail_and_change_nothing(tmp_path, caplog):
     path = tmp_path / "foreign.db"
     with raw(path) as db:
         db.execute("CREATE TABLE sessions (id INTEGER PRIMARY KEY, name TEXT)")
         db.execute("INSERT INTO sessions (name) VALUES ('theirs')")
     db.close()
     before = snapshot(path)
-    with pytest.raises(SchemaMismatch) as raised:
+    with pytest.raises(SchemaMismatch) as raised, caplog.at_level(logging.WARNING, logger="sessionstate"):
         Gateway.open(str(path))
+    # Issue 20: the refusal was preceded by "migrating schema version 1 -> 2" warnings.
+    assert "migrating" not in caplog.text
     assert str(path) in raised.value.message and "sessions" in raised.value.message
     assert "session_key" in raised.value.message  # a column it lacks
     assert snapshot(path) == before

@@ -213,3 +213,18 @@ def test_a_read_only_connection_opens_with_owed_notices_in_memory(pg_url):
         assert gw.pending_system_events(w) == [notice_text(t, 0)]
         assert gw.session_status(t, changes_since=1)["stateVersion"] == 3
         assert gw.store.dump() == before
+
+
+def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
+    """Issue 20: the store replaced it with its own; its own stays the default."""
+    with Gateway.open(pg_url) as gw:
+        assert gw.store.setting("application_name") == "sessionstate"
+    named = make_url(pg_url).update_query_dict({"application_name": "billing-gateway"})
+    with Gateway.open(named.render_as_string(hide_password=False), pump=True) as gw:
+        assert gw.store.setting("application_name") == "billing-gateway"
+        with _admin_connection() as admin:
+            names = {row[0] for row in admin.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
+                ([gw.store.backend_pid(), gw.serving.feed.backend_pid()],),
+            ).fetchall()}
+        assert names == {"billing-gateway"}  # the listening connection too

@@ -16,7 +16,7 @@ def run(argv: list[str]) -> tuple[int, str]:
 
 def test_fast_profile_end_to_end_report():
     code, text = run(["--fast", "--depth", "3", "--processes-depth", "2", "--replay", "5", "--budget", "2",
-                      "--crash-trials", "1", "--events", "100"])
+                      "--crash-trials", "1", "--events", "100", "--restart-trials", "0"])
     assert code == 0, text
     for needle in ("model check:", "states", "model check, two processes: 222 states",
                    "two-process real-store replay: 5 traces on two gateways, all equal", "real-store replay: 5 traces", "fuzz: 2 examples",
@@ -59,3 +59,16 @@ def test_the_trials_run_on_the_backend_of_db(db_url):
     for needle in (where, "crash: 1 SIGKILL trials", "concurrency: 2 processes x 60 events",
                    "ordering: 4 writer processes x 6 events", "all checks passed"):
         assert needle in text, text
+
+
+def test_the_restart_trials_run_on_a_throwaway_postgresql_server():
+    import pytest
+
+    from sessionstate.verify.pgserver import server_binaries
+
+    if server_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries")
+    pytest.importorskip("psycopg")
+    code, text = run(["--fast", "--only", "restart"])
+    assert code == 0, text
+    assert "restart: 1 immediate restarts of PostgreSQL" in text and "all checks passed" in text
