@@ -153,10 +153,15 @@ class Serving:
             raise InvalidArgument("attach needs the change pump: open the gateway with pump=True")
         with sink.store.transaction():
             generation = sink.store.serving.claim(key, self.server_id, sink.clock())
+            # In memory only once the claim is durable: inside a caller's transaction that
+            # rolls back, this process must not go on serving the watcher.
+            sink.store.after_commit(lambda: self._claimed(key))
+        return generation
+
+    def _claimed(self, key: str) -> None:
         self._mine.add(key)
         self._elsewhere.pop(key, None)
         self.reconcile([key])
-        return generation
 
     def detach(self, key: str) -> bool:
         check_key(key)
@@ -165,9 +170,12 @@ class Serving:
             return False
         with sink.store.transaction():
             sink.store.serving.unclaim(key, self.server_id, sink.clock())
+            sink.store.after_commit(lambda: self._unclaimed(key))  # as attach: once durable
+        return True
+
+    def _unclaimed(self, key: str) -> None:
         self._mine.discard(key)
         self.reconcile([key])
-        return True
 
     def attached(self) -> list[str]:
         return sorted(self._mine)
