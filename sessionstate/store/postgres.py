@@ -312,7 +312,9 @@ class PostgresStore:
         if not (self._pg.broken or self._pg.closed):
             return
         try:
-            self._proxy.close()
+            # Invalidated, not closed: closing would first try to roll back on the dead
+            # connection, and the pool logs that failure as an error with its traceback.
+            self._proxy.invalidate()
         except Exception:  # the old connection is already gone; nothing to release
             pass
         try:
