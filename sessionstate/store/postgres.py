@@ -314,7 +314,8 @@ class PostgresStore:
         try:
             # Invalidated, not closed: closing would first try to roll back on the dead
             # connection, and the pool logs that failure as an error with its traceback.
-            self._proxy.invalidate()
+            if self._proxy.is_valid:  # not already invalidated by a reconnect that failed
+                self._proxy.invalidate()
         except Exception:  # the old connection is already gone; nothing to release
             pass
         try:
