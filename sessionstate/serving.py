@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Callable, Iterable, Protocol, Sequence
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, StorageError
 from .keys import SessionRef, check_key
 from .notices import SystemEventQueue, notice_text
 from .rewake import Rewaker
@@ -77,8 +77,15 @@ class Serving:
     def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
         """R23: the durable wake slot: one statement, its own implicit transaction (or part of
         the caller's). Not a store transaction: it is no protocol step, and the protocol
-        trace sees store transactions only."""
-        return self._sink.store.serving.take_wake_slot(watcher, now, window)
+        trace sees store transactions only. A read-only database holds no slot: this
+        process decides alone (its in-memory window still coalesces)."""
+        store = self._sink.store
+        try:
+            return store.serving.take_wake_slot(watcher, now, window)
+        except StorageError:
+            if not store.read_only:
+                raise
+            return True, now
 
     # -- R19: who serves W --------------------------------------------------------------------
 

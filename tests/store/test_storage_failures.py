@@ -257,7 +257,9 @@ def test_a_read_only_database_owing_notices_opens_with_them_in_memory(tmp_path, 
         if how == "immutable":
             immutable(path)
         url = f"sqlite:///file:{path}?mode=ro&uri=true" if how == "mode=ro" else str(path)
-        gw = Gateway.open(url)
+        wakes: list[str] = []
+        gw = Gateway.open(url, on_wake=lambda watcher, reason: wakes.append(watcher))
+        assert wakes == [MAIN]  # woken without the durable slot (R23) it cannot write
         before = full_dump(gw)
     try:
         assert gw.pending_system_events(MAIN) == [notice_text(PEER, 0)]
