@@ -20,7 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="a narrated run of the notice protocol")
-    demo.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
+    demo.add_argument("--db", default=None,
+                      help="database URL or file (default: a new temporary database, its path printed)")
+    demo.add_argument("--reuse", action="store_true",
+                      help="run on a --db that already holds sessions (the demo's own are recreated)")
     demo.add_argument("--processes", type=int, choices=(1, 2), default=1,
                       help="2: the manager served by this process, the human recorded by a second one")
 
@@ -72,10 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.processes == 2:
                 from .demo_processes import run_demo_processes
 
-                return run_demo_processes(args.db)
+                return run_demo_processes(args.db, reuse=args.reuse)
             from .demo import run_demo
 
-            return run_demo(args.db)
+            return run_demo(args.db, reuse=args.reuse)
         if args.command == "status":
             return _status(args)
         if args.command == "vacuum":
