@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     schemas.add_argument("--write", type=Path, default=None, metavar="DIR", help="write <tool>.json files into DIR")
 
     mcp = commands.add_parser("mcp", help="serve one session's tools and notices to an MCP client over stdio")
-    mcp.add_argument("--session", required=True, metavar="KEY", help="the calling session, e.g. agent:main:main")
+    mcp.add_argument("--session", required=True, metavar="KEY",
+                     help="the calling session, e.g. agent:main:main (or main, as the tools read keys)")
     mcp.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
     mcp.add_argument("--profile", default="coding", choices=["coding", "messaging"], help="tool profile (default: coding)")
     mcp.add_argument("--visibility", default="tree", choices=["self", "tree", "agent", "all"],
@@ -165,10 +166,14 @@ def _mcp(args: argparse.Namespace) -> int:
 
     policy = ToolPolicy(visibility=args.visibility, agent_to_agent=args.agent_to_agent,
                         profile=args.profile, max_spawn_depth=args.max_spawn_depth)
+    from .mcp.command import exit_on_interrupt, resolve_session_argument
+
     with Gateway.open(args.db, create=False) as gw:  # the session must exist, so must the file
         gw.configure_tools(policy)
+        session = resolve_session_argument(gw, args.session)
+        exit_on_interrupt(lambda: gw.stop_runs(timeout=1.0))
         try:
-            serve_stdio(gw, args.session, poll_interval=args.poll_interval)
+            serve_stdio(gw, session, poll_interval=args.poll_interval)
         finally:
             gw.stop_runs()  # runs live in this process: end them before the database closes
     return 0
