@@ -1,4 +1,5 @@
-"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, check, replay."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, sessions, watchers,
+tail, prune, check, replay."""
 
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--poll-interval", type=float, default=0.2, metavar="SECONDS",
                      help="how often notices from other processes are looked for (default: 0.2)")
 
+    from .cli_operator import add_parsers as add_operator_parsers
+
+    add_operator_parsers(commands)
+
     check = commands.add_parser("check", help="model check, fuzz, crash and concurrency trials (exit 1 on failure)")
     from .verify.runner import add_arguments as add_check_arguments
 
@@ -88,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _schemas(args)
         if args.command == "mcp":
             return _mcp(args)
+        if args.command in {"sessions", "watchers", "tail", "prune"}:
+            from .cli_operator import run as run_operator_command
+
+            return run_operator_command(args)
         if args.command == "check":
             from .verify.runner import run_check
 
