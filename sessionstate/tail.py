@@ -39,7 +39,7 @@ def follow(
 ) -> None:
     """Report each change to ``emit`` until ``stop()`` is true (checked every ``poll`` seconds)."""
     with gw.locked() as store:
-        feed = store.open_change_feed(NOTIFYING_KINDS)
+        feed = store.open_change_feed(tuple(sorted(NOTIFYING_KINDS)))
         wakes = store.serving.wake_slots()
     try:
         while not stop():

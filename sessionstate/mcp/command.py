@@ -3,11 +3,11 @@ tools read a session key (operator.py), and Ctrl-C ending the process at once.""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
+from os import _exit as exit_now  # documented: exit without joining threads or atexit
 from types import FrameType
 
 from ..operator import resolve_session_argument
@@ -29,13 +29,13 @@ def exit_on_interrupt(cleanup: Callable[[], object], status: int = 130) -> None:
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         code = status if signum == signal.SIGINT else 128 + signum
-        threading.Timer(CLEANUP_SECONDS, os._exit, (code,)).start()  # a cleanup that hangs
+        threading.Timer(CLEANUP_SECONDS, exit_now, (code,)).start()  # a cleanup that hangs
         try:
             cleanup()
         except BaseException:  # exiting regardless: a failed cleanup must not print a traceback
             pass
         sys.stdout.flush()
-        os._exit(code)
+        exit_now(code)
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
