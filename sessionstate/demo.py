@@ -239,5 +239,5 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     print(f"   stateVersion stays {gap['stateVersion']}: heads survive pruning.")
     gw.stop_runs()
     gw.close()
-    print(f"\nThe story's database stays at {url}: look at it with `sessionstate sessions --db {url}`.")
+    print(f"\nThe story's database is left as it ends: sessionstate sessions --db '{url}'")
     return 0
