@@ -1,5 +1,4 @@
-"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, sessions, watchers,
-tail, prune, check, replay."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, check, replay."""
 
 from __future__ import annotations
 
