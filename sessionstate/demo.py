@@ -99,6 +99,7 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
             handle.write(line("user", "hold on, use the staging database"))
         print(f"   monitor tick: {monitor.tick()}")
         _lines("manager's queue", gw.drain_system_events(MANAGER))
+        print(f"   session_status of the adopted session, changesSince {since}:")
         _json(gw.session_status(adopted.session_key, changes_since=since))
 
 
@@ -199,6 +200,7 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     drained = gw.drain_system_events(MANAGER)
     _lines("drained", drained)
     reply = gw.call_tool(MANAGER, "session_status", {"sessionKey": WORKER, "changesSince": spawn_version})
+    print(f"   the manager's session_status call, changesSince {spawn_version}:")
     _json(reply)
     follow_up = gw.pending_system_events(MANAGER)
     print("   events that landed after the notice was queued reopen exactly one follow-up:")
@@ -234,6 +236,7 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     counts = gw.prune()
     print(f"   pruned: {counts}")
     gap = gw.session_status(WORKER, changes_since=noticed_since)
+    print(f"   session_status of the worker, changesSince {noticed_since} (the manager's last seen):")
     _json(gap)
     print("   historyGap true: refresh the whole session instead of trusting a delta;")
     print(f"   stateVersion stays {gap['stateVersion']}: heads survive pruning.")

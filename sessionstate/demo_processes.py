@@ -89,6 +89,7 @@ def run_demo_processes(db: str | None, *, reuse: bool = False) -> int:
 
             _heading(3, "The manager's turn in process 1: one notice, then reconcile")
             _lines("drained", gw.drain_system_events(MANAGER))
+            print(f"   session_status of the worker, changesSince {spawn_version}:")
             _json(gw.session_status(WORKER, changes_since=spawn_version))
             _await_notice(gw, 1.0)
             _lines("the follow-up for the messages after the notice", gw.drain_system_events(MANAGER))

@@ -55,6 +55,10 @@ def test_every_block_of_rows_has_a_heading_that_counts_it(tmp_path):
         counted = re.search(r": (\d+) \w+\(s\)$", heading)
         assert counted is not None, f"rows without a heading under {heading!r}"
         assert int(counted.group(1)) == rows, f"{heading!r} heads {rows} rows"
+    documents = [before for before, line in zip(["", *out], out) if line == "     {"]
+    assert len(documents) == 3
+    for heading in documents:  # each JSON document says which call it answers
+        assert "session_status" in heading and "changesSince" in heading and heading.endswith(":"), heading
 
 
 def test_a_database_with_sessions_is_refused_unless_reuse(tmp_path):
