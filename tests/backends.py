@@ -52,6 +52,8 @@ def postgres_skip_summary(skipped_reports: list[Any]) -> str | None:
     count = sum(1 for report in skipped_reports if PG_URL_ENV in str(getattr(report, "longrepr", "")))
     if not count:
         return None
+    if os.environ.get("SESSIONSTATE_TEST_PG") == "off":  # asked for: ./dev test starts no server
+        return f"PostgreSQL half skipped ({count} tests, SESSIONSTATE_TEST_PG=off): ./dev test without it runs both"
     return f"PostgreSQL half skipped ({count} tests, no server): {PG_RUN_COMMAND}"
 
 

@@ -88,7 +88,18 @@ def test_without_a_server_the_run_ends_with_one_line_saying_so():
                      "CI": None}, ONE_PG_TEST)
     assert run.returncode == 0, run.stdout[-2000:]
     last = run.stdout.strip().splitlines()[-1]
-    assert last.startswith("PostgreSQL half skipped (") and "./dev test" in last, last
+    assert last.startswith("PostgreSQL half skipped (") and "SESSIONSTATE_TEST_PG=off" in last, last
+
+
+def test_the_closing_line_for_a_machine_without_postgres_names_what_runs_it(monkeypatch):
+    monkeypatch.delenv("SESSIONSTATE_TEST_PG", raising=False)
+
+    class Report:
+        longrepr = ("file.py", 1, f"Skipped: {backends.SKIP_REASON}")
+
+    line = backends.postgres_skip_summary([Report()])
+    assert line == f"PostgreSQL half skipped (1 tests, no server): {backends.PG_RUN_COMMAND}"
+    assert "apt-get install postgresql" in line and backends.PG_URL_ENV in line
 
 
 def test_the_closing_line_counts_only_tests_skipped_for_want_of_a_server():
