@@ -20,7 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="a narrated run of the notice protocol")
-    demo.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
+    demo.add_argument("--db", default=None,
+                      help="database URL or file (default: a new temporary database, its path printed)")
+    demo.add_argument("--reuse", action="store_true",
+                      help="run on a --db that already holds sessions (the demo's own are recreated)")
     demo.add_argument("--processes", type=int, choices=(1, 2), default=1,
                       help="2: the manager served by this process, the human recorded by a second one")
 
@@ -43,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     schemas.add_argument("--write", type=Path, default=None, metavar="DIR", help="write <tool>.json files into DIR")
 
     mcp = commands.add_parser("mcp", help="serve one session's tools and notices to an MCP client over stdio")
-    mcp.add_argument("--session", required=True, metavar="KEY", help="the calling session, e.g. agent:main:main")
+    mcp.add_argument("--session", required=True, metavar="KEY",
+                     help="the calling session, e.g. agent:main:main (or main, as the tools read keys)")
     mcp.add_argument("--db", default=None, help="database URL or file (default: the embedded default)")
     mcp.add_argument("--profile", default="coding", choices=["coding", "messaging"], help="tool profile (default: coding)")
     mcp.add_argument("--visibility", default="tree", choices=["self", "tree", "agent", "all"],
@@ -52,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--max-spawn-depth", type=int, default=1, metavar="N", help="sub-agent depth limit (default: 1)")
     mcp.add_argument("--poll-interval", type=float, default=0.2, metavar="SECONDS",
                      help="how often notices from other processes are looked for (default: 0.2)")
+
+    from .cli_operator import add_parsers as add_operator_parsers
+
+    add_operator_parsers(commands)
 
     check = commands.add_parser("check", help="model check, fuzz, crash and concurrency trials (exit 1 on failure)")
     from .verify.runner import add_arguments as add_check_arguments
@@ -72,10 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.processes == 2:
                 from .demo_processes import run_demo_processes
 
-                return run_demo_processes(args.db)
+                return run_demo_processes(args.db, reuse=args.reuse)
             from .demo import run_demo
 
-            return run_demo(args.db)
+            return run_demo(args.db, reuse=args.reuse)
         if args.command == "status":
             return _status(args)
         if args.command == "vacuum":
@@ -84,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _schemas(args)
         if args.command == "mcp":
             return _mcp(args)
+        if args.command in {"sessions", "watchers", "tail", "prune"}:
+            from .cli_operator import run as run_operator_command
+
+            return run_operator_command(args)
         if args.command == "check":
             from .verify.runner import run_check
 
@@ -162,10 +174,14 @@ def _mcp(args: argparse.Namespace) -> int:
 
     policy = ToolPolicy(visibility=args.visibility, agent_to_agent=args.agent_to_agent,
                         profile=args.profile, max_spawn_depth=args.max_spawn_depth)
+    from .mcp.command import exit_on_interrupt, resolve_session_argument
+
     with Gateway.open(args.db, create=False) as gw:  # the session must exist, so must the file
         gw.configure_tools(policy)
+        session = resolve_session_argument(gw, args.session)
+        exit_on_interrupt(lambda: gw.stop_runs(timeout=1.0))
         try:
-            serve_stdio(gw, args.session, poll_interval=args.poll_interval)
+            serve_stdio(gw, session, poll_interval=args.poll_interval)
         finally:
             gw.stop_runs()  # runs live in this process: end them before the database closes
     return 0

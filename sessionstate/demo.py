@@ -1,11 +1,15 @@
-"""``sessionstate demo``: the protocol told as a story, on a real database file."""
+"""``sessionstate demo``: the protocol told as a story, on a real database file.
+
+The story is the same on every run: it starts on an empty database (demo_db.py), its clock
+starts at a fixed instant and moves only where the story says time passes, and its ids are
+scripted, so two runs print the same lines but for the database's path."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from .config import normalize_url
+from .demo_db import demo_url, refuse_non_empty
 from .gateway import Gateway
 from .notice_protocol import DAY_SECONDS
 
@@ -14,17 +18,23 @@ WORKER = "agent:main:subagent:worker"
 DEMO_SESSIONS = (WORKER, MANAGER)
 
 
+# 2026-01-05T09:00:00Z: the instant the story begins, whatever the day it is run.
+STORY_START = 1_767_603_600.0
+
+
 class DemoClock:
-    """Real time, plus whatever the story fast-forwards."""
+    """The story's time: a fixed start plus whatever the story says has passed. Real time would
+    put a different ``occurredAt`` into every run's output."""
 
-    def __init__(self) -> None:
-        import time
-
-        self._time = time.time
+    def __init__(self, start: float = STORY_START) -> None:
+        self.start = start
         self.offset = 0.0
 
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
     def __call__(self) -> float:
-        return self._time() + self.offset
+        return self.start + self.offset
 
 
 def _heading(number: int, text: str) -> None:
@@ -89,6 +99,7 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
             handle.write(line("user", "hold on, use the staging database"))
         print(f"   monitor tick: {monitor.tick()}")
         _lines("manager's queue", gw.drain_system_events(MANAGER))
+        print(f"   session_status of the adopted session, changesSince {since}:")
         _json(gw.session_status(adopted.session_key, changes_since=since))
 
 
@@ -115,30 +126,36 @@ def _tools_step(gw: Gateway, number: int) -> None:
     gw.register_session(peer, channel="slack")
     gw.set_route(MANAGER, "telegram", "ops-chat")
     survey = gw.call_tool(MANAGER, "sessions_spawn", {"task": "survey the logs", "label": "surveyor"})
+    # The survey finishes before the second child starts: two runs recording at once would number
+    # their events in a different order on every run of the story.
+    gw.run_executor.wait_for(survey["runId"])
     slow = gw.call_tool(MANAGER, "sessions_spawn", {"task": "rewrite everything", "label": "rewriter"})
     print(f"   sessions_spawn -> {json.dumps({k: survey[k] for k in ('status', 'runId', 'childSessionKey')})}")
-    gw.run_executor.wait_for(survey["runId"])
     sent = gw.call_tool(peer, "sessions_send", {"sessionKey": "main", "message": "how is the survey going?",
                                                 "timeoutSeconds": 5, "watch": True})
     print(f"   sessions_send (peer -> manager, watch) -> {json.dumps(sent)}")
     gw.run_executor.wait_for(sent["runId"])
-    for message in gw.transcript(MANAGER)[-3:]:
-        print(f"     | manager transcript {message.role}: {' / '.join(message.text.splitlines())}")
+    recent = gw.transcript(MANAGER)[-3:]
+    print(f"   the manager's transcript, newest: {len(recent)} message(s)")
+    for message in recent:
+        print(f"     | {message.role}: {' / '.join(message.text.splitlines())}")
     killed = gw.call_tool(MANAGER, "subagents", {"action": "kill", "target": slow["runId"]})
     print(f"   subagents kill -> {json.dumps(killed)}")
     listed = gw.call_tool(MANAGER, "subagents", {"action": "list"})
+    print(f"   subagents list: {len(listed['recent'])} run(s)")
     for run in listed["recent"]:
         print(f"     | run {run['runId']} {run['label']}: {run['status']} {run.get('outcome', '')}")
     _lines("manager's queue (the announce, on its stored route)", gw.drain_system_events(MANAGER))
     rows = gw.call_tool(MANAGER, "sessions_list", {"includePreview": True})["sessions"]
+    print(f"   sessions_list (includePreview): {len(rows)} session(s)")
     for row in rows:
         print(f"     | {row['key']:<36} {row['kind']:<8} v{row.get('stateVersion', '-')}  {row.get('preview') or ''}")
     gw.human_message(MANAGER, "a human steps in on telegram", channel="telegram", sender="ops-chat")
     _lines("the peer watches the manager now; its queue", gw.drain_system_events(peer))
 
 
-def run_demo(db: str | None) -> int:
-    url = normalize_url(db)
+def run_demo(db: str | None, *, reuse: bool = False) -> int:
+    url = demo_url(db)
     clock = DemoClock()
     wakes: list[tuple[str, str]] = []
 
@@ -146,9 +163,14 @@ def run_demo(db: str | None) -> int:
         wakes.append((watcher, reason))
         print(f"   wake -> {watcher} ({reason})")
 
-    print(f"sessionstate demo on {url}")
     gw = Gateway.open(url, clock=clock, on_wake=on_wake)
-    for key in DEMO_SESSIONS:  # a previous run's sessions, so the story starts clean
+    try:
+        refuse_non_empty([s.session_key for s in gw.store.list_sessions()], url, reuse=reuse)
+    except BaseException:
+        gw.close()
+        raise
+    print(f"sessionstate demo on {url}")
+    for key in DEMO_SESSIONS:  # --reuse: a previous run's sessions, so the story starts clean
         if gw.session_exists(key):
             gw.delete_session(key)
 
@@ -162,6 +184,7 @@ def run_demo(db: str | None) -> int:
 
     _heading(2, "A human steps into the worker over telegram, twenty times")
     for turn in range(1, 21):
+        clock.advance(0.5)
         gw.record_event(
             WORKER, "human_direct_message", actor_type="human",
             summary="human message via telegram", payload={"channel": "telegram", "turns": 1},
@@ -172,10 +195,12 @@ def run_demo(db: str | None) -> int:
     _lines("manager's queue after twenty messages", gw.pending_system_events(MANAGER))
     print(f"   wakes sent: {len(wakes)} (coalesced within 20 s)")
 
+    clock.advance(60)
     _heading(3, "The manager's turn: one notice, then reconcile with changesSince")
     drained = gw.drain_system_events(MANAGER)
     _lines("drained", drained)
     reply = gw.call_tool(MANAGER, "session_status", {"sessionKey": WORKER, "changesSince": spawn_version})
+    print(f"   the manager's session_status call, changesSince {spawn_version}:")
     _json(reply)
     follow_up = gw.pending_system_events(MANAGER)
     print("   events that landed after the notice was queued reopen exactly one follow-up:")
@@ -185,6 +210,7 @@ def run_demo(db: str | None) -> int:
     assert cursor is not None
     print(f"   manager cursor now {tuple(cursor)}")
 
+    clock.advance(60)
     _heading(4, "The worker's goal changes, then the gateway restarts before the manager's turn")
     gw.record_event(WORKER, "goal_changed", actor_type="human", summary="goal updated")
     before = gw.pending_system_events(MANAGER)
@@ -199,8 +225,10 @@ def run_demo(db: str | None) -> int:
     noticed_since = cursor.last_seen
     gw.drain_system_events(MANAGER)
 
+    clock.advance(60)
     _adopted_session_step(gw, 5)
 
+    clock.advance(60)
     _tools_step(gw, 6)
 
     _heading(7, "Thirty-one days pass; pruning opens an exact history gap")
@@ -208,9 +236,11 @@ def run_demo(db: str | None) -> int:
     counts = gw.prune()
     print(f"   pruned: {counts}")
     gap = gw.session_status(WORKER, changes_since=noticed_since)
+    print(f"   session_status of the worker, changesSince {noticed_since} (the manager's last seen):")
     _json(gap)
     print("   historyGap true: refresh the whole session instead of trusting a delta;")
     print(f"   stateVersion stays {gap['stateVersion']}: heads survive pruning.")
     gw.stop_runs()
     gw.close()
+    print(f"\nThe story's database is left as it ends: sessionstate sessions --db '{url}'")
     return 0

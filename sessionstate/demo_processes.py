@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 
-from .config import normalize_url
 from .demo import MANAGER, WORKER, _heading, _json, _lines
+from .demo_db import demo_url, refuse_non_empty
 from .gateway import Gateway
 from .store.factory import is_postgres_url
 
@@ -51,17 +51,18 @@ def _await_notice(gw: Gateway, seconds: float = 10.0) -> float:
     return time.monotonic() - start
 
 
-def run_demo_processes(db: str | None) -> int:
-    url = normalize_url(db)
+def run_demo_processes(db: str | None, *, reuse: bool = False) -> int:
+    url = demo_url(db)
     wakes: list[str] = []
 
     def on_wake(watcher: str, reason: str) -> None:
         wakes.append(watcher)
         print(f"   wake -> {watcher} ({reason}) in the serving process")
 
-    print(f"sessionstate demo on {url}, two processes")
     with Gateway.open(url, serve=[], pump=True, on_wake=on_wake) as gw:
-        for key in (WORKER, MANAGER):  # a previous run's sessions
+        refuse_non_empty([s.session_key for s in gw.store.list_sessions()], url, reuse=reuse)
+        print(f"sessionstate demo on {url}, two processes")
+        for key in (WORKER, MANAGER):  # --reuse: a previous run's sessions
             if gw.session_exists(key):
                 gw.delete_session(key)
         _heading(1, "Process 1 serves the manager; the manager spawns a worker")
@@ -88,6 +89,7 @@ def run_demo_processes(db: str | None) -> int:
 
             _heading(3, "The manager's turn in process 1: one notice, then reconcile")
             _lines("drained", gw.drain_system_events(MANAGER))
+            print(f"   session_status of the worker, changesSince {spawn_version}:")
             _json(gw.session_status(WORKER, changes_since=spawn_version))
             _await_notice(gw, 1.0)
             _lines("the follow-up for the messages after the notice", gw.drain_system_events(MANAGER))

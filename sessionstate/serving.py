@@ -199,7 +199,7 @@ class Serving:
                 self.feed = self._sink.store.open_change_feed(self._kinds)
             except InvalidArgument:  # an in-memory database: every sweep is a full one
                 pass
-            queued = self._apply(ChangeSet([], [], [], True))
+            queued = self._apply(ChangeSet([], [], [], True), first=True)
             self.sweeps += 1
             return queued
         try:
@@ -214,10 +214,10 @@ class Serving:
         self.sweeps += 1
         return queued
 
-    def _apply(self, changes: ChangeSet) -> int:
+    def _apply(self, changes: ChangeSet, *, first: bool = False) -> int:
         sink = self._sink
         if changes.resync:
-            if self.feed is not None:
+            if not first:  # the first sweep is a full one by design: nothing was lost
                 log.warning("change feed lost track: resynchronising every watcher")
             self._refresh_all_claims()
             watchers = {p.watcher for p in sink.store.serving.all_pending()} | set(sink.queue.sessions())

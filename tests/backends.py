@@ -41,6 +41,20 @@ def sqlite_database() -> Iterator[str]:
 PG_URL_ENV = "SESSIONSTATE_TEST_PG_URL"
 REQUIRE_PG_ENV = "SESSIONSTATE_REQUIRE_PG"
 SKIP_REASON = f"PostgreSQL backend: set {PG_URL_ENV} (scripts/pg-test-server run ./dev test)"
+# What runs the PostgreSQL half where ./dev test could not start a server itself.
+PG_RUN_COMMAND = "install PostgreSQL (apt-get install postgresql) and rerun ./dev test, or set " \
+    f"{PG_URL_ENV} to a server's URL"
+
+
+def postgres_skip_summary(skipped_reports: list[Any]) -> str | None:
+    """The one closing line for a run whose PostgreSQL tests skipped for want of a server
+    (None when none did): how many, and what runs them."""
+    count = sum(1 for report in skipped_reports if PG_URL_ENV in str(getattr(report, "longrepr", "")))
+    if not count:
+        return None
+    if os.environ.get("SESSIONSTATE_TEST_PG") == "off":  # asked for: ./dev test starts no server
+        return f"PostgreSQL half skipped ({count} tests, SESSIONSTATE_TEST_PG=off): ./dev test without it runs both"
+    return f"PostgreSQL half skipped ({count} tests, no server): {PG_RUN_COMMAND}"
 
 
 def postgres_required() -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.backends import Backend, backend_params, postgres_database
+from tests.backends import Backend, backend_params, postgres_database, postgres_skip_summary
 
 settings.register_profile(
     "ci",
@@ -56,3 +56,22 @@ def pg_url() -> Iterator[str]:
     """A fresh empty PostgreSQL schema, for the tests of what only a server does."""
     with postgres_database() as url:
         yield url
+
+
+_closing_lines: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    line = postgres_skip_summary(terminalreporter.stats.get("skipped", []))
+    if line is not None:
+        _closing_lines.append(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's last line (after pytest's own counts) says when the PostgreSQL half did not run,
+    and what runs it: a green run with one backend untested must not read like a green run of both."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in _closing_lines:
+        if reporter is not None:
+            reporter.write_line(line, yellow=True, bold=True)
+    _closing_lines.clear()

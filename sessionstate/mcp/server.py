@@ -106,6 +106,7 @@ class SessionToolServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
@@ -193,6 +194,13 @@ class SessionToolServer:
             mime_type=NOTICES_MIME_TYPE,
         )
         return types.ListResourcesResult(resources=[notices], ttl_ms=0, cache_scope="private")
+
+    async def _list_resource_templates(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        # None: the one resource has a fixed URI. Answered, because declaring `resources`
+        # promises the method (clients and inspectors call it right after resources/list).
+        return types.ListResourceTemplatesResult(resource_templates=[], ttl_ms=0, cache_scope="private")
 
     async def _read_resource(self, ctx: Context, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         self._require_notices_uri(params.uri)

@@ -369,6 +369,10 @@ class ServingTable(Protocol):
         statement: ``(won, the slot's time)`` (R23)."""
         ...
 
+    def wake_slots(self) -> dict[str, float]:
+        """Every watcher's last wake time (R23), read only; no transaction needed."""
+        ...
+
 
 class ChangeFeed(Protocol):
     """How a server learns of commits made on other connections (R22); one per server.

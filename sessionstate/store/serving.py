@@ -242,6 +242,12 @@ def take_wake_slot(db: sqlite3.Connection, watcher: str, now: float, window: flo
     return False, float(held[0])
 
 
+def wake_slots(db: sqlite3.Connection) -> dict[str, float]:
+    """Every watcher's last wake (R23), read only: for operators (``sessionstate watchers``/``tail``)."""
+    return {str(k): float(t) for k, t in db.execute(
+        "SELECT watcher_session_key, woken_at FROM session_wake_slots").fetchall()}
+
+
 def notifying_events_after(
     db: sqlite3.Connection, after: int, upto: int, kinds: tuple[str, ...]
 ) -> list[tuple[str, str, str | None]]:
@@ -320,6 +326,9 @@ class SqliteServingTable:
 
     def take_wake_slot(self, watcher: str, now: float, window: float) -> tuple[bool, float]:
         return take_wake_slot(self._db, watcher, now, window)
+
+    def wake_slots(self) -> dict[str, float]:
+        return wake_slots(self._db)
 
     def notifying_events_after(self, after: int, upto: int, kinds: tuple[str, ...]) -> list[tuple[str, str, str | None]]:
         return notifying_events_after(self._db, after, upto, kinds)

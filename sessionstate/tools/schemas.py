@@ -402,12 +402,18 @@ def export_schemas(directory: str | Path) -> list[Path]:
 
 
 def _problems(validator: Draft202012Validator, args: dict[str, Any]) -> list[tuple[str, str]]:
-    """(field, message) for every violation, sorted by field, without duplicates."""
+    """(field, message) for every violation, sorted by field, without duplicates. A field of the
+    wrong type gets that message alone: the rules for its values (a string's ``not pattern``,
+    say) do not apply to a value of another type, and reporting them would say something false."""
     seen: dict[tuple[str, str], None] = {}
+    mistyped: set[str] = set()
     for error in validator.iter_errors(args):
         for item in _describe(error):
             seen.setdefault(item, None)
-    return sorted(seen, key=lambda item: item[0])
+            if error.validator == "type":
+                mistyped.add(item[0])
+    kept = [item for item in seen if item[0] not in mistyped or item[1].startswith("expected ")]
+    return sorted(kept, key=lambda item: item[0])
 
 
 def _describe(error: ValidationError) -> Iterable[tuple[str, str]]:

@@ -156,3 +156,26 @@ def test_the_pump_thread_brings_another_process_notice(url):
             time.sleep(0.01)
         assert server.pending_system_events(W) == [notice_text(T, 0)]
         assert server._pump.changes >= 1
+
+
+LOST_TRACK = "change feed lost track"
+
+
+@pytest.mark.parametrize("pump", [False, True], ids=["swept-by-hand", "pumped"])
+def test_a_first_open_on_a_new_database_does_not_warn_of_a_lost_feed(db_url, caplog, pump):
+    # The first sweep of a gateway is a full one by design (it opens the feed): nothing was lost.
+    with caplog.at_level("WARNING", logger="sessionstate"):
+        with Gateway.open(db_url, pump=pump) as gw:
+            gw.create_session(W)
+            gw.sweep_changes()
+            gw.sweep_changes()
+    assert LOST_TRACK not in caplog.text
+
+
+def test_a_feed_that_really_lost_track_still_warns(url, caplog):
+    with Gateway.open(url) as gw:
+        gw.sweep_changes()  # opens the feed
+        gw.serving.feed.lost()
+        with caplog.at_level("WARNING", logger="sessionstate"):
+            gw.sweep_changes()
+    assert LOST_TRACK in caplog.text

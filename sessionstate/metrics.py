@@ -1,0 +1,213 @@
+"""Metrics through the OpenTelemetry metrics API (the optional extra ``sessionstate[otel]``).
+
+``instrument(gateway)`` reports one gateway's work to a ``MeterProvider`` (the global one by
+default: a no-op until the application installs an SDK). The core never imports OpenTelemetry:
+only this module does, and only when called.
+
+Instruments (meter ``sessionstate``):
+
+* counters ``sessionstate.events.recorded`` (attribute ``kind``), ``sessionstate.append.failures``
+  (R15: a record that storage refused), ``sessionstate.notices.queued``,
+  ``sessionstate.notices.drained``, ``sessionstate.wakes.sent``, ``sessionstate.wakes.owed``,
+  ``sessionstate.wakes.fired_late``;
+* histogram ``sessionstate.append.duration`` (seconds per ``record_event``/``record_events`` call);
+* observable gauges per watcher (attribute ``watcher``): ``sessionstate.watcher.lag`` (the most
+  unread events of any target it watches) and ``sessionstate.watcher.lead`` (the fewest events
+  that can still be recorded before the oldest unread event of one of its targets is pruned:
+  Kafka's ``records-lead-min``; at 0 a ``historyGap`` is next), read from the database at each
+  collection (operator.py).
+
+Nothing is added to the record path itself: the gateway's bound methods are wrapped on this one
+instance (``detach()`` puts them back), so an uninstrumented gateway pays nothing.
+``wakes.owed`` and ``wakes.fired_late`` have no producer in this tree yet: ``wake_owed`` and
+``wake_fired_late`` are the hooks for the owed-wake code to call (``metrics_of(gateway)``).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from .operator import all_pairs
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+METER_NAME = "sessionstate"
+_CLASS_METHOD = object()
+
+_instrumented: "weakref.WeakKeyDictionary[Gateway, GatewayMetrics]" = weakref.WeakKeyDictionary()
+
+
+def instrument(gateway: "Gateway", meter_provider: Any | None = None) -> "GatewayMetrics":
+    """Start reporting ``gateway``'s metrics (once per gateway; a second call returns the first)."""
+    existing = _instrumented.get(gateway)
+    if existing is not None:
+        return existing
+    metrics = GatewayMetrics(gateway, meter_provider)
+    _instrumented[gateway] = metrics
+    return metrics
+
+
+def metrics_of(gateway: "Gateway") -> "GatewayMetrics | None":
+    """The gateway's metrics when ``instrument`` was called for it, else ``None``."""
+    return _instrumented.get(gateway)
+
+
+class GatewayMetrics:
+    def __init__(self, gateway: "Gateway", meter_provider: Any | None = None) -> None:
+        from opentelemetry import metrics as otel
+
+        meter = (meter_provider or otel.get_meter_provider()).get_meter(METER_NAME)
+        self.gateway = gateway
+        self.events_recorded = meter.create_counter(
+            "sessionstate.events.recorded", unit="{event}", description="events appended to the signal log")
+        self.append_failures = meter.create_counter(
+            "sessionstate.append.failures", unit="{event}", description="records refused by storage (R15)")
+        self.notices_queued = meter.create_counter(
+            "sessionstate.notices.queued", unit="{notice}", description="stale notices queued for a watcher's turn")
+        self.notices_drained = meter.create_counter(
+            "sessionstate.notices.drained", unit="{notice}", description="stale notices delivered by a drain")
+        self.wakes_sent = meter.create_counter(
+            "sessionstate.wakes.sent", unit="{wake}", description="on_wake calls made")
+        self.wakes_owed = meter.create_counter(
+            "sessionstate.wakes.owed", unit="{wake}", description="wakes held back by coalescing and owed later")
+        self.wakes_fired_late = meter.create_counter(
+            "sessionstate.wakes.fired_late", unit="{wake}", description="owed wakes that fired after their due time")
+        self.append_duration = meter.create_histogram(
+            "sessionstate.append.duration", unit="s", description="time of one record_event/record_events call")
+        meter.create_observable_gauge(
+            "sessionstate.watcher.lag", callbacks=[self._observe_lag], unit="{event}",
+            description="most unread events of any target the watcher watches")
+        meter.create_observable_gauge(
+            "sessionstate.watcher.lead", callbacks=[self._observe_lead], unit="{event}",
+            description="fewest events before one of the watcher's unread events is pruned")
+        self._originals: list[tuple[object, str, object]] = []
+        self._wrap()
+
+    # -- hooks for code that knows more than the gateway's surface ------------------------------
+
+    def wake_owed(self, watcher: str) -> None:
+        self.wakes_owed.add(1, {"watcher": watcher})
+
+    def wake_fired_late(self, watcher: str) -> None:
+        self.wakes_fired_late.add(1, {"watcher": watcher})
+
+    def detach(self) -> None:
+        """Stop counting: the gateway's own methods back (the gauges read nothing more)."""
+        for owner, name, original in reversed(self._originals):
+            if original is _CLASS_METHOD:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        self._originals.clear()
+        _instrumented.pop(self.gateway, None)
+
+    # -- the wrapped methods ------------------------------------------------------------------
+
+    def _replace(self, owner: object, name: str, make: Callable[[Any], Callable[..., Any]]) -> None:
+        # What the instance itself held (_CLASS_METHOD: nothing, the class's method showed).
+        self._originals.append((owner, name, vars(owner).get(name, _CLASS_METHOD)))
+        setattr(owner, name, make(getattr(owner, name)))
+
+    def _wrap(self) -> None:
+        gw = self.gateway
+        protocol = gw.protocol
+
+        def recording(original: Callable[..., int | None]) -> Callable[..., int | None]:
+            def record_event(*args: Any, **kwargs: Any) -> int | None:
+                kind = args[1] if len(args) > 1 else kwargs.get("kind", "")
+                start = time.perf_counter()
+                sequence = original(*args, **kwargs)
+                self.append_duration.record(time.perf_counter() - start)
+                self._count_recorded([kind], [sequence])
+                return sequence
+            return record_event
+
+        def recording_batch(original: Callable[..., list[int | None]]) -> Callable[..., list[int | None]]:
+            def record_events(events: Any) -> list[int | None]:
+                events = list(events)
+                start = time.perf_counter()
+                sequences = original(events)
+                self.append_duration.record(time.perf_counter() - start)
+                self._count_recorded([e.get("kind", "") if hasattr(e, "get") else "" for e in events], sequences)
+                return sequences
+            return record_events
+
+        def creating(original: Callable[..., None]) -> Callable[..., None]:
+            def create_session(*args: Any, **kwargs: Any) -> None:
+                original(*args, **kwargs)
+                if kwargs.get("parent") is not None:  # the spawn edge's child_spawned event
+                    self.events_recorded.add(1, {"kind": "child_spawned"})
+            return create_session
+
+        def queueing(original: Callable[..., bool]) -> Callable[..., bool]:
+            def enqueue(session_key: str, text: str, target: Any = None) -> bool:
+                added = original(session_key, text, target)
+                if added and target is not None:  # a stale notice (plain lines carry no target)
+                    self.notices_queued.add(1)
+                return added
+            return enqueue
+
+        def draining(original: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+            def drain_system_events(session_key: str) -> list[str]:
+                notices = {e.text for e in protocol.queue.peek(session_key) if e.target is not None}
+                lines = original(session_key)
+                delivered = sum(1 for line in lines if line in notices)
+                if delivered:
+                    self.notices_drained.add(delivered)
+                return lines
+            return drain_system_events
+
+        def waking(original: Callable[[str, str], bool]) -> Callable[[str, str], bool]:
+            def wake(watcher: str, reason: str) -> bool:
+                sent = original(watcher, reason)
+                if sent:
+                    self.wakes_sent.add(1)
+                return sent
+            return wake
+
+        # The gateway binds the protocol's record methods onto itself (the event path skips
+        # its frame): both bindings are replaced, so every caller is counted.
+        self._replace(protocol, "record_event", recording)
+        self._replace(protocol, "record_events", recording_batch)
+        self._replace(gw, "record_event", lambda _original: protocol.record_event)
+        self._replace(gw, "record_events", lambda _original: protocol.record_events)
+        self._replace(protocol, "create_session", creating)
+        self._replace(protocol.queue, "enqueue", queueing)
+        self._replace(protocol, "drain_system_events", draining)
+        self._replace(protocol.wakes, "wake", waking)
+
+    def _count_recorded(self, kinds: Iterable[str], sequences: Iterable[int | None]) -> None:
+        for kind, sequence in zip(kinds, sequences):
+            if sequence is None:
+                self.append_failures.add(1)
+            else:
+                self.events_recorded.add(1, {"kind": kind})
+
+    # -- gauges -------------------------------------------------------------------------------
+
+    def _per_watcher(self) -> dict[str, tuple[int, int | None]]:
+        """watcher -> (most unread events, fewest events of lead) over its pairs."""
+        if self.gateway.closed or not self._originals:
+            return {}
+        found: dict[str, tuple[int, int | None]] = {}
+        for pair in all_pairs(self.gateway):
+            lag, lead = found.get(pair.watcher, (0, None))
+            if pair.lead_events is not None:
+                lead = pair.lead_events if lead is None else min(lead, pair.lead_events)
+            found[pair.watcher] = (max(lag, pair.behind), lead)
+        return found
+
+    def _observe_lag(self, _options: Any) -> list[Any]:
+        from opentelemetry.metrics import Observation
+
+        return [Observation(lag, {"watcher": w}) for w, (lag, _) in sorted(self._per_watcher().items())]
+
+    def _observe_lead(self, _options: Any) -> list[Any]:
+        from opentelemetry.metrics import Observation
+
+        return [Observation(lead, {"watcher": w}) for w, (_, lead) in sorted(self._per_watcher().items())
+                if lead is not None]
