@@ -57,6 +57,7 @@ from .validation import (
     check_timestamp,
     encode_payload,
 )
+from .provenance import CursorPositions, PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, PROVENANCE_SPAWN, registered_provenance
 from .rewake import Rewaker
 from .serving import SERVE_ALL, Serving
 from .trace import Tracer
@@ -124,7 +125,9 @@ class NoticeProtocol:
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serving = Serving(self, serve)  # section 6a: which watchers this process serves
         self.wakes.take_slot = self.serving.take_wake_slot  # R23: the durable wake slot
-        self.rewaker = Rewaker(self.wakes, self.queue.holds_notice)
+        # R26: a re-wake is a wake too, so it asks the same question (an ambient pair that
+        # replaced a tracked one must not inherit its entry).
+        self.rewaker = Rewaker(self.wakes, lambda w, t: self.queue.holds_notice(w, t) and self.wakes_for(w, t))
         self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
 
     # -- several processes (spec section 6a) ------------------------------------------------
@@ -197,7 +200,9 @@ class NoticeProtocol:
                     self.tracer.event(sequence, (key, agent), "child_spawned", "agent", parent_target[0])
                 # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
                 if is_agent_qualified(parent_target[0]):
-                    self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now)
+                    self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now,
+                                     provenance=PROVENANCE_SPAWN)
+                    self.store.set_provenance(parent_target[0], key, agent, PROVENANCE_SPAWN, promote_only=False)
         if parent_target is not None:
             self.stats["events_recorded"] += 1
 
@@ -380,18 +385,32 @@ class NoticeProtocol:
     # -- watching ---------------------------------------------------------------------------
 
     @locked
-    def watch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
+    def watch(
+        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None, ambient: bool = False
+    ) -> bool:
         """Watch ``target_key`` from its current state version (R4).
 
         Returns ``True`` when a cursor was created, ``False`` when the pair was already
-        watched (it is kept as it is, pending notice included).
+        watched (its positions are kept, pending notice included). ``ambient``: the gateway
+        registers the watch itself; the pair's notices are queued but never wake (R26). An
+        explicit watch promotes an ambient pair; an ambient one never demotes (R25).
         """
+        if not isinstance(ambient, bool):
+            raise InvalidArgument("ambient must be a boolean")
         watcher, target = self._check_pair(watcher_key, target_key, target_agent_id)
+        requested = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
         now = self.clock()
         with self.store.transaction():  # the head is read under the write lock: no event slips between
             head = self.store.head(*target)
             version = head.last_sequence if head else 0
-            (step,) = self._fire_pairs([(watcher, target, None)], SEED, version, now, load=True)
+            record = self.store.cursor(watcher, *target)
+            positions = Positions(*record.positions) if record else None
+            provenance = registered_provenance(record.provenance if record else None, requested)
+            (step,) = self._fire_pairs([(watcher, target, positions)], SEED, version, now, provenance=provenance)
+            if record is None or provenance != record.provenance:
+                self.store.set_provenance(watcher, *target, provenance, promote_only=record is not None)
+                if record is not None:  # a promotion: other processes' pumps hear of the pair
+                    self.store.serving.note_cursor_changes([watcher], now)
         return step.state == UNWATCHED
 
     @locked
@@ -582,12 +601,14 @@ class NoticeProtocol:
     # -- inspection -------------------------------------------------------------------------
 
     @locked
-    def cursor_positions(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> Positions | None:
-        """The pair's effective positions (``None`` when unwatched)."""
+    def cursor_positions(
+        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None
+    ) -> CursorPositions | None:
+        """The pair's effective positions and provenance (``None`` when unwatched)."""
         check_key(watcher_key, "watcher key")
         target = self.resolve(target_key, target_agent_id)
         record = self.store.cursor(watcher_key, *target)
-        return Positions(*record.positions) if record else None
+        return CursorPositions(*record.positions, record.provenance) if record else None
 
     @locked
     def state_version(self, key: str, agent_id: str | None = None) -> int:
@@ -625,6 +646,7 @@ class NoticeProtocol:
         *,
         load: bool = False,
         delivered: str | None = None,
+        provenance: str | None = None,
     ) -> list[Any]:
         """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
 
@@ -639,7 +661,7 @@ class NoticeProtocol:
             step = fire((watcher, target[0]), positions, trigger, sequence)
             if self.tracer is not None:
                 self.tracer.step(watcher, target, trigger, sequence, positions, step.positions,
-                                 step.notice_since, delivered=delivered)
+                                 step.notice_since, delivered=delivered, provenance=provenance)
             if step.positions != positions:
                 self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
                 changed.append(watcher)
@@ -687,11 +709,21 @@ class NoticeProtocol:
                 handed.append((watcher, target, text, queued, True))
             if queued:
                 self.stats["notices_enqueued"] += 1
-                if is_main_style_watcher(watcher):
+                if self.wakes_for(watcher, target):
                     self.wakes.wake(watcher, f"session-state: {target[0]}")
                     self.rewaker.track(watcher, target)
         if handed is not None and trace is not None:
             trace.notices(handed)
+
+    def wakes_for(self, watcher: str, target: SessionRef) -> bool:
+        """The one place a wake is decided (R12, R26): a main-style watcher whose cursor on
+        ``target`` is not ambient. The durable provenance is read last, and only when a wake
+        could be sent at all, so a gateway without ``on_wake`` never reads it."""
+        return (
+            is_main_style_watcher(watcher)
+            and self.wakes.enabled
+            and not self.store.is_ambient(watcher, *target)
+        )
 
     def _rewake(self, material: list[tuple[SessionRef, str | None]], now: float) -> None:
         """R23: material events re-wake pending main-style watchers whose window passed

@@ -198,7 +198,23 @@ class CursorTable(Protocol):
         changes: Sequence[tuple[str, PositionsTuple | None]],
         now: float,
     ) -> None:
-        """Upsert the given positions (stamping ``updated_at``) or delete (``None``)."""
+        """Upsert the given positions (stamping ``updated_at``) or delete (``None``). A new
+        row is ``explicit`` until ``set_provenance`` says otherwise; an update keeps it."""
+        ...
+
+    def has_watchers(self, target_key: str, target_agent_id: str) -> bool:
+        """Whether at least one cursor (any provenance) targets the session (R24)."""
+        ...
+
+    def set_provenance(
+        self, watcher: str, target_key: str, target_agent_id: str, provenance: str, *, promote_only: bool
+    ) -> bool:
+        """R25: write the cursor's provenance; with ``promote_only`` only over ``ambient``
+        (a registration of an existing pair never demotes). ``True`` when the row changed."""
+        ...
+
+    def is_ambient(self, watcher: str, target_key: str, target_agent_id: str) -> bool:
+        """R26: whether the pair's cursor exists and is ``ambient`` (the wake decision)."""
         ...
 
 

@@ -26,6 +26,7 @@ from . import bootstrap, schema, tables  # noqa: F401  (tables registers every t
 from .failures import DRIVER_ERRORS, storage_error, translated
 from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord, VacuumReport
 from .runs import SqliteRunTable
+from .schema import PROVENANCE_AMBIENT
 from .serving import SqliteServingTable
 from .sqlite_feed import SqliteChangeFeed
 from .session_meta import SqliteMetadataTable
@@ -56,6 +57,20 @@ CAUGHT_UP_WATCHERS_SQL = (
     " FROM session_watch_cursors INDEXED BY ix_cursors_target_caught_up"
     " WHERE target_session_key = ? AND target_agent_id = ?"
     " AND notified_sequence = last_seen_sequence"
+)
+HAS_WATCHERS_SQL = (
+    "SELECT 1 FROM session_watch_cursors INDEXED BY ix_cursors_target"
+    " WHERE target_session_key = ? AND target_agent_id = ? LIMIT 1"
+)
+# Cursor provenance (spec R25, R26): written by seeds, read where a wake is decided.
+SET_PROVENANCE_SQL = (
+    "UPDATE session_watch_cursors SET provenance = ? WHERE watcher_session_key = ?"
+    " AND target_session_key = ? AND target_agent_id = ?"
+)
+PROMOTE_ONLY_CONDITION = " AND provenance = 'ambient'"
+PROVENANCE_SQL = (
+    "SELECT provenance FROM session_watch_cursors WHERE watcher_session_key = ?"
+    " AND target_session_key = ? AND target_agent_id = ?"
 )
 # The reconciliation page (contract.EventPageRow). SQLite has no half-even rounding, and the
 # CASE expressions that would replace it cost more per row than the rounding in Python
@@ -245,7 +260,8 @@ class SqliteStore:
             ELSE c.material_sequence END"""
         self._cursor_columns = f"""
             c.watcher_session_key, c.target_session_key, c.target_agent_id,
-            c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at"""
+            c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at,
+            c.provenance"""
 
     # -- lifecycle and transactions ---------------------------------------------------------
 
@@ -538,6 +554,22 @@ class SqliteStore:
                 deletes,
             )
 
+    def has_watchers(self, target_key: str, target_agent_id: str) -> bool:
+        """R24: whether any cursor targets the session (the target index serves this)."""
+        return self._db.execute(HAS_WATCHERS_SQL, (target_key, target_agent_id)).fetchone() is not None
+
+    def set_provenance(
+        self, watcher: str, target_key: str, target_agent_id: str, provenance: str, *, promote_only: bool
+    ) -> bool:
+        """R25: the cursor's provenance; ``promote_only`` writes only over ``ambient``."""
+        sql = SET_PROVENANCE_SQL + (PROMOTE_ONLY_CONDITION if promote_only else "")
+        return self._db.execute(sql, (provenance, watcher, target_key, target_agent_id)).rowcount > 0
+
+    def is_ambient(self, watcher: str, target_key: str, target_agent_id: str) -> bool:
+        """R26: whether the pair's cursor is ``ambient`` (read where a wake is decided)."""
+        row = self._db.execute(PROVENANCE_SQL, (watcher, target_key, target_agent_id)).fetchone()
+        return row is not None and row[0] == PROVENANCE_AMBIENT
+
     # -- retention --------------------------------------------------------------------------
 
     def prune_events(
@@ -818,4 +850,4 @@ def _scalar(cursor: sqlite3.Cursor) -> Any:
 
 
 def _cursor_record(row: Sequence[Any]) -> CursorRecord:
-    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]))
+    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]), row[7])

@@ -22,6 +22,7 @@ def gw(db_url):
     gateway.register_session(PEER, label="peer desk")
     gateway.register_session("agent:main:cron:nightly", kind="cron", label="nightly")
     gateway.register_session(OTHER)
+    gateway.watch(OTHER, MANAGER, ambient=True)  # R24: human turns are recorded for watched sessions
     gateway.human_message(MANAGER, "Plan the release\nsecond line", channel="telegram", sender="u1")
     gateway.append_message(MANAGER, "assistant", "<think>secret plan</think>Sure, planning now.")
     yield gateway
