@@ -57,7 +57,14 @@ from .validation import (
     check_timestamp,
     encode_payload,
 )
-from .provenance import CursorPositions, PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, PROVENANCE_SPAWN, registered_provenance
+from .provenance import (
+    PROVENANCE_AMBIENT,
+    PROVENANCE_EXPLICIT,
+    PROVENANCE_SPAWN,
+    CursorPositions,
+    is_queue_only,
+    registered_provenance,
+)
 from .rewake import Rewaker
 from .serving import SERVE_ALL, Serving
 from .trace import Tracer
@@ -722,7 +729,7 @@ class NoticeProtocol:
         return (
             is_main_style_watcher(watcher)
             and self.wakes.enabled
-            and not self.store.is_ambient(watcher, *target)
+            and not is_queue_only(self.store.cursor_provenance(watcher, *target))
         )
 
     def _rewake(self, material: list[tuple[SessionRef, str | None]], now: float) -> None:

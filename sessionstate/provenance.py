@@ -11,7 +11,8 @@ from .errors import InvalidArgument
 from .statemachine import Positions
 from .store.schema import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, PROVENANCE_SPAWN, PROVENANCES
 
-__all__ = ["CursorPositions", "PROVENANCES", "PROVENANCE_AMBIENT", "PROVENANCE_EXPLICIT", "PROVENANCE_SPAWN", "registered_provenance"]
+__all__ = ["CursorPositions", "PROVENANCES", "PROVENANCE_AMBIENT", "PROVENANCE_EXPLICIT", "PROVENANCE_SPAWN", "is_queue_only",
+           "registered_provenance"]
 
 
 def registered_provenance(current: str | None, requested: str) -> str:
@@ -25,6 +26,11 @@ def registered_provenance(current: str | None, requested: str) -> str:
     if current is None or current == PROVENANCE_AMBIENT:
         return requested
     return current
+
+
+def is_queue_only(provenance: str | None) -> bool:
+    """R26: a pair of this provenance never wakes its watcher (its notices are only queued)."""
+    return provenance == PROVENANCE_AMBIENT
 
 
 class CursorPositions(Positions):

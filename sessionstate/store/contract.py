@@ -213,8 +213,8 @@ class CursorTable(Protocol):
         (a registration of an existing pair never demotes). ``True`` when the row changed."""
         ...
 
-    def is_ambient(self, watcher: str, target_key: str, target_agent_id: str) -> bool:
-        """R26: whether the pair's cursor exists and is ``ambient`` (the wake decision)."""
+    def cursor_provenance(self, watcher: str, target_key: str, target_agent_id: str) -> str | None:
+        """R25: the pair's provenance, ``None`` when it has no cursor (R26's wake decision)."""
         ...
 
 

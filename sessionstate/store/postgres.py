@@ -47,7 +47,6 @@ from ..errors import (
 )
 from . import postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .runs import SqliteRunTable
-from .schema import PROVENANCE_AMBIENT
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .serving import SqliteServingTable
 from .session_meta import SqliteMetadataTable
@@ -646,10 +645,10 @@ class PostgresStore:
         sql = SET_PROVENANCE_SQL + (PROMOTE_ONLY_CONDITION if promote_only else "")
         return self._execute(sql, (provenance, watcher, target_key, target_agent_id)).rowcount > 0
 
-    def is_ambient(self, watcher: str, target_key: str, target_agent_id: str) -> bool:
-        """R26: whether the pair's cursor is ``ambient`` (read where a wake is decided)."""
+    def cursor_provenance(self, watcher: str, target_key: str, target_agent_id: str) -> str | None:
+        """R26: the pair's provenance (``None``: no cursor), read where a wake is decided."""
         row = self._execute(PROVENANCE_SQL, (watcher, target_key, target_agent_id)).fetchone()
-        return row is not None and row[0] == PROVENANCE_AMBIENT
+        return None if row is None else str(row[0])
 
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock, in key order, the heads of every target ``watcher`` holds a cursor on (a drain

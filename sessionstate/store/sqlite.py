@@ -26,7 +26,6 @@ from . import bootstrap, schema, tables  # noqa: F401  (tables registers every t
 from .failures import DRIVER_ERRORS, storage_error, translated
 from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord, VacuumReport
 from .runs import SqliteRunTable
-from .schema import PROVENANCE_AMBIENT
 from .serving import SqliteServingTable
 from .sqlite_feed import SqliteChangeFeed
 from .session_meta import SqliteMetadataTable
@@ -565,10 +564,10 @@ class SqliteStore:
         sql = SET_PROVENANCE_SQL + (PROMOTE_ONLY_CONDITION if promote_only else "")
         return self._db.execute(sql, (provenance, watcher, target_key, target_agent_id)).rowcount > 0
 
-    def is_ambient(self, watcher: str, target_key: str, target_agent_id: str) -> bool:
-        """R26: whether the pair's cursor is ``ambient`` (read where a wake is decided)."""
+    def cursor_provenance(self, watcher: str, target_key: str, target_agent_id: str) -> str | None:
+        """R26: the pair's provenance (``None``: no cursor), read where a wake is decided."""
         row = self._db.execute(PROVENANCE_SQL, (watcher, target_key, target_agent_id)).fetchone()
-        return row is not None and row[0] == PROVENANCE_AMBIENT
+        return None if row is None else str(row[0])
 
     # -- retention --------------------------------------------------------------------------
 

@@ -107,6 +107,7 @@ class WatchCursor:
     material: int
     updated_at: float
     seed: int
+    ambient: bool = False  # R25/R26: registered by the gateway itself; its notices never wake
 
     def positions(self) -> tuple[int, int, int]:
         return (self.last_seen, self.notified, self.material)
@@ -130,6 +131,9 @@ class Model:
     owed: set[tuple[str, str, int]] = field(default_factory=set)
     last_wake: dict[str, float] = field(default_factory=dict)
     wakes: list[tuple[str, str]] = field(default_factory=list)
+    # Every notice that entered a queue and asks to wake its watcher (R12 before the main-style
+    # and window filters; never an ambient pair's, R26): the model check compares them.
+    wake_requests: list[tuple[str, str]] = field(default_factory=list)
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -228,9 +232,17 @@ class Model:
         if text in queue:
             return
         queue[text] = (target, since)
+        if not self._ambient(watcher, target):
+            self.wake_requests.append((watcher, target))
         self._wake(watcher, target)
 
+    def _ambient(self, watcher: str, target: str | None) -> bool:
+        cursor = self.cursors.get((watcher, target)) if target is not None else None
+        return cursor is not None and cursor.ambient
+
     def _wake(self, watcher: str, target: str | None) -> None:
+        if self._ambient(watcher, target):
+            return  # R26: queue-only
         if main_style(watcher):
             last = self.last_wake.get(watcher)
             if last is None or self.now - last >= WAKE_WINDOW:
@@ -248,11 +260,13 @@ class Model:
 
     # -- watching and turns ----------------------------------------------------------------
 
-    def watch(self, watcher: str, target: str) -> bool:
-        if (watcher, target) in self.cursors:
+    def watch(self, watcher: str, target: str, ambient: bool = False) -> bool:
+        existing = self.cursors.get((watcher, target))
+        if existing is not None:
+            existing.ambient = existing.ambient and ambient  # R25: explicit promotes, ambient never demotes
             return False
         v = self.heads[target]
-        self.cursors[(watcher, target)] = WatchCursor(v, v, v, self.now, v)
+        self.cursors[(watcher, target)] = WatchCursor(v, v, v, self.now, v, ambient)
         return True
 
     def unwatch(self, watcher: str, target: str) -> bool:
@@ -344,7 +358,7 @@ class Model:
             head_updated=dict(self.head_updated), pruned=dict(self.pruned),
             cursors={pair: replace(c) for pair, c in self.cursors.items()},
             queues={w: dict(q) for w, q in self.queues.items()}, owed=set(self.owed),
-            last_wake=dict(self.last_wake), wakes=list(self.wakes),
+            last_wake=dict(self.last_wake), wakes=list(self.wakes), wake_requests=list(self.wake_requests),
         )
 
     # -- reconciliation --------------------------------------------------------------------
@@ -392,12 +406,12 @@ class RefWorld:
         self.claims: dict[str, int] = {} if claims is None else claims
 
     @classmethod
-    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...]) -> "RefWorld":
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], ambient: frozenset[Pair] = frozenset()) -> "RefWorld":
         model = Model()
         for session in sessions:
             model.create(session)
         for pair in pairs:
-            model.watch(*pair)
+            model.watch(*pair, ambient=pair in ambient)
         return cls(model)
 
     def copy(self) -> "RefWorld":
@@ -469,8 +483,11 @@ class RefWorld:
     def delete(self, session: str, process: int | None = None) -> None:
         self.model.delete(session)
 
-    def watch(self, watcher: str, target: str) -> bool:
-        return self.model.watch(watcher, target)
+    def watch(self, watcher: str, target: str, provenance: str = "explicit") -> bool:
+        return self.model.watch(watcher, target, ambient=provenance == "ambient")
+
+    def ambient_pairs(self) -> set[Pair]:
+        return {pair for pair, c in self.model.cursors.items() if c.ambient}
 
     def unwatch(self, watcher: str, target: str, process: int | None = None) -> bool:
         return self.model.unwatch(watcher, target)

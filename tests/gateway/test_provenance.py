@@ -185,13 +185,13 @@ def test_a_gateway_without_on_wake_never_reads_the_provenance(db_url):
         gw.create_session(GROUP)
         gw.watch(MAIN, GROUP)
         reads: list[tuple[str, ...]] = []
-        original = gw.store.is_ambient
+        original = gw.store.cursor_provenance
 
-        def counting(*args: str) -> bool:
+        def counting(*args: str) -> str | None:
             reads.append(args)
             return original(*args)
 
-        gw.store.is_ambient = counting  # type: ignore[method-assign]
+        gw.store.cursor_provenance = counting  # type: ignore[method-assign]
         human(gw, GROUP)
         assert gw.pending_system_events(MAIN) and reads == []
 

@@ -1,6 +1,6 @@
 """The real Gateway on a real SQLite file, driven against the reference model.
 
-Every rule applies one operation to both sides; one invariant per spec invariant (INV1-INV9)
+Every rule applies one operation to both sides; one invariant per spec invariant (INV1-INV9, INV12)
 compares them. Restarts close and reopen the same file, losing the in-memory queue.
 """
 
@@ -127,10 +127,11 @@ class GatewayVersusModel(RuleBasedStateMachine):
             return
         watcher = data.draw(st.sampled_from(watchers))
         target = data.draw(st.sampled_from([k for k in sorted(self.model.sessions) if k != watcher]))
-        note(f"watch {watcher} -> {target}")
+        ambient = data.draw(st.booleans(), label="ambient")
+        note(f"watch {watcher} -> {target} ambient={ambient}")
         got: list[bool] = []
-        self._step(lambda: got.append(self.gw.watch(watcher, target)))
-        assert got == [self.model.watch(watcher, target)]
+        self._step(lambda: got.append(self.gw.watch(watcher, target, ambient=ambient)))
+        assert got == [self.model.watch(watcher, target, ambient=ambient)]
 
     @precondition(lambda self: bool(self.model.cursors))
     @rule(data=st.data())
@@ -226,6 +227,14 @@ class GatewayVersusModel(RuleBasedStateMachine):
         for watcher in self.model.sessions:
             assert sorted(self.gw.pending_system_events(watcher)) == sorted(self.model.pending(watcher))
         assert sorted(self.wakes) == sorted(self.model.wakes)  # order across watchers is free
+
+    @invariant()
+    def inv12_queue_only_pairs(self) -> None:
+        for (watcher, target), cursor in self.model.cursors.items():
+            got = self.gw.cursor_positions(watcher, target)
+            assert got is not None and (got.provenance == "ambient") == cursor.ambient, (watcher, target, got)
+        ambient = {(w, f"session-state: {t}") for (w, t), c in self.model.cursors.items() if c.ambient}
+        assert not ambient & set(self.wakes)  # (the model's own wakes agree: inv4 compares them)
 
     @invariant()
     def inv5_no_self_or_log_only_notices(self) -> None:
