@@ -130,9 +130,10 @@ class Transcripts:
     # -- reads for the tool layer ---------------------------------------------------------------
 
     @locked
-    def recent(self, target: SessionRef, limit: int) -> list[MessageRecord]:
-        """The newest ``limit`` messages of a resolved session, oldest first."""
-        return self.store.transcripts.recent(*target, limit)
+    def recent(self, target: SessionRef, limit: int, offset: int = 0) -> list[MessageRecord]:
+        """The newest ``limit`` messages of a resolved session after skipping the ``offset``
+        newest, oldest first."""
+        return self.store.transcripts.recent(*target, limit, offset)
 
     @locked
     def first_text(self, target: SessionRef, role: str) -> str | None:

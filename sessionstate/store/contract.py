@@ -288,8 +288,8 @@ class TranscriptTable(Protocol):
         created_at: float,
     ) -> int: ...
 
-    def recent(self, key: str, agent_id: str, limit: int) -> list[MessageRecord]:
-        """The newest ``limit`` messages, oldest first."""
+    def recent(self, key: str, agent_id: str, limit: int, offset: int = 0) -> list[MessageRecord]:
+        """The newest ``limit`` messages after skipping the ``offset`` newest, oldest first."""
         ...
 
     def recent_texts(self, key: str, agent_id: str, role: str, limit: int) -> list[str]: ...

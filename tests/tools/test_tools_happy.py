@@ -111,6 +111,32 @@ def test_history_by_key_and_by_session_id(gw):
     assert ok(call(gw, "sessions_history", {"sessionKey": "main"}))["sessionKey"] == MANAGER  # alias
 
 
+def test_history_pages_back_from_the_newest_message_with_next_offset(gw):
+    for i in range(5):
+        gw.append_message(MANAGER, "assistant", f"reply {i}")  # 7 messages in all
+    texts = lambda page: [m["text"] for m in page["messages"]]  # noqa: E731
+    first = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 3}))
+    assert texts(first) == ["reply 2", "reply 3", "reply 4"] and first["nextOffset"] == 3
+    second = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 3, "offset": first["nextOffset"]}))
+    assert texts(second) == ["Sure, planning now.", "reply 0", "reply 1"] and second["nextOffset"] == 6
+    last = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 3, "offset": 6}))
+    assert [m["role"] for m in last["messages"]] == ["user"] and "nextOffset" not in last
+    beyond = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "offset": 50}))
+    assert beyond["messages"] == [] and "nextOffset" not in beyond
+    whole = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 7}))
+    assert len(whole["messages"]) == 7 and "nextOffset" not in whole  # exactly all: nothing older
+
+
+def test_history_next_offset_resumes_at_rows_the_byte_bound_dropped(gw):
+    for i in range(30):
+        gw.append_message(MANAGER, "assistant", f"{i:02d} " + "x" * 3_900)  # ~4 KB each, past 80 KiB together
+    page = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 30}))
+    dropped = page["droppedMessages"]
+    assert dropped > 0 and page["nextOffset"] == 30 - dropped
+    older = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 30, "offset": page["nextOffset"]}))
+    assert older["messages"][-1]["text"].startswith(f"{dropped - 1:02d} ")  # the newest row dropped before
+
+
 def test_history_tools_only_on_request_and_redaction(gw):
     gw.append_message(MANAGER, "assistant", "calling", tool_calls=[{"name": "grep", "args": {"q": "x"}}])
     gw.append_message(MANAGER, "tool", "result", tool_result={"output": "password=hunter2"})
