@@ -98,6 +98,8 @@ class Gateway:
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
         trace: str | os.PathLike[str] | None = None,
+        record_created: bool = False,
+        notify_on_create: bool = False,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -108,14 +110,21 @@ class Gateway:
         ``serve``: the session key patterns this process serves when unclaimed (R19);
         ``pump``: run the change pump, for a database shared with other gateway processes
         (R22; needed for ``attach``). ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the
-        protocol trace to that file (spec section 15).
+        protocol trace to that file (spec section 15). R27: ``record_created`` logs a
+        ``created`` event for each new session; ``notify_on_create`` tells an agent's main
+        session, in one line for its next turn, about each session created for that agent (not
+        about itself, nor about sub-agents it spawned). Both are off by default in this release.
         """
+        if not isinstance(notify_on_create, bool) or not isinstance(record_created, bool):
+            raise InvalidArgument("record_created and notify_on_create must be booleans")
         store = open_store(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
                           max_rows=max_rows, serve=serve)
+            gateway.protocol.record_created = record_created
+            gateway.protocol.notify_on_create = notify_on_create
             path = trace_path(trace)
             if path is not None:
                 gateway.protocol.tracer = Tracer(path, store, gateway.queue)

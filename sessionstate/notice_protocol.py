@@ -22,6 +22,7 @@ from .keys import (
     is_main_style_watcher,
     resolve_agent_id,
 )
+from .announce_created import announcement_target, created_line
 from .locking import locked
 from .notices import SystemEventQueue, notice_text, plan_drain
 from .reconcile import events_json
@@ -136,6 +137,10 @@ class NoticeProtocol:
         # replaced a tracked one must not inherit its entry).
         self.rewaker = Rewaker(self.wakes, lambda w, t: self.queue.holds_notice(w, t) and self.wakes_for(w, t))
         self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
+        # R27, both off by default in this release (see Gateway.open): log `created` for every
+        # new session; announce it to the agent's main session.
+        self.record_created = False
+        self.notify_on_create = False
 
     # -- several processes (spec section 6a) ------------------------------------------------
 
@@ -197,6 +202,19 @@ class NoticeProtocol:
         )
         with self.store.transaction():
             self.store.insert_session(record)
+            if self.record_created:  # R27: log-only, before a spawn edge's child_spawned
+                created, inserted = self.store.append_event(
+                    key, agent, "created", "system", None, None, f"session created ({kind})", None, now, now,
+                    f"created:{agent}:{key}",
+                )
+                if inserted:
+                    self.stats["events_recorded"] += 1
+                    if self.tracer is not None:
+                        self.tracer.event(created, (key, agent), "created", "system", None)
+            main = announcement_target(key, agent, parent_target[0] if parent_target else None)
+            if self.notify_on_create and main is not None and self.store.get_session(main, agent) is not None:
+                line = created_line(key, kind, label)
+                self.store.after_commit(lambda: self._announce(main, line))
             if parent_target is not None:
                 sequence, inserted = self.store.append_event(
                     key, agent, "child_spawned", "agent", parent_target[0], run_id,
@@ -519,6 +537,11 @@ class NoticeProtocol:
         # R9: inside a transaction the line waits for the outermost commit.
         self.store.after_commit(lambda: self._release_system_event(session_key, text))
         return text not in {e.text for e in self.queue.peek(session_key)}
+
+    def _announce(self, main: str, line: str) -> None:
+        """R27: queue the announcement line for the main session's next turn; no wake (it is
+        not a notice, and a gateway creating many sessions must not keep waking its main)."""
+        self.queue.enqueue(main, line)
 
     def _release_system_event(self, session_key: str, text: str) -> bool:
         added = self.queue.enqueue(session_key, text)

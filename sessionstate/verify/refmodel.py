@@ -37,6 +37,7 @@ KINDS = (
     "run_failed",
     "compacted",
     "adopted",
+    "created",
 )
 ACTORS = ("human", "agent", "system")
 DAY = 86_400.0
@@ -117,6 +118,7 @@ class WatchCursor:
 class Model:
     retention_days: float = 30
     max_rows: int = 50_000
+    record_created: bool = False  # R27's `created` event, as the gateway's record_created option
     now: float = 1_700_000_000.0
     next_seq: int = 1
     sessions: dict[str, float] = field(default_factory=dict)  # key -> created_at
@@ -137,11 +139,16 @@ class Model:
 
     # -- sessions --------------------------------------------------------------------------
 
-    def create(self, key: str, parent: str | None = None, run_id: str | None = None) -> None:
+    def create(self, key: str, parent: str | None = None, run_id: str | None = None, agent: str | None = None,
+               kind: str = "main") -> None:
         self.sessions[key] = self.now
         self.heads[key] = 0
         self.head_updated[key] = self.now
         self.pruned[key] = 0
+        if self.record_created:  # R27: log-only, before a spawn edge's child_spawned
+            created_by = agent or agent_of(key) or "main"
+            self._append(key, "created", "system", None, f"session created ({kind})", None, None,
+                         f"created:{created_by}:{key}")
         if parent is not None:
             dedupe = f"child-spawned:{run_id}" if run_id else None
             seq = self._append(key, "child_spawned", "agent", parent, f"spawned by {parent}", None, None, dedupe, run_id)
