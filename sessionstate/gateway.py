@@ -369,6 +369,10 @@ class Gateway:
         """The pair's effective positions, with ``.provenance`` (``None`` when unwatched)."""
         return self.protocol.cursor_positions(watcher_key, target_key, target_agent_id=target_agent_id)
 
+    def watchers_of(self, target_key: str, *, target_agent_id: str | None = None) -> list[tuple[str, CursorPositions]]:
+        """Who watches the session: (watcher key, positions with ``.provenance``), by watcher."""
+        return self.protocol.watchers_of(target_key, target_agent_id=target_agent_id)
+
     def state_version(self, key: str, agent_id: str | None = None) -> int:
         return self.protocol.state_version(key, agent_id)
 

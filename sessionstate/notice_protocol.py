@@ -641,6 +641,16 @@ class NoticeProtocol:
         return CursorPositions(*record.positions, record.provenance) if record else None
 
     @locked
+    def watchers_of(self, target_key: str, *, target_agent_id: str | None = None) -> list[tuple[str, CursorPositions]]:
+        """Every cursor on the target: (watcher, effective positions with provenance), by watcher."""
+        target = self.resolve(target_key, target_agent_id)
+        return [
+            (r.watcher, CursorPositions(*r.positions, r.provenance))
+            for r in self.store.cursors_naming(*target)
+            if (r.target_key, r.target_agent_id) == target
+        ]
+
+    @locked
     def state_version(self, key: str, agent_id: str | None = None) -> int:
         head = self.store.head(*self.resolve(key, agent_id))
         return head.last_sequence if head else 0
