@@ -225,6 +225,12 @@ def test_send_with_watch_registers_the_receiver(gw):
     ]
 
 
+def test_send_with_watch_promotes_an_ambient_cursor_to_explicit(gw):
+    gw.watch(MANAGER, PEER, ambient=True)
+    ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": True}))
+    assert gw.cursor_positions(MANAGER, PEER).provenance == "explicit"  # R25: an explicit watch
+
+
 def test_send_watch_false_for_a_non_agent_qualified_sender(gw):
     gw.register_session("global", agent_id="main")
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": True}, caller="global"))
