@@ -88,7 +88,8 @@ def _populate(url: str, *, watchers: int, rows: int = 1_000, sessions: int = 10,
                           (TARGET,)).fetchone()[0]
         with db.cursor() as cur:
             cur.executemany(
-                "INSERT INTO session_watch_cursors VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, target_agent_id,"
+                " last_seen_sequence, notified_sequence, material_sequence, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 [(watcher_key(i), TARGET, AGENT, head, head, head, NOW) for i in range(watchers)]
                 + [(watcher_key(watchers + i), TARGET, AGENT, head - 1, head, head, NOW) for i in range(pending)],
             )
@@ -184,7 +185,8 @@ def test_pg_record_pending(benchmark, pg_schema):
     alone = "agent:main:subagent:s1"
     admin = _connect(pg_schema)
     head = admin.execute("SELECT last_sequence FROM session_state_heads WHERE session_key = %s", (alone,)).fetchone()[0]
-    admin.execute("INSERT INTO session_watch_cursors VALUES (%s, %s, %s, %s, %s, %s, %s)",
+    admin.execute("INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, target_agent_id,"
+                " last_seen_sequence, notified_sequence, material_sequence, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                   ("agent:main:subagent:solo", alone, AGENT, head, head, head, NOW))
     gw = _gateway(pg_schema)
 

@@ -115,10 +115,14 @@ def _status(args: argparse.Namespace) -> int:
 
     with Gateway.open(args.db, create=False) as gw:  # reading creates no file, no directory
         result = gw.session_status(args.key, changes_since=args.changes_since, agent_id=args.agent)
+        watchers = gw.watchers_of(args.key, target_agent_id=args.agent)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{result['sessionKey']}: stateVersion {result['stateVersion']}")
+    for watcher, cursor in watchers:  # provenance: spawn / explicit / ambient (R25)
+        last, notified, material = cursor
+        print(f"  watched by {watcher} ({cursor.provenance}): last seen {last}, notified {notified}, material {material}")
     changes: dict[str, Any] | None = result.get("stateChanges")
     if changes is not None:
         if changes["historyGap"]:

@@ -31,13 +31,14 @@ from .notice_protocol import Clock, NoticeProtocol, WakeHook
 from .notices import SystemEventQueue
 from .policy import ToolPolicy
 from .producers import Producers
+from .provenance import CursorPositions
 from .pump import ChangePump, start_pump
 from .registry import Registry
 from .runner.base import AgentRunner
 from .runner.executor import RunExecutor
 from .runs import Runs
 from .serving import SERVE_ALL, Serving
-from .statemachine import NOTIFYING_KINDS, Positions
+from .statemachine import NOTIFYING_KINDS
 from .store import DEFAULT_SYNCHRONOUS, MessageRecord, MetaRecord, RunRecord, Store, open_store
 from .trace import Tracer, trace_path
 from .transcript_api import Transcripts
@@ -97,6 +98,8 @@ class Gateway:
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
         trace: str | os.PathLike[str] | None = None,
+        record_created: bool = False,
+        notify_on_create: bool = False,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -107,14 +110,21 @@ class Gateway:
         ``serve``: the session key patterns this process serves when unclaimed (R19);
         ``pump``: run the change pump, for a database shared with other gateway processes
         (R22; needed for ``attach``). ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the
-        protocol trace to that file (spec section 15).
+        protocol trace to that file (spec section 15). R27: ``record_created`` logs a
+        ``created`` event for each new session; ``notify_on_create`` tells an agent's main
+        session, in one line for its next turn, about each session created for that agent (not
+        about itself, nor about sub-agents it spawned). Both are off by default in this release.
         """
+        if not isinstance(notify_on_create, bool) or not isinstance(record_created, bool):
+            raise InvalidArgument("record_created and notify_on_create must be booleans")
         store = open_store(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
                           max_rows=max_rows, serve=serve)
+            gateway.protocol.record_created = record_created
+            gateway.protocol.notify_on_create = notify_on_create
             path = trace_path(trace)
             if path is not None:
                 gateway.protocol.tracer = Tracer(path, store, gateway.queue)
@@ -304,9 +314,13 @@ class Gateway:
         """Append a burst in one transaction (see ``NoticeProtocol.record_events``)."""
         return self.protocol.record_events(events)
 
-    def watch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
-        """Watch ``target_key`` from its current state version (R4); ``True`` when new."""
-        return self.protocol.watch(watcher_key, target_key, target_agent_id=target_agent_id)
+    def watch(
+        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None, ambient: bool = False
+    ) -> bool:
+        """Watch ``target_key`` from its current state version (R4); ``True`` when new.
+        ``ambient``: registered by the gateway itself, queue-only (never wakes, R26); an
+        explicit watch promotes it, an ambient one never demotes (R25)."""
+        return self.protocol.watch(watcher_key, target_key, target_agent_id=target_agent_id, ambient=ambient)
 
     def unwatch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
         """Stop watching; ``True`` when a cursor was removed."""
@@ -349,9 +363,15 @@ class Gateway:
         """R11: re-materialise every owed notice from the durable cursors; returns how many."""
         return self.protocol.startup_sweep()
 
-    def cursor_positions(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> Positions | None:
-        """The pair's effective positions (``None`` when unwatched)."""
+    def cursor_positions(
+        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None
+    ) -> CursorPositions | None:
+        """The pair's effective positions, with ``.provenance`` (``None`` when unwatched)."""
         return self.protocol.cursor_positions(watcher_key, target_key, target_agent_id=target_agent_id)
+
+    def watchers_of(self, target_key: str, *, target_agent_id: str | None = None) -> list[tuple[str, CursorPositions]]:
+        """Who watches the session: (watcher key, positions with ``.provenance``), by watcher."""
+        return self.protocol.watchers_of(target_key, target_agent_id=target_agent_id)
 
     def state_version(self, key: str, agent_id: str | None = None) -> int:
         return self.protocol.state_version(key, agent_id)
@@ -428,7 +448,8 @@ class Gateway:
         sender: str | None = None,
         agent_id: str | None = None,
     ) -> int | None:
-        """A human's turn typed straight into the session; returns its event's sequence."""
+        """A human's turn typed straight into the session; returns its event's sequence, or ``None``
+        when nobody watches the session (R24: the message is stored, no event) or storage failed."""
         return self.transcripts.human_message(session_key, text, channel=channel, sender=sender, agent_id=agent_id)
 
     def recent_user_messages(self, session_key: str, limit: int = 10, *, agent_id: str | None = None) -> list[str]:

@@ -22,6 +22,7 @@ from .keys import (
     is_main_style_watcher,
     resolve_agent_id,
 )
+from .announce_created import announcement_target, created_line
 from .locking import locked
 from .notices import SystemEventQueue, notice_text, plan_drain
 from .reconcile import events_json
@@ -56,6 +57,14 @@ from .validation import (
     check_text,
     check_timestamp,
     encode_payload,
+)
+from .provenance import (
+    PROVENANCE_AMBIENT,
+    PROVENANCE_EXPLICIT,
+    PROVENANCE_SPAWN,
+    CursorPositions,
+    is_queue_only,
+    registered_provenance,
 )
 from .rewake import Rewaker
 from .serving import SERVE_ALL, Serving
@@ -127,8 +136,14 @@ class NoticeProtocol:
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serving = Serving(self, serve)  # section 6a: which watchers this process serves
         self.wakes.take_slot = self.serving.take_wake_slot  # R23: the durable wake slot
-        self.rewaker = Rewaker(self.wakes, self.queue.holds_notice)
+        # R26: a re-wake is a wake too, so it asks the same question (an ambient pair that
+        # replaced a tracked one must not inherit its entry).
+        self.rewaker = Rewaker(self.wakes, lambda w, t: self.queue.holds_notice(w, t) and self.wakes_for(w, t))
         self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
+        # R27, both off by default in this release (see Gateway.open): log `created` for every
+        # new session; announce it to the agent's main session.
+        self.record_created = False
+        self.notify_on_create = False
 
     # -- several processes (spec section 6a) ------------------------------------------------
 
@@ -190,6 +205,19 @@ class NoticeProtocol:
         )
         with self.store.transaction():
             self.store.insert_session(record)
+            if self.record_created:  # R27: log-only, before a spawn edge's child_spawned
+                created, inserted = self.store.append_event(
+                    key, agent, "created", "system", None, None, f"session created ({kind})", None, now, now,
+                    f"created:{agent}:{key}",
+                )
+                if inserted:
+                    self.stats["events_recorded"] += 1
+                    if self.tracer is not None:
+                        self.tracer.event(created, (key, agent), "created", "system", None)
+            main = announcement_target(key, agent, parent_target[0] if parent_target else None)
+            if self.notify_on_create and main is not None and self.store.get_session(main, agent) is not None:
+                line = created_line(key, kind, label)
+                self.store.after_commit(lambda: self._announce(main, line))
             if parent_target is not None:
                 sequence, inserted = self.store.append_event(
                     key, agent, "child_spawned", "agent", parent_target[0], run_id,
@@ -200,7 +228,9 @@ class NoticeProtocol:
                     self.tracer.event(sequence, (key, agent), "child_spawned", "agent", parent_target[0])
                 # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
                 if is_agent_qualified(parent_target[0]):
-                    self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now)
+                    self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now,
+                                     provenance=PROVENANCE_SPAWN)
+                    self.store.set_provenance(parent_target[0], key, agent, PROVENANCE_SPAWN, promote_only=False)
         if parent_target is not None:
             self.stats["events_recorded"] += 1
 
@@ -386,18 +416,32 @@ class NoticeProtocol:
     # -- watching ---------------------------------------------------------------------------
 
     @locked
-    def watch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
+    def watch(
+        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None, ambient: bool = False
+    ) -> bool:
         """Watch ``target_key`` from its current state version (R4).
 
         Returns ``True`` when a cursor was created, ``False`` when the pair was already
-        watched (it is kept as it is, pending notice included).
+        watched (its positions are kept, pending notice included). ``ambient``: the gateway
+        registers the watch itself; the pair's notices are queued but never wake (R26). An
+        explicit watch promotes an ambient pair; an ambient one never demotes (R25).
         """
+        if not isinstance(ambient, bool):
+            raise InvalidArgument("ambient must be a boolean")
         watcher, target = self._check_pair(watcher_key, target_key, target_agent_id)
+        requested = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
         now = self.clock()
         with self.store.transaction():  # the head is read under the write lock: no event slips between
             head = self.store.head(*target)
             version = head.last_sequence if head else 0
-            (step,) = self._fire_pairs([(watcher, target, None)], SEED, version, now, load=True)
+            record = self.store.cursor(watcher, *target)
+            positions = Positions(*record.positions) if record else None
+            provenance = registered_provenance(record.provenance if record else None, requested)
+            (step,) = self._fire_pairs([(watcher, target, positions)], SEED, version, now, provenance=provenance)
+            if record is None or provenance != record.provenance:
+                self.store.set_provenance(watcher, *target, provenance, promote_only=record is not None)
+                if record is not None:  # a promotion: other processes' pumps hear of the pair
+                    self.store.serving.note_cursor_changes([watcher], now)
         return step.state == UNWATCHED
 
     @locked
@@ -499,6 +543,11 @@ class NoticeProtocol:
         # R9: inside a transaction the line waits for the outermost commit.
         self.store.after_commit(lambda: self._release_system_event(session_key, text))
         return text not in {e.text for e in self.queue.peek(session_key)}
+
+    def _announce(self, main: str, line: str) -> None:
+        """R27: queue the announcement line for the main session's next turn; no wake (it is
+        not a notice, and a gateway creating many sessions must not keep waking its main)."""
+        self.queue.enqueue(main, line)
 
     def _release_system_event(self, session_key: str, text: str) -> bool:
         added = self.queue.enqueue(session_key, text)
@@ -609,12 +658,24 @@ class NoticeProtocol:
     # -- inspection -------------------------------------------------------------------------
 
     @locked
-    def cursor_positions(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> Positions | None:
-        """The pair's effective positions (``None`` when unwatched)."""
+    def cursor_positions(
+        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None
+    ) -> CursorPositions | None:
+        """The pair's effective positions and provenance (``None`` when unwatched)."""
         check_key(watcher_key, "watcher key")
         target = self.resolve(target_key, target_agent_id)
         record = self.store.cursor(watcher_key, *target)
-        return Positions(*record.positions) if record else None
+        return CursorPositions(*record.positions, record.provenance) if record else None
+
+    @locked
+    def watchers_of(self, target_key: str, *, target_agent_id: str | None = None) -> list[tuple[str, CursorPositions]]:
+        """Every cursor on the target: (watcher, effective positions with provenance), by watcher."""
+        target = self.resolve(target_key, target_agent_id)
+        return [
+            (r.watcher, CursorPositions(*r.positions, r.provenance))
+            for r in self.store.cursors_naming(*target)
+            if (r.target_key, r.target_agent_id) == target
+        ]
 
     @locked
     def state_version(self, key: str, agent_id: str | None = None) -> int:
@@ -652,6 +713,7 @@ class NoticeProtocol:
         *,
         load: bool = False,
         delivered: str | None = None,
+        provenance: str | None = None,
     ) -> list[Any]:
         """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
 
@@ -666,7 +728,7 @@ class NoticeProtocol:
             step = fire((watcher, target[0]), positions, trigger, sequence)
             if self.tracer is not None:
                 self.tracer.step(watcher, target, trigger, sequence, positions, step.positions,
-                                 step.notice_since, delivered=delivered)
+                                 step.notice_since, delivered=delivered, provenance=provenance)
             if step.positions != positions:
                 self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
                 changed.append(watcher)
@@ -714,11 +776,21 @@ class NoticeProtocol:
                 handed.append((watcher, target, text, queued, True))
             if queued:
                 self.stats["notices_enqueued"] += 1
-                if is_main_style_watcher(watcher):
+                if self.wakes_for(watcher, target):
                     self.wakes.wake(watcher, f"session-state: {target[0]}")
                     self.rewaker.track(watcher, target)
         if handed is not None and trace is not None:
             trace.notices(handed)
+
+    def wakes_for(self, watcher: str, target: SessionRef) -> bool:
+        """The one place a wake is decided (R12, R26): a main-style watcher whose cursor on
+        ``target`` is not ambient. The durable provenance is read last, and only when a wake
+        could be sent at all, so a gateway without ``on_wake`` never reads it."""
+        return (
+            is_main_style_watcher(watcher)
+            and self.wakes.enabled
+            and not is_queue_only(self.store.cursor_provenance(watcher, *target))
+        )
 
     def _rewake(self, material: list[tuple[SessionRef, str | None]], now: float) -> None:
         """R23: material events re-wake pending main-style watchers whose window passed

@@ -143,6 +143,7 @@ class Tracer:
         kind: str | None = None,
         actor: str | None = None,
         delivered: str | None = None,
+        provenance: str | None = None,
     ) -> None:
         # The effect is named from the table for the reader's benefit; replay recomputes it.
         effect = TRANSITION_TABLE[(derive_state(before), trigger)][1]
@@ -153,6 +154,8 @@ class Tracer:
             extra = f',"kind":"{kind}","actor":{_opt(actor)}'
         if delivered is not None:
             extra += f',"delivered":{_escape(delivered)}'
+        if provenance is not None:  # seeds (R25)
+            extra += f',"provenance":"{provenance}"'
         self._buffer.append(
             f'"op":"step","watcher":{_quote(watcher)},"target":{_target(target)},"trigger":"{trigger}",'
             f'"seq":{"null" if sequence is None else sequence},"before":{_pos(before)},"after":{_pos(after)},'

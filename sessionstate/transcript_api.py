@@ -89,7 +89,9 @@ class Transcripts:
         agent_id: str | None = None,
     ) -> int | None:
         """A human's turn typed straight into the session: transcript row, stored reply route,
-        and a ``human_direct_message`` event (watchers get one notice). Returns its sequence."""
+        and, when at least one cursor targets the session (R24), a ``human_direct_message``
+        event (watchers get one notice). Returns its sequence; ``None`` when nobody watches
+        the session (nothing appended) or storage failed (R15)."""
         target = self.protocol.resolve(session_key, agent_id)
         check_text(text, "text", MAX_MESSAGE_CHARS)
         with self.store.transaction():  # route and message together; the event after the commit (R9)
@@ -99,6 +101,10 @@ class Transcripts:
                 target[0], "user", text, agent_id=target[1], actor_type="human",
                 provenance={"kind": "human", "isUser": True, "channel": channel},
             )
+        # R24: recorded only while someone watches; a watch committing after this read seeds
+        # above the turn's sequence, so it would never have been notified of it (R4).
+        if not self.store.has_watchers(*target):
+            return None
         via = f" via {channel}" if channel else ""
         payload = {"channel": channel, "turns": 1} if channel else {"turns": 1}
         return self.protocol.record_event(
@@ -124,9 +130,10 @@ class Transcripts:
     # -- reads for the tool layer ---------------------------------------------------------------
 
     @locked
-    def recent(self, target: SessionRef, limit: int) -> list[MessageRecord]:
-        """The newest ``limit`` messages of a resolved session, oldest first."""
-        return self.store.transcripts.recent(*target, limit)
+    def recent(self, target: SessionRef, limit: int, offset: int = 0) -> list[MessageRecord]:
+        """The newest ``limit`` messages of a resolved session after skipping the ``offset``
+        newest, oldest first."""
+        return self.store.transcripts.recent(*target, limit, offset)
 
     @locked
     def first_text(self, target: SessionRef, role: str) -> str | None:

@@ -68,6 +68,11 @@ def test_status_command(tmp_path):
                                     capture_output=True, text=True, timeout=60)
     human = run("agent:main:main", "--changes-since", "0")
     assert human.returncode == 0 and "stateVersion 1" in human.stdout and "goal updated" in human.stdout
+    with Gateway.open(str(db)) as gw:
+        gw.create_session("agent:main:group:g")
+        gw.watch("agent:main:main", "agent:main:group:g", ambient=True)
+    watched = run("agent:main:group:g")
+    assert "watched by agent:main:main (ambient): last seen 0, notified 0, material 0" in watched.stdout
     as_json = run("agent:main:main", "--json")
     assert as_json.returncode == 0 and '"stateVersion": 1' in as_json.stdout
     unknown = run("agent:main:ghost")

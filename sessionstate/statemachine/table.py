@@ -119,6 +119,7 @@ EVENT_KINDS: Final[tuple[KindPolicy, ...]] = (
     KindPolicy("run_failed", False),
     KindPolicy("compacted", False),
     KindPolicy("adopted", False),
+    KindPolicy("created", False),
 )
 
 NOTIFYING_KINDS: Final = frozenset(p.kind for p in EVENT_KINDS if p.notifies)

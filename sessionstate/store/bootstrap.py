@@ -85,6 +85,9 @@ class SqliteSchemaEditor:
     def has_table(self, name: str) -> bool:
         return name in _existing_tables(self.db)
 
+    def has_column(self, table: str, column: str) -> bool:
+        return any(row[1] == column for row in self.db.execute(f"PRAGMA table_info({table})"))
+
 
 def create_statements(missing: list[Table]) -> list[str]:
     """The DDL that creates ``missing`` tables (with their indexes and triggers) exactly as

@@ -205,7 +205,23 @@ class CursorTable(Protocol):
         changes: Sequence[tuple[str, PositionsTuple | None]],
         now: float,
     ) -> None:
-        """Upsert the given positions (stamping ``updated_at``) or delete (``None``)."""
+        """Upsert the given positions (stamping ``updated_at``) or delete (``None``). A new
+        row is ``explicit`` until ``set_provenance`` says otherwise; an update keeps it."""
+        ...
+
+    def has_watchers(self, target_key: str, target_agent_id: str) -> bool:
+        """Whether at least one cursor (any provenance) targets the session (R24)."""
+        ...
+
+    def set_provenance(
+        self, watcher: str, target_key: str, target_agent_id: str, provenance: str, *, promote_only: bool
+    ) -> bool:
+        """R25: write the cursor's provenance; with ``promote_only`` only over ``ambient``
+        (a registration of an existing pair never demotes). ``True`` when the row changed."""
+        ...
+
+    def cursor_provenance(self, watcher: str, target_key: str, target_agent_id: str) -> str | None:
+        """R25: the pair's provenance, ``None`` when it has no cursor (R26's wake decision)."""
         ...
 
 
@@ -279,8 +295,8 @@ class TranscriptTable(Protocol):
         created_at: float,
     ) -> int: ...
 
-    def recent(self, key: str, agent_id: str, limit: int) -> list[MessageRecord]:
-        """The newest ``limit`` messages, oldest first."""
+    def recent(self, key: str, agent_id: str, limit: int, offset: int = 0) -> list[MessageRecord]:
+        """The newest ``limit`` messages after skipping the ``offset`` newest, oldest first."""
         ...
 
     def recent_texts(self, key: str, agent_id: str, role: str, limit: int) -> list[str]: ...

@@ -11,7 +11,8 @@ Opening runs the missing steps inside the same write transaction that checks the
 stamps the new version, and logs each one; a failing step rolls everything back and the
 database is unchanged.
 
-Version 2 added an index for the change pump and version 3 drops it again. A new file is created at the current
+Version 2 added an index for the change pump and version 3 drops it again; version 4 adds
+the cursors' provenance (spec R25). A new file is created at the current
 version directly from the SQLModel declarations; a step therefore only ever meets files
 written by an older release. A step must tolerate a missing feature table (one whose module
 was added later: it is created after the steps, from the current declarations).
@@ -37,6 +38,8 @@ class SchemaEditor(Protocol):
 
     def has_table(self, name: str) -> bool: ...
 
+    def has_column(self, table: str, column: str) -> bool: ...
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -58,11 +61,29 @@ def _drop_pending_notified_index(db: SchemaEditor) -> None:
     db.execute("DROP INDEX IF EXISTS ix_cursors_pending_notified")
 
 
+def _cursor_provenance(db: SchemaEditor) -> None:
+    if not db.has_table("session_watch_cursors") or db.has_column("session_watch_cursors", "provenance"):
+        return  # created afterwards from the declarations (or already there)
+    db.execute(
+        "ALTER TABLE session_watch_cursors ADD COLUMN provenance VARCHAR NOT NULL DEFAULT 'explicit'"
+    )
+    # Older releases made a cursor either by a spawn edge or by an explicit watch; a target
+    # whose parent is the watcher is the spawn edge's (an explicit watch of one's own child
+    # cannot be told apart, and waking either way, it behaves the same).
+    db.execute(
+        "UPDATE session_watch_cursors SET provenance = 'spawn' WHERE EXISTS (SELECT 1 FROM sessions s"
+        " WHERE s.session_key = session_watch_cursors.target_session_key"
+        " AND s.agent_id = session_watch_cursors.target_agent_id"
+        " AND s.parent_key = session_watch_cursors.watcher_session_key)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "index pending cursors by notified_sequence (the change pump, spec R22)", _pending_notified_index),
     # Maintaining that index on every freeze cost 5-8 % of an append with three watchers; the
     # pump finds frozen cursors through the log's new events and the target index instead.
     Migration(3, "drop ix_cursors_pending_notified (the change pump reads the log instead)", _drop_pending_notified_index),
+    Migration(4, "cursor provenance: spawn / explicit / ambient (spec R25)", _cursor_provenance),
 )
 
 

@@ -166,6 +166,19 @@ def put_cursors_sql(rows: int) -> str:
     return PUT_CURSOR_SQL.replace("VALUES " + _CURSOR_ROW, "VALUES " + ", ".join([_CURSOR_ROW] * rows), 1)
 
 
+HAS_WATCHERS_SQL = (
+    "SELECT 1 FROM session_watch_cursors WHERE target_session_key = %s AND target_agent_id = %s LIMIT 1"
+)
+# Cursor provenance (spec R25, R26): written by seeds, read where a wake is decided.
+SET_PROVENANCE_SQL = (
+    "UPDATE session_watch_cursors SET provenance = %s WHERE watcher_session_key = %s"
+    " AND target_session_key = %s AND target_agent_id = %s"
+)
+PROMOTE_ONLY_CONDITION = " AND provenance = 'ambient'"
+PROVENANCE_SQL = (
+    "SELECT provenance FROM session_watch_cursors WHERE watcher_session_key = %s"
+    " AND target_session_key = %s AND target_agent_id = %s"
+)
 DELETE_CURSOR_SQL = (
     "DELETE FROM session_watch_cursors WHERE watcher_session_key = %s"
     " AND target_session_key = %s AND target_agent_id = %s"
@@ -273,7 +286,8 @@ class PostgresStore:
             ELSE c.material_sequence END"""
         columns = (
             "c.watcher_session_key, c.target_session_key, c.target_agent_id,"
-            f" c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at"
+            f" c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at,"
+            " c.provenance"
         )
         self._cursor_sql = (
             f"SELECT {columns} FROM session_watch_cursors c WHERE c.watcher_session_key = %s"
@@ -642,6 +656,23 @@ class PostgresStore:
         if deletes:
             cur.executemany(DELETE_CURSOR_SQL, deletes)
 
+    def has_watchers(self, target_key: str, target_agent_id: str) -> bool:
+        """R24: whether any cursor targets the session (the target index serves this)."""
+        return self._execute(HAS_WATCHERS_SQL, (target_key, target_agent_id)).fetchone() is not None
+
+    def set_provenance(
+        self, watcher: str, target_key: str, target_agent_id: str, provenance: str, *, promote_only: bool
+    ) -> bool:
+        """R25: the cursor's provenance; ``promote_only`` writes only over ``ambient``. Runs in
+        the seed's transaction, which already locked the target's head."""
+        sql = SET_PROVENANCE_SQL + (PROMOTE_ONLY_CONDITION if promote_only else "")
+        return self._execute(sql, (provenance, watcher, target_key, target_agent_id)).rowcount > 0
+
+    def cursor_provenance(self, watcher: str, target_key: str, target_agent_id: str) -> str | None:
+        """R26: the pair's provenance (``None``: no cursor), read where a wake is decided."""
+        row = self._execute(PROVENANCE_SQL, (watcher, target_key, target_agent_id)).fetchone()
+        return None if row is None else str(row[0])
+
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock, in key order, the heads of every target ``watcher`` holds a cursor on (a drain
         is about to read and acknowledge its pending cursors)."""
@@ -939,7 +970,7 @@ def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
 
 
 def _cursor_record(row: Sequence[Any]) -> CursorRecord:
-    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]))
+    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]), row[7])
 
 
 class _QmarkCursor(NamedTuple):

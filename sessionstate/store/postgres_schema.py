@@ -60,6 +60,12 @@ class PostgresSchemaEditor:
     def has_table(self, name: str) -> bool:
         return self.conn.execute(text("SELECT to_regclass(:name)"), {"name": name}).scalar() is not None
 
+    def has_column(self, table: str, column: str) -> bool:
+        return self.conn.execute(text(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = :table AND column_name = :column"
+        ), {"table": table, "column": column}).first() is not None
+
 
 def prepare(conn: Connection, where: str, *, create: bool) -> None:
     """Bring the database on ``conn`` (a transaction open on it) to this release's schema,

@@ -37,6 +37,7 @@ class CursorRecord(NamedTuple):
     target_agent_id: str
     positions: PositionsTuple  # effective: material already raised per R7
     updated_at: float
+    provenance: str = "explicit"  # spawn, explicit or ambient (spec R25)
 
 
 class EventRecord(NamedTuple):

@@ -11,7 +11,13 @@ from typing import Optional
 from sqlalchemy import BigInteger, Column, Index, Integer, text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+# Cursor provenance (spec R25), by rank: a registration raises ambient, never lowers.
+PROVENANCE_SPAWN = "spawn"
+PROVENANCE_EXPLICIT = "explicit"
+PROVENANCE_AMBIENT = "ambient"
+PROVENANCES = (PROVENANCE_SPAWN, PROVENANCE_EXPLICIT, PROVENANCE_AMBIENT)
 
 # Sequence positions: 64-bit on PostgreSQL (its INTEGER is 32-bit); SQLite keeps INTEGER,
 # which is 64-bit there and is what makes the events' primary key the rowid.
@@ -94,3 +100,5 @@ class CursorRow(SQLModel, table=True):
     notified_sequence: int = Field(sa_type=SequenceInt)
     material_sequence: int = Field(sa_type=SequenceInt)
     updated_at: float
+    # spawn / explicit / ambient (spec R25); ambient cursors never wake (R26). Version 4.
+    provenance: str = Field(default=PROVENANCE_EXPLICIT, sa_column_kwargs={"server_default": PROVENANCE_EXPLICIT})

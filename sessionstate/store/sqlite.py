@@ -57,6 +57,20 @@ CAUGHT_UP_WATCHERS_SQL = (
     " WHERE target_session_key = ? AND target_agent_id = ?"
     " AND notified_sequence = last_seen_sequence"
 )
+HAS_WATCHERS_SQL = (
+    "SELECT 1 FROM session_watch_cursors INDEXED BY ix_cursors_target"
+    " WHERE target_session_key = ? AND target_agent_id = ? LIMIT 1"
+)
+# Cursor provenance (spec R25, R26): written by seeds, read where a wake is decided.
+SET_PROVENANCE_SQL = (
+    "UPDATE session_watch_cursors SET provenance = ? WHERE watcher_session_key = ?"
+    " AND target_session_key = ? AND target_agent_id = ?"
+)
+PROMOTE_ONLY_CONDITION = " AND provenance = 'ambient'"
+PROVENANCE_SQL = (
+    "SELECT provenance FROM session_watch_cursors WHERE watcher_session_key = ?"
+    " AND target_session_key = ? AND target_agent_id = ?"
+)
 # The reconciliation page (contract.EventPageRow). SQLite has no half-even rounding, and the
 # CASE expressions that would replace it cost more per row than the rounding in Python
 # (timefmt.iso_millis), so the microseconds column stays NULL and the float goes last.
@@ -255,7 +269,8 @@ class SqliteStore:
             ELSE c.material_sequence END"""
         self._cursor_columns = f"""
             c.watcher_session_key, c.target_session_key, c.target_agent_id,
-            c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at"""
+            c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at,
+            c.provenance"""
 
     # -- lifecycle and transactions ---------------------------------------------------------
 
@@ -548,6 +563,22 @@ class SqliteStore:
                 deletes,
             )
 
+    def has_watchers(self, target_key: str, target_agent_id: str) -> bool:
+        """R24: whether any cursor targets the session (the target index serves this)."""
+        return self._db.execute(HAS_WATCHERS_SQL, (target_key, target_agent_id)).fetchone() is not None
+
+    def set_provenance(
+        self, watcher: str, target_key: str, target_agent_id: str, provenance: str, *, promote_only: bool
+    ) -> bool:
+        """R25: the cursor's provenance; ``promote_only`` writes only over ``ambient``."""
+        sql = SET_PROVENANCE_SQL + (PROMOTE_ONLY_CONDITION if promote_only else "")
+        return self._db.execute(sql, (provenance, watcher, target_key, target_agent_id)).rowcount > 0
+
+    def cursor_provenance(self, watcher: str, target_key: str, target_agent_id: str) -> str | None:
+        """R26: the pair's provenance (``None``: no cursor), read where a wake is decided."""
+        row = self._db.execute(PROVENANCE_SQL, (watcher, target_key, target_agent_id)).fetchone()
+        return None if row is None else str(row[0])
+
     # -- retention --------------------------------------------------------------------------
 
     def prune_events(
@@ -828,4 +859,4 @@ def _scalar(cursor: sqlite3.Cursor) -> Any:
 
 
 def _cursor_record(row: Sequence[Any]) -> CursorRecord:
-    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]))
+    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]), row[7])

@@ -70,7 +70,7 @@ INSERT_SQL = (
 # The newest `limit` rows, returned oldest first.
 RECENT_SQL = (
     f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS} FROM session_messages"
-    " WHERE session_key = ? AND agent_id = ? ORDER BY id DESC LIMIT ?) AS recent ORDER BY id"
+    " WHERE session_key = ? AND agent_id = ? ORDER BY id DESC LIMIT ? OFFSET ?) AS recent ORDER BY id"
 )
 RECENT_ROLE_SQL = (
     "SELECT text FROM (SELECT id, text FROM session_messages"
@@ -131,8 +131,8 @@ class SqliteTranscriptTable:
         ).fetchone()
         return int(row[0])
 
-    def recent(self, key: str, agent_id: str, limit: int) -> list[MessageRecord]:
-        rows = self._db.execute(RECENT_SQL, (key, agent_id, limit)).fetchall()
+    def recent(self, key: str, agent_id: str, limit: int, offset: int = 0) -> list[MessageRecord]:
+        rows = self._db.execute(RECENT_SQL, (key, agent_id, limit, offset)).fetchall()
         return [_record(r) for r in rows]
 
     def recent_texts(self, key: str, agent_id: str, role: str, limit: int) -> list[str]:

@@ -20,7 +20,8 @@ names every offending field.
 
 Argument names chosen here where the reference is silent (documented per property):
 ``sessions_list.includeTitle`` / ``includePreview`` / ``recentMessages``,
-``sessions_history.limit``, ``sessions_spawn.timeoutSeconds`` (0 = no run timeout),
+``sessions_history.limit`` / ``offset`` (paging back from the newest message, with
+``nextOffset`` in the result), ``sessions_spawn.timeoutSeconds`` (0 = no run timeout),
 and ``sessions_spawn.message`` as an accepted alias of ``task`` (normalised to
 ``task`` in the returned arguments).
 """
@@ -167,10 +168,18 @@ TOOL_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
             "includeTools": _flag("Include tool calls and tool results."),
             "limit": {
                 "type": "integer",
-                "description": "Read at most this many of the newest messages.",
+                "description": "Read at most this many of the newest messages (after offset).",
                 "minimum": 1,
                 "maximum": 1000,
                 "default": 100,
+            },
+            "offset": {
+                "type": "integer",
+                "description": "Skip this many of the newest messages first; pass the last result's nextOffset"
+                " to read the page before it.",
+                "minimum": 0,
+                "maximum": 1_000_000_000,
+                "default": 0,
             },
         },
         oneOf=[{"required": ["sessionKey"]}, {"required": ["sessionId"]}],

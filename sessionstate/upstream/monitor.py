@@ -12,6 +12,11 @@ Outcomes per link: ``found`` resets the miss count; ``missing`` counts a miss, a
 a row drops the link and records one ``upstream_missing`` (dedupe key per link generation);
 ``error`` (or a raising provider) is logged and counted, never a miss. One link failing never
 stops the tick for the others.
+
+Spec R28: a link whose session has an active run is skipped for the tick (the run's own turn is
+writing that transcript: it is neither another actor's change nor a vanished source), and an
+``upstream_missing`` whose append failed rolls the drop back with it, so the link stays one
+miss short of the threshold and the next tick that misses again records it.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class TickReport:
     errors: int = 0  # provider errors, raising providers, failed writes
     stale_writes: int = 0  # compare-and-set lost against a Continue, drop or delete
     primed: int = 0  # links whose marker reached the thread's end this tick
+    skipped_running: int = 0  # links not checked: their session has an active run (R28)
+    missing_deferred: int = 0  # upstream_missing appends that failed; retried next tick (R28)
 
     def add(self, other: "TickReport") -> None:
         for f in fields(self):
@@ -64,6 +71,10 @@ class TickReport:
 
 class _Stale(Exception):
     """The link changed since it was read: roll the transaction back."""
+
+
+class _AppendFailed(Exception):
+    """Recording ``upstream_missing`` failed (R15): roll the drop back, retry next tick."""
 
 
 class UpstreamMonitor:
@@ -101,11 +112,15 @@ class UpstreamMonitor:
             try:
                 with self.gw.locked():
                     links = self.links.watched()
+                    running = {(r.child_key, r.child_agent_id) for r in self.gw.active_runs()}
             except Exception:
                 log.exception("upstream monitor: reading links failed")
                 report.errors += 1
                 links = []
             for link in links:
+                if (link.session_key, link.agent_id) in running:  # R28: its own turn is writing
+                    report.skipped_running += 1
+                    continue
                 try:
                     self._check(link, report)
                 except Exception:  # isolation: log, count, go on with the next link
@@ -204,8 +219,13 @@ class UpstreamMonitor:
         if link.consecutive_misses + 1 < MISSES_BEFORE_DROP:
             self._write(link, report, lambda: self.links.miss(link, self.gw.clock()))
             return
-        if self._write(link, report, lambda: self._drop_missing(link)) is not None:
-            report.missing_emitted += 1
+        try:
+            if self._write(link, report, lambda: self._drop_missing(link)) is not None:
+                report.missing_emitted += 1
+        except _AppendFailed:  # R28: rolled back with the drop; the miss count is still one short
+            log.warning("upstream_missing for %s could not be recorded; retried at the next tick", link.session_key)
+            report.errors += 1
+            report.missing_deferred += 1
 
     def _drop_missing(self, link: UpstreamLink) -> bool:
         if not self.links.drop(link):
@@ -217,7 +237,7 @@ class UpstreamMonitor:
             payload={"provider": link.provider},
         )
         if sequence is None:
-            raise RuntimeError("recording upstream_missing failed; the link stays")
+            raise _AppendFailed
         return True
 
     # -- running ------------------------------------------------------------------------------

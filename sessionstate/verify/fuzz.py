@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from .modelcheck import initial_node, step
-from .replay import KEYS, _apply_real, _open, differences
-from .world import PAIRS, Action, all_actions, describe, enabled
+from .replay import KEYS, _apply_real, _open, _Wakes, differences
+from .world import AMBIENT, PAIRS, Action, all_actions, describe, enabled
 
 
 @dataclass
@@ -51,13 +51,14 @@ def run_example(seed: int, index: int, steps: int, max_retained: int, directory:
     rng = random.Random(f"{seed}:{index}")
     actions = all_actions()
     url = f"sqlite:///{directory / f'fuzz-{index}.db'}"
-    gw = _open(url)
+    wakes = _Wakes()
+    gw = _open(url, wakes)
     trace: list[Action] = []
     try:
         for key in KEYS.values():
             gw.create_session(key)
         for watcher, target in PAIRS:
-            gw.watch(KEYS[watcher], KEYS[target])
+            gw.watch(KEYS[watcher], KEYS[target], ambient=(watcher, target) in AMBIENT)
         node = initial_node()
         for _ in range(steps):
             choices = [a for a in actions if enabled(a, node.ref.sessions, len(node.ref.events), max_retained)]
@@ -66,8 +67,9 @@ def run_example(seed: int, index: int, steps: int, max_retained: int, directory:
             action = rng.choice(choices)
             trace.append(action)
             node, messages = step(node, action)
-            gw = _apply_real(gw, url, action)
-            messages += differences(gw, node.ref)
+            wakes.next_step()
+            gw = _apply_real(gw, url, action, wakes)
+            messages += differences(gw, node.ref) + wakes.differences(node.ref, AMBIENT | node.ref.ambient_pairs())
             if messages:
                 return [f"{i + 1}. {describe(a)}" for i, a in enumerate(trace)] + messages
     finally:

@@ -28,6 +28,7 @@ from ..statemachine.table import (
     SELF_EVENT,
     UNWATCH,
 )
+from ..provenance import PROVENANCE_EXPLICIT, is_queue_only, registered_provenance
 from .refmodel import Event, Notice, Pair
 
 Stored = tuple[int, int, int]  # (last_seen, notified, stored material)
@@ -38,6 +39,7 @@ class MachOptions(TypedDict, total=False):
 
     check_bound: bool
     write_back_on_prune: bool
+    ambient_wakes: bool
 
 
 class PathViolation(AssertionError):
@@ -55,18 +57,35 @@ class MachWorld:
     next_seq: int = 1
     check_bound: bool = False
     write_back_on_prune: bool = True  # a switch so tests can prove the checker catches R7 bugs
+    ambient_wakes: bool = False  # a switch so tests can prove the checker catches R26 bugs
+    provenance: dict[Pair, str] = field(default_factory=dict)  # durable, beside each cursor (R25)
+    # The pairs whose notice entered a queue during the last action and asked to wake the
+    # watcher (the gateway's one wake decision, R12/R26); the checker resets it per action.
+    woken: list[Pair] = field(default_factory=list)
 
     @classmethod
-    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], **options: Unpack[MachOptions]) -> "MachWorld":
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], ambient: frozenset[Pair] = frozenset(),
+                **options: Unpack[MachOptions]) -> "MachWorld":
         world = cls(set(sessions), heads={s: 0 for s in sessions}, pruned={s: 0 for s in sessions}, **options)
         for pair in pairs:
-            world.watch(*pair)
+            world.watch(*pair, "ambient" if pair in ambient else PROVENANCE_EXPLICIT)
+        world.woken = []
         return world
 
     def copy(self) -> "MachWorld":
         return MachWorld(set(self.sessions), list(self.events), dict(self.heads), dict(self.pruned),
                          dict(self.cursors), set(self.queue), self.next_seq, self.check_bound,
-                         self.write_back_on_prune)
+                         self.write_back_on_prune, self.ambient_wakes, dict(self.provenance), [])
+
+    def _ask_wake(self, pair: Pair) -> None:
+        """A notice for ``pair`` entered a queue: the wake decision (R26: never for ambient)."""
+        if self.ambient_wakes or not is_queue_only(self.provenance.get(pair)):
+            self.woken.append(pair)
+
+    def _queue(self, notice: Notice) -> None:
+        if notice not in self.queue:
+            self.queue.add(notice)
+            self._ask_wake((notice[0], notice[1]))
 
     # -- R7 ------------------------------------------------------------------------------
 
@@ -104,6 +123,7 @@ class MachWorld:
     def _write(self, pair: Pair, positions: Positions | None) -> None:
         if positions is None:
             self.cursors.pop(pair, None)
+            self.provenance.pop(pair, None)
             self.queue = {n for n in self.queue if (n[0], n[1]) != pair}
         else:
             self.cursors[pair] = tuple(positions)  # type: ignore[assignment]
@@ -128,7 +148,7 @@ class MachWorld:
             if notifying and old.notified == old.last_seen:  # caught up: the gateway writes it
                 self._write(pair, step.positions)
                 if step.notice_since is not None:
-                    self.queue.add((pair[0], target, step.notice_since))
+                    self._queue((pair[0], target, step.notice_since))
             elif step.positions != self.effective(pair) or step.notice_since is not None:
                 # Nothing is written for pending (or log-only) cursors: the log must imply it.
                 raise PathViolation(
@@ -145,7 +165,8 @@ class MachWorld:
             if step.notice_since is not None:
                 follow_ups.append((watcher, target, step.notice_since))
         self.queue -= set(taken)
-        self.queue |= set(follow_ups)
+        for notice in follow_ups:
+            self._queue(notice)
         return taken
 
     def restart(self) -> None:
@@ -156,7 +177,7 @@ class MachWorld:
                 step = self._fire(pair, self.effective(pair), RESTART_SWEEP)
                 self._write(pair, step.positions)
                 if step.notice_since is not None:
-                    self.queue.add((pair[0], pair[1], step.notice_since))
+                    self._queue((pair[0], pair[1], step.notice_since))
 
     def prune(self) -> Event:
         oldest = self.events[0]
@@ -183,10 +204,11 @@ class MachWorld:
         self.sessions.discard(session)
         del self.heads[session], self.pruned[session]
 
-    def watch(self, watcher: str, target: str) -> bool:
+    def watch(self, watcher: str, target: str, provenance: str = PROVENANCE_EXPLICIT) -> bool:
         pair = (watcher, target)
         step = self._fire(pair, self.effective(pair), SEED, self.heads[target])
         self._write(pair, step.positions)
+        self.provenance[pair] = registered_provenance(self.provenance.get(pair), provenance)
         return step.state == "unwatched"
 
     def unwatch(self, watcher: str, target: str) -> bool:
@@ -218,23 +240,34 @@ class SharedMachWorld(MachWorld):
     claims: dict[str, int] = field(default_factory=dict)  # durable: watcher -> claimant
 
     @classmethod
-    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], **options: Unpack[MachOptions]) -> "MachWorld":
-        return cls.shared(sessions, pairs, 2, **options)
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], ambient: frozenset[Pair] = frozenset(),
+                **options: Unpack[MachOptions]) -> "MachWorld":
+        return cls.shared(sessions, pairs, 2, ambient, **options)
 
     @classmethod
     def shared(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], processes: int,
-               **options: Unpack[MachOptions]) -> "SharedMachWorld":
+               ambient: frozenset[Pair] = frozenset(), **options: Unpack[MachOptions]) -> "SharedMachWorld":
         world = cls(set(sessions), heads={s: 0 for s in sessions}, pruned={s: 0 for s in sessions},
                     queues=[set() for _ in range(processes)], views=[{} for _ in range(processes)], **options)
         for pair in pairs:
-            world.watch(*pair)
+            world.watch(*pair, "ambient" if pair in ambient else PROVENANCE_EXPLICIT)
+        world.woken = []
         return world
 
     def copy(self) -> "SharedMachWorld":
         return SharedMachWorld(set(self.sessions), list(self.events), dict(self.heads), dict(self.pruned),
                                dict(self.cursors), set(self.queue), self.next_seq, self.check_bound,
-                               self.write_back_on_prune, [set(q) for q in self.queues],
-                               [dict(v) for v in self.views], dict(self.claims))
+                               self.write_back_on_prune, self.ambient_wakes, dict(self.provenance), [],
+                               [set(q) for q in self.queues], [dict(v) for v in self.views], dict(self.claims))
+
+    def _queue(self, notice: Notice) -> None:
+        self.queue.add(notice)  # the outbox: a wake is decided where the notice enters a queue
+
+    def _enter(self, process: int, notices: set[Notice]) -> None:
+        """``notices`` enter this process's queue; each new one asks its wake (R12, R26)."""
+        for notice in sorted(notices - self.queues[process]):
+            self._ask_wake((notice[0], notice[1]))
+        self.queues[process] |= notices
 
     def serves(self, process: int, watcher: str) -> bool:
         """R19 as the process sees it (every process's patterns are ``*``)."""
@@ -242,7 +275,7 @@ class SharedMachWorld(MachWorld):
 
     def _release(self, process: int) -> None:
         """After the commit: the outbox's notices enter this process's queue where it serves."""
-        self.queues[process] |= {n for n in self.queue if self.serves(process, n[0])}
+        self._enter(process, {n for n in self.queue if self.serves(process, n[0])})
         self.queue = set()
 
     def _withdraw(self, process: int, gone: set[Pair], watcher: str | None = None) -> None:
@@ -261,7 +294,9 @@ class SharedMachWorld(MachWorld):
 
     def _reconcile(self, process: int, watcher: str) -> None:
         owed = self.pending_notices(watcher) if self.serves(process, watcher) else set()
-        self.queues[process] = {n for n in self.queues[process] if n[0] != watcher} | owed
+        kept = {n for n in self.queues[process] if n[0] != watcher or n in owed}
+        self.queues[process] = kept
+        self._enter(process, owed)
 
     # -- actions ---------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Unpack, cast
 from .invariants import delivery_violations, edge_violations, opened_violations, state_violations
 from .machinepath import MachOptions, MachWorld, PathViolation, SharedMachWorld
 from .refmodel import Event, Notice, RefWorld
-from .world import PAIRS, SESSIONS, WATCHERS, Action, all_actions, describe, enabled, process_of
+from .world import AMBIENT, PAIRS, SESSIONS, WATCHERS, Action, all_actions, describe, enabled, process_of
 
 Key = bytes
 _POSSIBLE_WATCHERS = {t: {w for w, tt in PAIRS if tt == t} for t in SESSIONS}
@@ -51,6 +51,10 @@ class ModelCheckReport:
     depth_reached: int = 0
     exhausted: bool = False  # no new state at the last level: the whole space was seen
     liveness_checked: int = 0
+    # R26 witnessed, not vacuous: drains that delivered an ambient pair's notice, and wake
+    # requests checked (none may name an ambient pair).
+    ambient_delivered: int = 0
+    wake_requests: int = 0
     seconds: float = 0.0
     violation: Violation | None = None
     levels: list[int] = field(default_factory=list)
@@ -69,10 +73,10 @@ class Node:
 
 
 def initial_node(processes: int = 1, **options: Unpack[MachOptions]) -> Node:
-    ref = RefWorld.initial(SESSIONS, PAIRS)
+    ref = RefWorld.initial(SESSIONS, PAIRS, AMBIENT)
     if processes == 1:
-        return Node(ref, MachWorld.initial(SESSIONS, PAIRS, **options))
-    return Node(ref, SharedMachWorld.shared(SESSIONS, PAIRS, processes, **options), (True,) * processes)
+        return Node(ref, MachWorld.initial(SESSIONS, PAIRS, AMBIENT, **options))
+    return Node(ref, SharedMachWorld.shared(SESSIONS, PAIRS, processes, AMBIENT, **options), (True,) * processes)
 
 
 def apply(world: RefWorld | MachWorld, action: Action) -> Event | list[Notice] | None:
@@ -110,6 +114,8 @@ def freshness(node: Node, action: Action, ref: RefWorld) -> tuple[bool, ...]:
 def step(node: Node, action: Action, *, check_state: bool = True) -> tuple[Node, list[str]]:
     """One action on both sides, with the edge checks (and the state checks unless told not)."""
     ref, mach = node.ref.copy(), node.mach.copy()
+    ref.model.wake_requests = []  # what this action asks; copies start with none
+    ambient_before = ref.ambient_pairs()
     ref_result = apply(ref, action)
     fresh = freshness(node, action, ref)
     try:
@@ -125,9 +131,21 @@ def step(node: Node, action: Action, *, check_state: bool = True) -> tuple[Node,
         messages += delivery_violations(action, node.ref, cast(dict[str, list[Notice]], delivered))
     if isinstance(mach, SharedMachWorld):
         messages += opened_violations(action, cast(SharedMachWorld, node.mach), mach)
+    messages += wake_violations(ref, mach, ambient_before | ref.ambient_pairs())
     if check_state:
         messages += state_violations(ref, mach, fresh)
     return Node(ref, mach, fresh), messages
+
+
+def wake_violations(ref: RefWorld, mach: MachWorld, ambient: set[tuple[str, str]]) -> list[str]:
+    """R26 on one action: no notice of an ambient pair asked to wake its watcher, on either
+    side; with one process, both sides asked for the same wakes (so explicit pairs do ask)."""
+    out = [f"R26: {side} asked to wake {pair[0]} for the ambient pair {pair}"
+           for side, asked in (("reference", ref.model.wake_requests), ("machine path", mach.woken))
+           for pair in asked if pair in ambient]
+    if not isinstance(mach, SharedMachWorld) and sorted(ref.model.wake_requests) != sorted(mach.woken):
+        out.append(f"R12: reference asked wakes {sorted(ref.model.wake_requests)}, machine path {sorted(mach.woken)}")
+    return out
 
 
 def liveness_violations(node: Node, rounds: int) -> list[str]:
@@ -221,13 +239,15 @@ def run_modelcheck(
     drain_rounds: int = 3,
     check_bound: bool = False,
     write_back_on_prune: bool = True,
+    ambient_wakes: bool = False,
     progress: Callable[[int, int, int], object] | None = None,
 ) -> tuple[ModelCheckReport, dict[Key, tuple[Key | None, Action | None]]]:
     """BFS to ``depth``; returns the report and the parent map (for traces and replay)."""
     started = time.monotonic()
     report = ModelCheckReport(depth=depth, max_retained=max_retained, processes=processes)
     actions = all_actions(processes)
-    root = initial_node(processes, check_bound=check_bound, write_back_on_prune=write_back_on_prune)
+    root = initial_node(processes, check_bound=check_bound, write_back_on_prune=write_back_on_prune,
+                        ambient_wakes=ambient_wakes)
     root_key = digest(root)
     parents: dict[Key, tuple[Key | None, Action | None]] = {root_key: (None, None)}
     frontier: list[tuple[Key, Node]] = [(root_key, root)]
@@ -245,6 +265,9 @@ def run_modelcheck(
                 report.transitions += 1
                 # State checks depend only on the canonical state: run them once per state.
                 child, messages = step(node, action, check_state=False)
+                report.wake_requests += len(child.mach.woken)
+                if action[0] == "drain" and any((n[0], n[1]) in AMBIENT for n in node.ref.queue if n[0] == action[1]):
+                    report.ambient_delivered += 1
                 child_key = digest(child)
                 if child_key in parents and not messages:
                     continue

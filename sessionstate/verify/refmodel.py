@@ -37,6 +37,7 @@ KINDS = (
     "run_failed",
     "compacted",
     "adopted",
+    "created",
 )
 ACTORS = ("human", "agent", "system")
 DAY = 86_400.0
@@ -107,6 +108,7 @@ class WatchCursor:
     material: int
     updated_at: float
     seed: int
+    ambient: bool = False  # R25/R26: registered by the gateway itself; its notices never wake
 
     def positions(self) -> tuple[int, int, int]:
         return (self.last_seen, self.notified, self.material)
@@ -116,6 +118,7 @@ class WatchCursor:
 class Model:
     retention_days: float = 30
     max_rows: int = 50_000
+    record_created: bool = False  # R27's `created` event, as the gateway's record_created option
     now: float = 1_700_000_000.0
     next_seq: int = 1
     sessions: dict[str, float] = field(default_factory=dict)  # key -> created_at
@@ -130,14 +133,22 @@ class Model:
     owed: set[tuple[str, str, int]] = field(default_factory=set)
     last_wake: dict[str, float] = field(default_factory=dict)
     wakes: list[tuple[str, str]] = field(default_factory=list)
+    # Every notice that entered a queue and asks to wake its watcher (R12 before the main-style
+    # and window filters; never an ambient pair's, R26): the model check compares them.
+    wake_requests: list[tuple[str, str]] = field(default_factory=list)
 
     # -- sessions --------------------------------------------------------------------------
 
-    def create(self, key: str, parent: str | None = None, run_id: str | None = None) -> None:
+    def create(self, key: str, parent: str | None = None, run_id: str | None = None, agent: str | None = None,
+               kind: str = "main") -> None:
         self.sessions[key] = self.now
         self.heads[key] = 0
         self.head_updated[key] = self.now
         self.pruned[key] = 0
+        if self.record_created:  # R27: log-only, before a spawn edge's child_spawned
+            created_by = agent or agent_of(key) or "main"
+            self._append(key, "created", "system", None, f"session created ({kind})", None, None,
+                         f"created:{created_by}:{key}")
         if parent is not None:
             dedupe = f"child-spawned:{run_id}" if run_id else None
             seq = self._append(key, "child_spawned", "agent", parent, f"spawned by {parent}", None, None, dedupe, run_id)
@@ -228,9 +239,17 @@ class Model:
         if text in queue:
             return
         queue[text] = (target, since)
+        if not self._ambient(watcher, target):
+            self.wake_requests.append((watcher, target))
         self._wake(watcher, target)
 
+    def _ambient(self, watcher: str, target: str | None) -> bool:
+        cursor = self.cursors.get((watcher, target)) if target is not None else None
+        return cursor is not None and cursor.ambient
+
     def _wake(self, watcher: str, target: str | None) -> None:
+        if self._ambient(watcher, target):
+            return  # R26: queue-only
         if main_style(watcher):
             last = self.last_wake.get(watcher)
             if last is None or self.now - last >= WAKE_WINDOW:
@@ -248,11 +267,13 @@ class Model:
 
     # -- watching and turns ----------------------------------------------------------------
 
-    def watch(self, watcher: str, target: str) -> bool:
-        if (watcher, target) in self.cursors:
+    def watch(self, watcher: str, target: str, ambient: bool = False) -> bool:
+        existing = self.cursors.get((watcher, target))
+        if existing is not None:
+            existing.ambient = existing.ambient and ambient  # R25: explicit promotes, ambient never demotes
             return False
         v = self.heads[target]
-        self.cursors[(watcher, target)] = WatchCursor(v, v, v, self.now, v)
+        self.cursors[(watcher, target)] = WatchCursor(v, v, v, self.now, v, ambient)
         return True
 
     def unwatch(self, watcher: str, target: str) -> bool:
@@ -344,7 +365,7 @@ class Model:
             head_updated=dict(self.head_updated), pruned=dict(self.pruned),
             cursors={pair: replace(c) for pair, c in self.cursors.items()},
             queues={w: dict(q) for w, q in self.queues.items()}, owed=set(self.owed),
-            last_wake=dict(self.last_wake), wakes=list(self.wakes),
+            last_wake=dict(self.last_wake), wakes=list(self.wakes), wake_requests=list(self.wake_requests),
         )
 
     # -- reconciliation --------------------------------------------------------------------
@@ -392,12 +413,12 @@ class RefWorld:
         self.claims: dict[str, int] = {} if claims is None else claims
 
     @classmethod
-    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...]) -> "RefWorld":
+    def initial(cls, sessions: tuple[str, ...], pairs: tuple[Pair, ...], ambient: frozenset[Pair] = frozenset()) -> "RefWorld":
         model = Model()
         for session in sessions:
             model.create(session)
         for pair in pairs:
-            model.watch(*pair)
+            model.watch(*pair, ambient=pair in ambient)
         return cls(model)
 
     def copy(self) -> "RefWorld":
@@ -469,8 +490,11 @@ class RefWorld:
     def delete(self, session: str, process: int | None = None) -> None:
         self.model.delete(session)
 
-    def watch(self, watcher: str, target: str) -> bool:
-        return self.model.watch(watcher, target)
+    def watch(self, watcher: str, target: str, provenance: str = "explicit") -> bool:
+        return self.model.watch(watcher, target, ambient=provenance == "ambient")
+
+    def ambient_pairs(self) -> set[Pair]:
+        return {pair for pair, c in self.model.cursors.items() if c.ambient}
 
     def unwatch(self, watcher: str, target: str, process: int | None = None) -> bool:
         return self.model.unwatch(watcher, target)

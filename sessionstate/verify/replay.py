@@ -5,6 +5,9 @@ event) becomes a real prune with ``max_rows`` one below the row count; restart c
 reopens the file (the startup sweep runs). After every step the real gateway must match the
 reference model run on the same trace: positions, queued notice texts, state versions, and
 ``changesSince`` answers (sequences, actor ids, historyGap, earliest available sequence).
+The clock moves one minute per step, past the wake window, so every wake the gateway decides
+reaches ``on_wake``: the ambient pair (world.AMBIENT) must never wake its watcher (R26), and
+every watcher the reference asks to wake must be woken in that step (R12).
 
 Two-process traces run on two gateways sharing one file, each a server without the pump
 thread (the trace's ``sweep`` runs ``sweep_changes``); there each process's queue must be the
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from collections.abc import Set
 from typing import cast
 
 from ..gateway import Gateway
@@ -23,17 +27,45 @@ from ..notices import notice_text
 from .machinepath import SharedMachWorld
 from .modelcheck import apply
 from .refmodel import Notice, RefWorld
-from .world import PAIRS, SESSIONS, Action, describe, process_of
+from .world import AMBIENT, PAIRS, SESSIONS, Action, describe, process_of
 
 KEYS = {"A": "agent:a:main", "B": "agent:b:main", "C": "agent:c:main"}
-NOW = 1_700_000_000.0  # a frozen clock: nothing expires, retention is driven by max_rows
+NAMES = {key: name for name, key in KEYS.items()}
+NOW = 1_700_000_000.0  # nothing expires in a trace's minutes: retention is driven by max_rows
+STEP_SECONDS = 60.0  # past the 20 s wake window (R12)
 
 
-def _open(url: str) -> Gateway:
-    return Gateway.open(url, clock=lambda: NOW)
+class _Wakes:
+    """The clock every replayed gateway reads and the wakes they sent, as abstract pairs."""
+
+    def __init__(self) -> None:
+        self.now = NOW
+        self.sent: list[tuple[str, str]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def on_wake(self, watcher: str, reason: str) -> None:
+        target = reason.removeprefix("session-state: ")
+        self.sent.append((NAMES.get(watcher, watcher), NAMES.get(target, target)))
+
+    def next_step(self) -> None:
+        self.now += STEP_SECONDS
+        self.sent = []
+
+    def differences(self, ref: RefWorld, ambient: Set[tuple[str, str]]) -> list[str]:
+        out = [f"R26: the ambient pair {pair} woke {pair[0]}" for pair in self.sent if pair in ambient]
+        asked = {w for w, _ in ref.model.wake_requests}
+        woken = {w for w, _ in self.sent}
+        out += [f"R12: the reference wakes {w}, the gateway did not" for w in sorted(asked - woken)]
+        return out
 
 
-def _apply_real(gw: Gateway, url: str, action: Action) -> Gateway:
+def _open(url: str, wakes: _Wakes) -> Gateway:
+    return Gateway.open(url, clock=wakes.clock, on_wake=wakes.on_wake)
+
+
+def _apply_real(gw: Gateway, url: str, action: Action, wakes: _Wakes) -> Gateway:
     kind = action[0]
     if kind == "event":
         _, target, actor, notifying = action
@@ -48,7 +80,7 @@ def _apply_real(gw: Gateway, url: str, action: Action) -> Gateway:
         gw.drain_system_events(KEYS[action[1]])
     elif kind == "restart":
         gw.close()
-        return _open(url)
+        return _open(url, wakes)
     elif kind == "prune":
         gw.max_rows = gw.store.event_count() - 1
         gw.prune()
@@ -57,7 +89,7 @@ def _apply_real(gw: Gateway, url: str, action: Action) -> Gateway:
     elif kind == "delete":
         gw.delete_session(KEYS[action[1]])
     elif kind == "watch":
-        gw.watch(KEYS[action[1]], KEYS[action[2]])
+        gw.watch(KEYS[action[1]], KEYS[action[2]], ambient=action[3] == "ambient")
     elif kind == "unwatch":
         gw.unwatch(KEYS[action[1]], KEYS[action[2]])
     return gw
@@ -99,17 +131,21 @@ def replay_trace(trace: list[Action], directory: Path | None = None) -> list[str
     """Run ``trace`` on a fresh file; returns the first step's differences (empty when equal)."""
     with tempfile.TemporaryDirectory(prefix="sessionstate-replay-", dir=directory) as tmp:
         url = f"sqlite:///{Path(tmp) / 'state.db'}"
-        gw = _open(url)
+        wakes = _Wakes()
+        gw = _open(url, wakes)
         try:
             for key in KEYS.values():
                 gw.create_session(key)
             for watcher, target in PAIRS:
-                gw.watch(KEYS[watcher], KEYS[target])
-            ref = RefWorld.initial(SESSIONS, PAIRS)
+                gw.watch(KEYS[watcher], KEYS[target], ambient=(watcher, target) in AMBIENT)
+            ref = RefWorld.initial(SESSIONS, PAIRS, AMBIENT)
             for index, action in enumerate(trace):
-                gw = _apply_real(gw, url, action)
+                wakes.next_step()
+                ref.model.wake_requests = []
+                ambient = ref.ambient_pairs()
+                gw = _apply_real(gw, url, action, wakes)
                 apply(ref, action)
-                diff = differences(gw, ref)
+                diff = differences(gw, ref) + wakes.differences(ref, ambient | ref.ambient_pairs())
                 if diff:
                     steps = [f"{i + 1}. {describe(a)}" for i, a in enumerate(trace[: index + 1])]
                     return steps + diff
@@ -121,21 +157,21 @@ def replay_trace(trace: list[Action], directory: Path | None = None) -> list[str
 # -- two processes (spec section 6a) -----------------------------------------------------------
 
 
-def _open_server(url: str) -> Gateway:
+def _open_server(url: str, wakes: _Wakes) -> Gateway:
     """A gateway that is a server (claims, sweeps) without the pump thread: the replay sweeps
     when the trace says so."""
-    gw = _open(url)
+    gw = _open(url, wakes)
     with gw.locked():
         gw.serving.register()
     return gw
 
 
-def _apply_real_process(gws: list[Gateway], url: str, action: Action) -> list[str] | None:
+def _apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: _Wakes) -> list[str] | None:
     """Run one two-process action on the real gateways; returns a drain's lines."""
     kind, process = action[0], process_of(action)
     gw = gws[0 if process is None else process]
     if kind == "event":
-        _apply_real(gw, url, action[:4])
+        _apply_real(gw, url, action[:4], wakes)
     elif kind == "drain":
         return gw.drain_system_events(KEYS[action[1]])
     elif kind == "sweep":
@@ -145,11 +181,11 @@ def _apply_real_process(gws: list[Gateway], url: str, action: Action) -> list[st
     elif kind == "restart":
         assert process is not None
         gw.close()
-        gws[process] = _open_server(url)
+        gws[process] = _open_server(url, wakes)
     elif kind in ("prune", "watch"):
-        _apply_real(gw, url, action)
+        _apply_real(gw, url, action, wakes)
     else:  # reset, delete, unwatch: the same calls, in the named process
-        _apply_real(gw, url, action[:-1])
+        _apply_real(gw, url, action[:-1], wakes)
     return None
 
 
@@ -174,22 +210,28 @@ def replay_two_process_trace(trace: list[Action], directory: Path | None = None)
     a drain's lines the ones the reference delivers (INV10). Returns the first differences."""
     with tempfile.TemporaryDirectory(prefix="sessionstate-replay-", dir=directory) as tmp:
         url = f"sqlite:///{Path(tmp) / 'state.db'}"
-        first = _open(url)
+        wakes = _Wakes()
+        first = _open(url, wakes)
         gws: list[Gateway] = []
         try:
             for key in KEYS.values():
                 first.create_session(key)
             for watcher, target in PAIRS:
-                first.watch(KEYS[watcher], KEYS[target])
+                first.watch(KEYS[watcher], KEYS[target], ambient=(watcher, target) in AMBIENT)
             first.close()
-            gws = [_open_server(url), _open_server(url)]
-            ref = RefWorld.initial(SESSIONS, PAIRS)
-            mach = SharedMachWorld.shared(SESSIONS, PAIRS, 2)
+            gws = [_open_server(url, wakes), _open_server(url, wakes)]
+            ref = RefWorld.initial(SESSIONS, PAIRS, AMBIENT)
+            mach = SharedMachWorld.shared(SESSIONS, PAIRS, 2, AMBIENT)
             for index, action in enumerate(trace):
-                lines = _apply_real_process(gws, url, action)
+                wakes.next_step()
+                ambient = ref.ambient_pairs()
+                lines = _apply_real_process(gws, url, action, wakes)
                 delivered = apply(ref, action)
                 apply(mach, action)
                 diff = differences(gws[0], ref, queues=False) + process_differences(gws, mach)
+                # Which process wakes differs from the reference's single queue: R26 only.
+                diff += [f"R26: the ambient pair {pair} woke {pair[0]}" for pair in wakes.sent
+                         if pair in ambient | ref.ambient_pairs()]
                 if lines is not None:
                     want = sorted(notice_text(KEYS[t], s) for _, t, s in cast(list[Notice], delivered))
                     if sorted(lines) != want:

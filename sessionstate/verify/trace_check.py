@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..errors import ProtocolError
 from ..notices import notice_text
+from ..provenance import PROVENANCE_AMBIENT, PROVENANCES
 from ..statemachine import NOTIFYING_KINDS, Positions, derive_state, fire
 from ..statemachine.machine import DERIVED_EFFECTS, TRANSITION_TABLE
 from ..statemachine.table import (
@@ -84,6 +85,7 @@ def event_trigger(kind: str, actor: str | None, watcher: str) -> str:
 class TraceChecker:
     def __init__(self) -> None:
         self.pairs: dict[Pair, Positions] = {}
+        self.provenance: dict[Pair, str] = {}  # R25: from the seed lines that carry it
         self.watchers_of: dict[Target, set[str]] = {}  # the pairs above, by target
         self.targets_of: dict[str, set[Target]] = {}  # and by watcher
         self.moved_by: dict[Pair, Proc] = {}  # who last moved L, created or removed the pair
@@ -360,6 +362,8 @@ class TraceChecker:
             if pair not in owed:
                 raise self.fail("INV10", f"a second drain step for {_name(pair)} in one drain", line, pair)
             owed.discard(pair)
+        if trigger == SEED:
+            self._check_provenance(line, pair, before)
         if trigger == RESTART_SWEEP:
             self._swept.add(pair)
         self._put(pair, after)
@@ -472,8 +476,24 @@ class TraceChecker:
                     raise self.fail("R7", f"pruning {pair[1][0]} wrote {_fmt(written.get(pair))} for {_name(pair)},"
                                           f" whose effective positions are {_fmt(positions)}", line, pair)
 
+    def _check_provenance(self, line: TraceLine, pair: Pair, before: Positions | None) -> None:
+        """R25: a seed line's provenance is known and never demotes the pair's (traces written
+        before provenance carry none: nothing to check)."""
+        provenance = line.data.get("provenance")
+        if provenance is None:
+            return
+        if provenance not in PROVENANCES:
+            raise self.fail("T1", f"unknown provenance {provenance!r}", line, pair)
+        old = self.provenance.get(pair) if before is not None else None
+        if old is not None and old != PROVENANCE_AMBIENT and provenance == PROVENANCE_AMBIENT:
+            raise self.fail("R25", f"an ambient registration demoted {_name(pair)} from {old}", line, pair)
+        if old is not None and old != PROVENANCE_AMBIENT and provenance != old:
+            raise self.fail("R25", f"{_name(pair)} changed provenance from {old} to {provenance}", line, pair)
+        self.provenance[pair] = provenance
+
     def _put(self, pair: Pair, positions: Positions | None) -> None:
         if positions is None:
+            self.provenance.pop(pair, None)
             self.pairs.pop(pair, None)
             self.watchers_of.get(pair[1], set()).discard(pair[0])
             self.targets_of.get(pair[0], set()).discard(pair[1])

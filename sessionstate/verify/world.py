@@ -1,7 +1,9 @@
 """The small configuration both sides of the model check share: sessions, pairs, actions.
 
 Three sessions: A watches B and C (one watcher of two targets); B watches C and also acts on
-C (the self-acting watcher). Events land on B and C; the actors are a human (``None``) and
+C (the self-acting watcher). A's cursor on C is *ambient* (spec R25, R26): its notices are
+queued and drained like the others but must never ask to wake A; A's explicit cursor on B
+must, so the check tells the two apart per pair. Events land on B and C; the actors are a human (``None``) and
 each session. Actions name sessions only, never sequence numbers, so a trace replays from
 the initial state on any side.
 
@@ -21,6 +23,12 @@ WATCHERS: tuple[str, ...] = ("A", "B")
 TARGETS: tuple[str, ...] = ("B", "C")
 ACTORS: tuple[str | None, ...] = (None, "A", "B", "C")
 PROCESSES: tuple[int, ...] = (0, 1)
+AMBIENT: frozenset[tuple[str, str]] = frozenset({("A", "C")})  # the one queue-only cursor
+
+
+def provenance_of(pair: tuple[str, str]) -> str:
+    """How the configuration registers ``pair`` (its ``watch`` action registers it the same way)."""
+    return "ambient" if pair in AMBIENT else "explicit"
 
 Action = tuple  # ("event", target, actor, notifying) | ("drain", w) | ("restart",) | ...
 
@@ -39,7 +47,7 @@ def all_actions(processes: int = 1) -> list[Action]:
     actions += [("restart",), ("prune",)]
     actions += [("reset", w) for w in WATCHERS]
     actions += [("delete", s) for s in SESSIONS]
-    actions += [("watch", w, t) for w, t in PAIRS]
+    actions += [("watch", w, t, provenance_of((w, t))) for w, t in PAIRS]
     actions += [("unwatch", w, t) for w, t in PAIRS]
     return actions
 
@@ -60,7 +68,7 @@ def _two_process_actions() -> list[Action]:
     actions += [("restart", p) for p in PROCESSES] + [("prune",)]
     actions += [("reset", w, p) for w in WATCHERS for p in PROCESSES]
     actions += [("delete", s, p) for s in SESSIONS for p in PROCESSES]
-    actions += [("watch", w, t) for w, t in PAIRS]
+    actions += [("watch", w, t, provenance_of((w, t))) for w, t in PAIRS]
     actions += [("unwatch", w, t, p) for w, t in PAIRS for p in PROCESSES]
     return actions
 

@@ -1,6 +1,6 @@
 """The real Gateway on a real SQLite file, driven against the reference model.
 
-Every rule applies one operation to both sides; one invariant per spec invariant (INV1-INV9)
+Every rule applies one operation to both sides; one invariant per spec invariant (INV1-INV9, INV12)
 compares them. Restarts close and reopen the same file, losing the in-memory queue.
 """
 
@@ -26,12 +26,13 @@ SUMMARIES = ("human message via telegram", "goal updated", "run finished", "hist
 
 class GatewayVersusModel(RuleBasedStateMachine):
     backend: Backend = BACKENDS[0]  # stateful_test_cases binds one class per backend
+    record_created = False  # R27's option; the traced variant turns it on
 
     def __init__(self) -> None:
         super().__init__()
         self.resources = ExitStack()
         self.url = self.resources.enter_context(self.backend.database())
-        self.model = Model(max_rows=MAX_ROWS)
+        self.model = Model(max_rows=MAX_ROWS, record_created=self.record_created)
         self.wakes: list[tuple[str, str]] = []
         self.gw = self._open()
         self.seen_versions: dict[str, int] = {}
@@ -46,6 +47,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
             clock=lambda: self.model.now,
             on_wake=lambda w, r: self.wakes.append((w, r)),
             max_rows=MAX_ROWS,
+            record_created=self.record_created,
         )
 
     def teardown(self) -> None:
@@ -78,7 +80,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
         key = data.draw(st.sampled_from([k for k in MAIN_KEYS + (GLOBAL_KEY,) if k not in self.model.sessions]))
         note(f"create {key}")
         self.gw.create_session(key, agent_id="a" if key == GLOBAL_KEY else None)
-        self.model.create(key)
+        self.model.create(key, agent="a" if key == GLOBAL_KEY else None)
         self._step(lambda: None)
 
     @precondition(lambda self: any(k not in self.model.sessions for k in CHILD_KEYS))
@@ -90,7 +92,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
         self.runs += 1
         run_id = f"run-{self.runs}"
         self._step(lambda: self.gw.create_session(child, kind="subagent", parent=parent, run_id=run_id))
-        self.model.create(child, parent=parent, run_id=run_id)
+        self.model.create(child, parent=parent, run_id=run_id, kind="subagent")
 
     @precondition(lambda self: bool(self.model.sessions))
     @rule(
@@ -127,10 +129,11 @@ class GatewayVersusModel(RuleBasedStateMachine):
             return
         watcher = data.draw(st.sampled_from(watchers))
         target = data.draw(st.sampled_from([k for k in sorted(self.model.sessions) if k != watcher]))
-        note(f"watch {watcher} -> {target}")
+        ambient = data.draw(st.booleans(), label="ambient")
+        note(f"watch {watcher} -> {target} ambient={ambient}")
         got: list[bool] = []
-        self._step(lambda: got.append(self.gw.watch(watcher, target)))
-        assert got == [self.model.watch(watcher, target)]
+        self._step(lambda: got.append(self.gw.watch(watcher, target, ambient=ambient)))
+        assert got == [self.model.watch(watcher, target, ambient=ambient)]
 
     @precondition(lambda self: bool(self.model.cursors))
     @rule(data=st.data())
@@ -228,6 +231,14 @@ class GatewayVersusModel(RuleBasedStateMachine):
         assert sorted(self.wakes) == sorted(self.model.wakes)  # order across watchers is free
 
     @invariant()
+    def inv12_queue_only_pairs(self) -> None:
+        for (watcher, target), cursor in self.model.cursors.items():
+            got = self.gw.cursor_positions(watcher, target)
+            assert got is not None and (got.provenance == "ambient") == cursor.ambient, (watcher, target, got)
+        ambient = {(w, f"session-state: {t}") for (w, t), c in self.model.cursors.items() if c.ambient}
+        assert not ambient & set(self.wakes)  # (the model's own wakes agree: inv4 compares them)
+
+    @invariant()
     def inv5_no_self_or_log_only_notices(self) -> None:
         if self.last_step_quiet:
             assert not self.opened_by_last_step, self.opened_by_last_step
@@ -271,7 +282,10 @@ globals().update(stateful_test_cases(GatewayVersusModel, "GatewayVersusModel"))
 
 
 class TracedGatewayVersusModel(GatewayVersusModel):
-    """The same run with the protocol trace on; at the end the trace must replay clean."""
+    """The same run with the protocol trace on, and `created` recorded (R27); at the end the
+    trace must replay clean."""
+
+    record_created = True
 
     def _open(self) -> Gateway:
         if not hasattr(self, "trace_file"):
@@ -282,6 +296,7 @@ class TracedGatewayVersusModel(GatewayVersusModel):
             on_wake=lambda w, r: self.wakes.append((w, r)),
             max_rows=MAX_ROWS,
             trace=self.trace_file,
+            record_created=self.record_created,
         )
 
     def teardown(self) -> None:

@@ -363,7 +363,7 @@ def test_migrations_2_and_3_leave_a_version_1_file_without_the_pump_index(tmp_pa
             names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         db.close()
         assert "ix_cursors_pending_notified" not in names and "ix_cursors_target" in names
-        assert gw.store.pragma("user_version") == 3
+        assert gw.store.pragma("user_version") == schema.SCHEMA_VERSION
 
 
 def test_migration_3_drops_the_index_version_2_added(tmp_path):

@@ -152,6 +152,7 @@ def test_a_failing_migration_changes_nothing(pg_url, monkeypatch):
     def bad(db: Any) -> None:
         db.execute("ALTER TABLE no_such_table ADD COLUMN y integer")
 
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(migrations, "MIGRATIONS", (Migration(2, "good", good), Migration(3, "bad", bad)))
     with pytest.raises(StorageError, match="no_such_table"):
         Gateway.open(pg_url)

@@ -101,8 +101,8 @@ def test_run_sql_uses_the_stores_connection_and_its_transaction(store):
     with pytest.raises(RuntimeError):
         with store.transaction():
             store.run_sql("DELETE FROM sessions WHERE session_key = ?", ("agent:a:one",))
-            store.run_sql("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          [("w", "agent:a:two", "a", 0, 0, 0, 1.0)], many=True)
+            store.run_sql("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          [("w", "agent:a:two", "a", 0, 0, 0, 1.0, "explicit")], many=True)
             assert store.run_sql("SELECT count(*) FROM sessions") == [(1,)]  # the same connection
             raise RuntimeError("roll back")
     assert store.run_sql("SELECT count(*) FROM sessions") == [(2,)]  # rolled back with it

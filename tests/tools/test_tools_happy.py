@@ -22,6 +22,7 @@ def gw(db_url):
     gateway.register_session(PEER, label="peer desk")
     gateway.register_session("agent:main:cron:nightly", kind="cron", label="nightly")
     gateway.register_session(OTHER)
+    gateway.watch(OTHER, MANAGER, ambient=True)  # R24: human turns are recorded for watched sessions
     gateway.human_message(MANAGER, "Plan the release\nsecond line", channel="telegram", sender="u1")
     gateway.append_message(MANAGER, "assistant", "<think>secret plan</think>Sure, planning now.")
     yield gateway
@@ -110,6 +111,32 @@ def test_history_by_key_and_by_session_id(gw):
     assert ok(call(gw, "sessions_history", {"sessionKey": "main"}))["sessionKey"] == MANAGER  # alias
 
 
+def test_history_pages_back_from_the_newest_message_with_next_offset(gw):
+    for i in range(5):
+        gw.append_message(MANAGER, "assistant", f"reply {i}")  # 7 messages in all
+    texts = lambda page: [m["text"] for m in page["messages"]]  # noqa: E731
+    first = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 3}))
+    assert texts(first) == ["reply 2", "reply 3", "reply 4"] and first["nextOffset"] == 3
+    second = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 3, "offset": first["nextOffset"]}))
+    assert texts(second) == ["Sure, planning now.", "reply 0", "reply 1"] and second["nextOffset"] == 6
+    last = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 3, "offset": 6}))
+    assert [m["role"] for m in last["messages"]] == ["user"] and "nextOffset" not in last
+    beyond = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "offset": 50}))
+    assert beyond["messages"] == [] and "nextOffset" not in beyond
+    whole = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 7}))
+    assert len(whole["messages"]) == 7 and "nextOffset" not in whole  # exactly all: nothing older
+
+
+def test_history_next_offset_resumes_at_rows_the_byte_bound_dropped(gw):
+    for i in range(30):
+        gw.append_message(MANAGER, "assistant", f"{i:02d} " + "x" * 3_900)  # ~4 KB each, past 80 KiB together
+    page = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 30}))
+    dropped = page["droppedMessages"]
+    assert dropped > 0 and page["nextOffset"] == 30 - dropped
+    older = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 30, "offset": page["nextOffset"]}))
+    assert older["messages"][-1]["text"].startswith(f"{dropped - 1:02d} ")  # the newest row dropped before
+
+
 def test_history_tools_only_on_request_and_redaction(gw):
     gw.append_message(MANAGER, "assistant", "calling", tool_calls=[{"name": "grep", "args": {"q": "x"}}])
     gw.append_message(MANAGER, "tool", "result", tool_result={"output": "password=hunter2"})
@@ -196,6 +223,12 @@ def test_send_with_watch_registers_the_receiver(gw):
         f'Session "{PEER}" changed (other actor). Reconcile before acting: '
         f'session_status sessionKey "{PEER}" changesSince {version}.'
     ]
+
+
+def test_send_with_watch_promotes_an_ambient_cursor_to_explicit(gw):
+    gw.watch(MANAGER, PEER, ambient=True)
+    ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": True}))
+    assert gw.cursor_positions(MANAGER, PEER).provenance == "explicit"  # R25: an explicit watch
 
 
 def test_send_watch_false_for_a_non_agent_qualified_sender(gw):

@@ -111,8 +111,8 @@ class World:
         return activities
 
 
-def make_world(tmp: Path) -> World:
-    gw = Gateway.open(f"sqlite:///{tmp / 'state.db'}")
+def make_world(tmp: Path, url: str | None = None) -> World:
+    gw = Gateway.open(url or f"sqlite:///{tmp / 'state.db'}")
     gw.create_session(MANAGER)
     root = tmp / "projects"
     root.mkdir()

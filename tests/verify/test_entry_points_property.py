@@ -105,7 +105,8 @@ CALLS: dict[str, Call] = {
         **kw(x, actor_id=key, agent_id=key, run_id=junk, payload=junk, dedupe_key=junk, occurred_at=junk)),
     "record_events": lambda gw, x: gw.record_events(d(x, st.one_of(junk, st.lists(st.dictionaries(
         st.sampled_from(["session_key", "kind", "actor_type", "summary", "payload", "occurred_at", "bogus"]), junk), max_size=3)), "events")),
-    "watch": lambda gw, x: gw.watch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key)),
+    "watch": lambda gw, x: gw.watch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key, ambient=junk)),
+    "watchers_of": lambda gw, x: gw.watchers_of(d(x, key, "t"), **kw(x, target_agent_id=key)),
     "unwatch": lambda gw, x: gw.unwatch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key)),
     "drain_system_events": lambda gw, x: gw.drain_system_events(d(x, key, "key")),
     "pending_system_events": lambda gw, x: gw.pending_system_events(d(x, key, "key")),
