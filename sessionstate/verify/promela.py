@@ -356,14 +356,14 @@ inline drain(w, q) {
           assert(PENDING(pd) && qtext[QI(q, pd)] == L[pd] + 1);  /* R17, INV10: a pending episode's line */
           deliver(pd);
           unqueue(pd, q);
-          fire(pd, T_DRAIN, 0);
+          fire(pd, T_DRAIN, head[PT[pd]]);
           if :: opened != NONE -> offer(pd, q, opened) :: else -> skip fi
        :: else -> skip
        fi
     :: WI[pd] == w && !MUT_QUEUE_ONLY_DRAIN && PENDING(pd) ->  /* R21: one line per pending pair, for L */
        deliver(pd);
        unqueue(pd, q);
-       fire(pd, T_DRAIN, 0);
+       fire(pd, T_DRAIN, head[PT[pd]]);
        if :: opened != NONE -> offer(pd, q, opened) :: else -> skip fi
     :: WI[pd] == w && !MUT_QUEUE_ONLY_DRAIN && !PENDING(pd) -> unqueue(pd, q)  /* R17: stale, dropped */
     :: else -> skip
@@ -461,9 +461,10 @@ inline after(q) {
      actions of no process (log-only events, watches, prunes) change no queue and no L */
   for (qo : 0 .. PROCS - 1) { if :: qo != q && q != NONE -> dirty[qo] = 1 :: else -> skip fi };
   qo = 0;
-  check_state();
+  /* printed first, so a trail that fails the checks still shows the state it reached */
   printf("@POS %d,%d,%d,%d %d,%d,%d,%d %d,%d,%d,%d\n", watched[0], L[0], N[0], M[0],
-         watched[1], L[1], N[1], M[1], watched[2], L[2], N[2], M[2])
+         watched[1], L[1], N[1], M[1], watched[2], L[2], N[2], M[2]);
+  check_state()
 }
 
 /* the environment: at most STEPS actions, any of them in any order */
