@@ -13,13 +13,15 @@ from typing import TextIO
 PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering")
 SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000}
 FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500}
+# SPIN's bounds (--spin): per process count, events in a run and environment actions.
+SPIN_SLOW = {1: {"MAXSEQ": 3, "STEPS": 5}, 2: {"MAXSEQ": 2, "STEPS": 4}}
 ORDERING_WRITERS, ORDERING_READERS = 4, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="the CI profile (small sizes, about a minute)")
-    parser.add_argument("--only", action="append", choices=PARTS, default=None, metavar="PART",
-                        help=f"run only this part (repeatable): {', '.join(PARTS)}")
+    parser.add_argument("--only", action="append", choices=PARTS + ("spin",), default=None, metavar="PART",
+                        help=f"run only this part (repeatable): {', '.join(PARTS)}, spin")
     parser.add_argument("--depth", type=int, default=None, help="model-check BFS depth (slow 10, fast 5)")
     parser.add_argument("--processes-depth", type=int, default=None, metavar="N",
                         help="BFS depth of the two-process model check (slow 5, fast 4; 0 skips it)")
@@ -27,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="explored traces replayed on the real store (slow 1000, fast 30)")
     parser.add_argument("--budget", default=None,
                         help="fuzz budget: examples (200) or seconds (30s) (slow 500, fast 10)")
+    parser.add_argument("--spin", action="store_true",
+                        help="also verify the generated Promela model with SPIN, one and two processes"
+                             " (needs spin and gcc; after the parts --only selects)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the fuzz, trace sampling and crash timing")
     parser.add_argument("--crash-trials", type=int, default=None, metavar="N", help="SIGKILL trials (slow 50, fast 3)")
     parser.add_argument("--events", type=int, default=None, metavar="N",
@@ -62,6 +67,8 @@ def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         failures += _concurrency(profile, args.seed, say, database)
     if "ordering" in parts:
         failures += _ordering(profile, args.seed, say, database)
+    if getattr(args, "spin", False) or "spin" in parts:
+        failures += _spin(args.fast, say)
     say("FAILED: " + f"{len(failures)} failure(s)" if failures else "all checks passed")
     for failure in failures:
         say(failure)
@@ -110,6 +117,27 @@ def _modelcheck(profile: dict, seed: int, say) -> list[str]:
                     + f"\n  replay: sessionstate check --only modelcheck --seed {seed}"]
     say(f"two-process real-store replay: {replayed} traces on two gateways, all equal")
     return []
+
+
+def _spin(fast: bool, say) -> list[str]:
+    from .promela import generate
+    from .spin import BOUNDS, SpinMissing, run_spin, trail_actions, trail_steps
+
+    failures = []
+    for processes in (1, 2):
+        bounds = BOUNDS[processes] if fast else SPIN_SLOW[processes]
+        try:
+            report = run_spin(generate(), processes, bounds)
+        except SpinMissing as exc:
+            return [f"spin: {exc}"]
+        for run in report.runs:
+            say(f"spin, {processes} process(es), {bounds}: {run.line()}")
+        if report.failed is not None:
+            actions = [a for a, _ in trail_actions(trail_steps(report), processes) if a is not None]
+            failures.append(f"spin, {processes} process(es): {report.failed.prop} failed; trail in {report.workdir}"
+                            f"\n  actions: {actions}\n  replay: spin -t -DPROCS={processes} "
+                            + " ".join(f"-D{k}={v}" for k, v in bounds.items()) + " model.pml")
+    return failures
 
 
 def _fuzz(profile: dict, seed: int, say) -> list[str]:

@@ -257,3 +257,31 @@ def test_a_trail_of_the_correct_model_replays_equal_on_real_gateways(processes, 
     assert replayed.differences == []
     assert replayed.trace_violation is None, replayed.trace_violation
     assert steps[-1][1] is not None and steps[-1][1][0] == (1, 2, 2)
+
+
+# -- CI never passes with SPIN skipped ----------------------------------------------------------
+
+
+def test_a_missing_spin_skips_locally(monkeypatch):
+    from sessionstate.verify import spin
+
+    monkeypatch.delenv(REQUIRE_SPIN_ENV, raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(spin.shutil, "which", lambda tool: None)
+    with pytest.raises(pytest.skip.Exception, match="spin is not installed"):
+        need_spin()
+
+
+@pytest.mark.parametrize("variable", [REQUIRE_SPIN_ENV, "CI"])
+def test_a_missing_spin_fails_in_ci(monkeypatch, variable):
+    from sessionstate.verify import spin
+
+    monkeypatch.setenv(variable, "true" if variable == "CI" else "1")
+    monkeypatch.setattr(spin.shutil, "which", lambda tool: None)
+    with pytest.raises(pytest.fail.Exception, match="required here"):
+        need_spin()
+
+
+def test_ci_installs_spin_and_requires_it():
+    script = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    assert "apt-get install -y -q spin gcc" in script and "SESSIONSTATE_REQUIRE_SPIN=1" in script
