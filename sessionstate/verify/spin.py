@@ -252,9 +252,9 @@ def replay_trail(
                 gws[process].close()
                 gws[process] = opened(processes == 2)
             elif processes == 1:
-                gws[0] = replay._apply_real(gws[0], url, action)
+                gws[0] = replay.apply_real(gws[0], url, action)
             else:
-                replay._apply_real_process(gws, url, action)
+                replay.apply_real_process(gws, url, action)
             if positions is None:
                 continue
             for pair_index, (watcher, target) in enumerate(PAIRS):
