@@ -160,6 +160,7 @@ bool dirty[PROCS];         /* another process committed since this one's pump sw
 bool turn_due[2];          /* the watcher was woken and its turn has not drained yet */
 byte owed[NPAIRS];         /* ghost obligations: bit s = material event s not yet covered */
 byte gN[NPAIRS];           /* ghost frozen watermark, from the rules (R6, R8, R11), not the table */
+bool dlv[NPAIRS];          /* ghost: the current episode was delivered */
 byte steps;
 /* scratch, not part of the state */
 hidden byte st; hidden byte dest; hidden byte opened; hidden byte s0;
@@ -287,8 +288,10 @@ inline refreeze(gp) {
 }
 /* a delivered line covers the episode up to its frozen watermark */
 inline deliver(gp) {
+  assert(PENDING(gp) && owed[gp] != 0);  /* INV10, R17: only a pending episode is delivered */
+  assert(!dlv[gp]);                      /* INV10: and by one drain only */
   owed[gp] = owed[gp] & ~((2 << gN[gp]) - 1);
-  if :: owed[gp] == 0 -> gN[gp] = 0 :: else -> refreeze(gp) fi
+  if :: owed[gp] == 0 -> gN[gp] = 0; dlv[gp] = 1 :: else -> refreeze(gp); dlv[gp] = 0 fi  /* R8: a follow-up episode */
 }
 
 /* state invariants, checked after every step */
@@ -329,7 +332,7 @@ inline event(t, a, notifying, q) {
        fire(pe, tr0, s0);
        if
        :: tr0 == T_MATERIAL_EVENT ->
-          if :: owed[pe] == 0 -> gN[pe] = s0 :: else -> skip fi;  /* R6: an episode freezes at its first event */
+          if :: owed[pe] == 0 -> gN[pe] = s0; dlv[pe] = 0 :: else -> skip fi;  /* R6: an episode freezes at its first event */
           owed[pe] = owed[pe] | (1 << s0);
           /* R23: a still-pending main-style watcher is woken again once its window passed */
           if
@@ -352,8 +355,6 @@ inline drain(w, q) {
     :: WI[pd] == w && MUT_QUEUE_ONLY_DRAIN ->
        if
        :: qtext[QI(q, pd)] != 0 ->  /* MUTATION: delivers the queued line without reading the cursor */
-          derive(pd);
-          assert(PENDING(pd) && qtext[QI(q, pd)] == L[pd] + 1);  /* R17, INV10: a pending episode's line */
           deliver(pd);
           unqueue(pd, q);
           fire(pd, T_DRAIN, head[PT[pd]]);
@@ -394,7 +395,7 @@ inline prune() {  /* drop the oldest retained event, raising its session's water
   printf("@ACT prune\n")
 }
 inline remove_pair(rp, tr, q) {
-  if :: watched[rp] -> fire(rp, tr, 0); owed[rp] = 0; gN[rp] = 0; unqueue(rp, q) :: else -> skip fi
+  if :: watched[rp] -> fire(rp, tr, 0); owed[rp] = 0; gN[rp] = 0; dlv[rp] = 0; unqueue(rp, q) :: else -> skip fi
 }
 inline reset(w, q) {
   for (px : 0 .. NPAIRS - 1) { if :: WI[px] == w -> remove_pair(px, T_RESET_WATCHER, q) :: else -> skip fi };
@@ -417,7 +418,7 @@ inline watch(wp) {
   printf("@ACT watch %d\n", wp)
 }
 inline unwatch(wp, q) {
-  fire(wp, T_UNWATCH, 0); owed[wp] = 0; gN[wp] = 0; unqueue(wp, q);
+  fire(wp, T_UNWATCH, 0); owed[wp] = 0; gN[wp] = 0; dlv[wp] = 0; unqueue(wp, q);
   printf("@ACT unwatch %d %d\n", wp, q)
 }
 inline attach(w, q) {  /* R20: the last attach wins; R18: the owed notices are queued here */

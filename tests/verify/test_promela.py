@@ -184,21 +184,22 @@ def _with(changes: dict[tuple[str, str], tuple[str, str]]) -> tuple[Transition, 
                  if (t.source, t.trigger) in changes else t for t in TRANSITIONS)
 
 
+INV6_ACKED = "assertion violated ((owed[pc]&((2<<L[pc])-1))==0)"  # an owed event acknowledged uncovered
 # name: (table, world mutation, processes, what pan must report)
 MUTATIONS = {
     # R8: the drain acknowledges to the head instead of the frozen watermark (no reopen).
     "drop_reopen_on_drain": (_with({(PENDING_WITH_MORE, DRAIN): (CAUGHT_UP, EFFECT_SEED)}), Mutation(), 1,
-                             "assertion violated"),
+                             INV6_ACKED),
     # R6: a later material event moves the frozen watermark.
     "freeze_n_at_the_wrong_place": (_with({(NOTICE_PENDING, MATERIAL_EVENT): (NOTICE_PENDING, EFFECT_FREEZE),
                                            (PENDING_WITH_MORE, MATERIAL_EVENT): (NOTICE_PENDING, EFFECT_FREEZE)}),
-                                    Mutation(), 1, "assertion violated"),
+                                    Mutation(), 1, INV6_ACKED),
     # R2: a self-caused event opens a notice.
     "skip_self_suppression": (_with({(CAUGHT_UP, SELF_EVENT): (NOTICE_PENDING, EFFECT_FREEZE)}), Mutation(), 1,
-                              "assertion violated"),
-    "wake_sub_agents": (TRANSITIONS, Mutation(wake_subagents=True), 1, "assertion violated"),
+                              "assertion violated (opened==255)"),  # INV5
+    "wake_sub_agents": (TRANSITIONS, Mutation(wake_subagents=True), 1, "assertion violated MAIN["),  # R12
     "deliver_from_the_queue_without_the_cursor": (TRANSITIONS, Mutation(queue_only_drain=True), 2,
-                                                  "assertion violated"),
+                                                  "assertion violated ((watched[pd]&&(L[pd]!=N[pd]))"),  # INV10
     "forget_the_owed_wake": (TRANSITIONS, Mutation(forget_owed_wake=True), 1, "acceptance cycle"),
 }
 
