@@ -121,7 +121,7 @@ def _modelcheck(profile: dict, seed: int, say) -> list[str]:
 
 def _spin(fast: bool, say) -> list[str]:
     from .promela import generate
-    from .spin import BOUNDS, SpinMissing, run_spin, trail_actions, trail_steps
+    from .spin import BOUNDS, SpinMissing, replay_trail, run_spin, trail_actions, trail_steps
 
     failures = []
     for processes in (1, 2):
@@ -133,9 +133,17 @@ def _spin(fast: bool, say) -> list[str]:
         for run in report.runs:
             say(f"spin, {processes} process(es), {bounds}: {run.line()}")
         if report.failed is not None:
-            actions = [a for a, _ in trail_actions(trail_steps(report), processes) if a is not None]
+            assert report.workdir is not None
+            steps = trail_actions(trail_steps(report), processes)
+            actions = [a for a, _ in steps if a is not None]
+            # The same steps on real gateways: does the store do what the model did?
+            real = replay_trail(steps, processes, report.workdir / "real")
+            verdict = (f"the real store differs from the model: {real.differences[0]}" if real.differences
+                       else "the real store agrees with the model at every step")
+            verdict += f"; its protocol trace {real.trace} " + (
+                f"violates the spec: {real.trace_violation}" if real.trace_violation else "passes `sessionstate replay`")
             failures.append(f"spin, {processes} process(es): {report.failed.prop} failed; trail in {report.workdir}"
-                            f"\n  actions: {actions}\n  replay: spin -t -DPROCS={processes} "
+                            f"\n  actions: {actions}\n  real gateways: {verdict}\n  replay: spin -t -DPROCS={processes} "
                             + " ".join(f"-D{k}={v}" for k, v in bounds.items()) + " model.pml")
     return failures
 

@@ -84,6 +84,7 @@ def test_check_spin_fails_with_the_trail_when_the_model_is_broken(monkeypatch):
     code, text = run(["--fast", "--only", "spin"])
     assert code == 1, text
     assert "safety failed; trail in" in text and "('drain', 'A')" in text and "spin -t -DPROCS=1" in text
+    assert "real gateways: the real store differs from the model: step" in text and "passes `sessionstate replay`" in text
 
 
 def test_check_spin_without_spin_is_a_failure_not_a_pass(monkeypatch):
