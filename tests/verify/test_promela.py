@@ -286,3 +286,13 @@ def test_a_missing_spin_fails_in_ci(monkeypatch, variable):
 def test_ci_installs_spin_and_requires_it():
     script = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     assert "apt-get install -y -q spin gcc" in script and "SESSIONSTATE_REQUIRE_SPIN=1" in script
+
+
+def test_the_model_command_prints_and_writes_the_generated_model(tmp_path, capsys):
+    from sessionstate.cli import main
+
+    assert main(["model", "--promela"]) == 0
+    assert capsys.readouterr().out == generate()
+    target = tmp_path / "m.pml"
+    assert main(["model", "--promela", "--write", str(target)]) == 0
+    assert target.read_text() == promela.SPEC_PATH.read_text()
