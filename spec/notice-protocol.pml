@@ -18,7 +18,7 @@
 #define MAXSEQ 3
 #endif
 #ifndef STEPS
-#define STEPS 6
+#define STEPS 5
 #endif
 
 /* states and triggers: statemachine/table.py */

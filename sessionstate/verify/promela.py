@@ -1,7 +1,8 @@
 """Write the notice protocol as a Promela model for SPIN, generated from the one table.
 
-What comes from ``statemachine/table.py``: the states, the triggers and the dispatch (the
-``fire`` inline: one guarded branch per legal ``(state, trigger)`` row, anything else an
+What comes from ``statemachine/table.py``: the states, the triggers and the dispatch (two
+constant arrays, next state and effect per ``(state, trigger)``, filled row by row from
+``TRANSITIONS``; the one ``fire`` inline reads them, and a pair the table does not list is an
 assertion failure). What is written here by hand, once: one inline per effect on the
 positions (``EFFECT_INLINES``; ``tests/verify/test_promela.py`` runs each against its Python
 effect on every position triple up to a bound) and the world around the pairs: the explorer's
@@ -20,26 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..statemachine.table import (
-    DELETE_SESSION,
-    DRAIN,
-    EFFECTS,
-    LOG_ONLY_EVENT,
-    MATERIAL_EVENT,
-    RESET_WATCHER,
-    RESTART_SWEEP,
-    SEED,
-    SELF_EVENT,
-    STATES,
-    TRANSITIONS,
-    TRIGGERS,
-    UNWATCH,
-    Transition,
-)
-from .world import PAIRS, SESSIONS, TARGETS, WATCHERS
+from ..statemachine.table import EFFECTS, STATES, TRANSITIONS, TRIGGERS, Transition
+from .world import PAIRS, SESSIONS, WATCHERS
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.pml"
-DEFAULTS = {"PROCS": 1, "MAXSEQ": 3, "STEPS": 6}
+DEFAULTS = {"PROCS": 1, "MAXSEQ": 3, "STEPS": 5}  # `sessionstate check --spin`'s one-process bounds
 MAIN_STYLE = {"A": True, "B": False}  # A is a main-style watcher; B a sub-agent (R12: never woken)
 NONE = 255
 
