@@ -176,6 +176,7 @@ inline fire(fp, tr, s) {
 #define MUT_WAKE_SUBAGENTS 0
 #define MUT_QUEUE_ONLY_DRAIN 0
 #define MUT_FORGET_OWED_WAKE 0
+#define MUT_ATTACH_KEEPS_HELD 0
 
 /* the configuration (verify/world.py): pairs, watchers, main-style */
 hidden byte PW[NPAIRS]; hidden byte PT[NPAIRS]; hidden byte WI[NPAIRS]; hidden byte MAIN[2];
@@ -370,7 +371,11 @@ inline attach(w, q) {  /* R20: the last attach wins; R18: the owed notices are q
     /* Every notice enters the new server's queue afresh, one it held before included: the
        wake that covered it may have been lost with the previous server (SPIN found the
        stranded notice when a held notice kept its old entry). */
-    if :: WI[px] == w && PENDING(px) -> qtext[QI(q, px)] = 0; enqueue(px, q, L[px]) :: else -> skip fi
+    if
+    :: WI[px] == w && PENDING(px) -> if :: !MUT_ATTACH_KEEPS_HELD -> qtext[QI(q, px)] = 0 :: else -> skip fi;
+       enqueue(px, q, L[px])
+    :: else -> skip
+    fi
   };
   px = 0;
   printf("@ACT attach %d %d\n", w, q)

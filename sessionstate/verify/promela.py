@@ -55,6 +55,7 @@ class Mutation:
     wake_subagents: bool = False  # R12: sub-agent watchers get woken too
     queue_only_drain: bool = False  # R17/R21: deliver what this process queued, ignore the cursor
     forget_owed_wake: bool = False  # issue 21: a wake suppressed inside the window is dropped
+    attach_keeps_held: bool = False  # the stranded notice SPIN found: attach leaves a held notice as it was
 
 
 def macro(name: str) -> str:
@@ -215,6 +216,7 @@ def _mutation_flags(mutation: Mutation) -> str:
         f"#define MUT_WAKE_SUBAGENTS {int(mutation.wake_subagents)}",
         f"#define MUT_QUEUE_ONLY_DRAIN {int(mutation.queue_only_drain)}",
         f"#define MUT_FORGET_OWED_WAKE {int(mutation.forget_owed_wake)}",
+        f"#define MUT_ATTACH_KEEPS_HELD {int(mutation.attach_keeps_held)}",
     ]) + "\n"
 
 
@@ -413,7 +415,11 @@ inline attach(w, q) {  /* R20: the last attach wins; R18: the owed notices are q
     /* Every notice enters the new server's queue afresh, one it held before included: the
        wake that covered it may have been lost with the previous server (SPIN found the
        stranded notice when a held notice kept its old entry). */
-    if :: WI[px] == w && PENDING(px) -> qtext[QI(q, px)] = 0; enqueue(px, q, L[px]) :: else -> skip fi
+    if
+    :: WI[px] == w && PENDING(px) -> if :: !MUT_ATTACH_KEEPS_HELD -> qtext[QI(q, px)] = 0 :: else -> skip fi;
+       enqueue(px, q, L[px])
+    :: else -> skip
+    fi
   };
   px = 0;
   printf("@ACT attach %d %d\n", w, q)

@@ -221,6 +221,20 @@ def test_spin_finds_each_seeded_bug(name, tmp_path):
     assert (tmp_path / "model.pml.trail").exists()
 
 
+def test_spin_finds_the_stranded_notice_of_an_attach_that_keeps_a_held_notice(tmp_path):
+    """The hole SPIN found in the first model: A is woken from process 1, process 1 restarts
+    (the wake is lost with it), A is attached back to process 0, which still holds A's notice
+    from before that wake; nothing wakes A again. LIV2 fails; the attach that re-enters the
+    notice (the committed model) passes (test_spin_verifies_the_generated_model)."""
+    need_spin()
+    report = run_spin(generate(mutation=Mutation(attach_keeps_held=True)), 2, {"MAXSEQ": 2, "STEPS": 4},
+                      properties=("LIV2",), workdir=tmp_path)
+    print(_report(report))
+    assert report.failed is not None and "acceptance cycle" in report.failed.output
+    actions = [a for a, _ in trail_actions(trail_steps(report), 2) if a is not None]
+    assert ("restart", 1) in actions and ("attach", "A", 0) in actions
+
+
 # -- trails on real gateways ---------------------------------------------------------------------
 
 
