@@ -1,4 +1,4 @@
-"""The ``sessionstate`` command line: demo, status, vacuum, diagram, schemas, mcp, check, replay."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, model, schemas, mcp, check, replay."""
 
 from __future__ import annotations
 
@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     diagram = commands.add_parser("diagram", help="the protocol's state diagram, generated from the machine")
     diagram.add_argument("--write", type=Path, default=None, metavar="FILE", help="write Markdown to FILE")
+
+    model = commands.add_parser("model", help="the protocol as a model for an external checker, generated from the table")
+    model.add_argument("--promela", action="store_true", required=True,
+                       help="write the Promela model for SPIN (the only format so far)")
+    model.add_argument("--write", type=Path, default=None, metavar="FILE",
+                       help="write it to FILE (default: print it; the committed copy is spec/notice-protocol.pml)")
 
     schemas = commands.add_parser("schemas", help="the session tools' JSON Schemas (what agents are handed)")
     schemas.add_argument("--write", type=Path, default=None, metavar="DIR", help="write <tool>.json files into DIR")
@@ -90,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _vacuum(args)
         if args.command == "schemas":
             return _schemas(args)
+        if args.command == "model":
+            return _model(args)
         if args.command == "mcp":
             return _mcp(args)
         if args.command in {"sessions", "watchers", "tail", "prune"}:
@@ -108,6 +116,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SessionStateError as exc:
         print(f"sessionstate: {exc.code}: {exc.message}", file=sys.stderr)
         return 2
+
+
+def _model(args: argparse.Namespace) -> int:
+    from .verify.promela import generate
+
+    text = generate()
+    if args.write is None:
+        sys.stdout.write(text)
+    else:
+        args.write.write_text(text)
+        print(f"wrote {args.write}")
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -15,13 +15,15 @@ SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "cra
         "restart_trials": 5}
 FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500,
         "restart_trials": 1}
+# SPIN's bounds (--spin): per process count, events in a run and environment actions.
+SPIN_SLOW = {1: {"MAXSEQ": 3, "STEPS": 5}, 2: {"MAXSEQ": 2, "STEPS": 4}}
 ORDERING_WRITERS, ORDERING_READERS = 4, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="the CI profile (small sizes, about a minute)")
-    parser.add_argument("--only", action="append", choices=PARTS, default=None, metavar="PART",
-                        help=f"run only this part (repeatable): {', '.join(PARTS)}")
+    parser.add_argument("--only", action="append", choices=PARTS + ("spin",), default=None, metavar="PART",
+                        help=f"run only this part (repeatable): {', '.join(PARTS)}, spin")
     parser.add_argument("--depth", type=int, default=None, help="model-check BFS depth (slow 10, fast 5)")
     parser.add_argument("--processes-depth", type=int, default=None, metavar="N",
                         help="BFS depth of the two-process model check (slow 5, fast 4; 0 skips it)")
@@ -29,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="explored traces replayed on the real store (slow 1000, fast 30)")
     parser.add_argument("--budget", default=None,
                         help="fuzz budget: examples (200) or seconds (30s) (slow 500, fast 10)")
+    parser.add_argument("--spin", action="store_true",
+                        help="also verify the generated Promela model with SPIN, one and two processes"
+                             " (needs spin and gcc; after the parts --only selects)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the fuzz, trace sampling and crash timing")
     parser.add_argument("--crash-trials", type=int, default=None, metavar="N", help="SIGKILL trials (slow 50, fast 3)")
     parser.add_argument("--events", type=int, default=None, metavar="N",
@@ -69,6 +74,8 @@ def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         failures += _ordering(profile, args.seed, say, database)
     if "restart" in parts:
         failures += _restart(profile, args.seed, say, required=args.only is not None)
+    if getattr(args, "spin", False) or "spin" in parts:
+        failures += _spin(args.fast, say)
     say("FAILED: " + f"{len(failures)} failure(s)" if failures else "all checks passed")
     for failure in failures:
         say(failure)
@@ -117,6 +124,35 @@ def _modelcheck(profile: dict, seed: int, say) -> list[str]:
                     + f"\n  replay: sessionstate check --only modelcheck --seed {seed}"]
     say(f"two-process real-store replay: {replayed} traces on two gateways, all equal")
     return []
+
+
+def _spin(fast: bool, say) -> list[str]:
+    from .promela import generate
+    from .spin import BOUNDS, SpinMissing, replay_trail, run_spin, trail_actions, trail_steps
+
+    failures = []
+    for processes in (1, 2):
+        bounds = BOUNDS[processes] if fast else SPIN_SLOW[processes]
+        try:
+            report = run_spin(generate(), processes, bounds)
+        except SpinMissing as exc:
+            return [f"spin: {exc}"]
+        for run in report.runs:
+            say(f"spin, {processes} process(es), {bounds}: {run.line()}")
+        if report.failed is not None:
+            assert report.workdir is not None
+            steps = trail_actions(trail_steps(report), processes)
+            actions = [a for a, _ in steps if a is not None]
+            # The same steps on real gateways: does the store do what the model did?
+            real = replay_trail(steps, processes, report.workdir / "real")
+            verdict = (f"the real store differs from the model: {real.differences[0]}" if real.differences
+                       else "the real store agrees with the model at every step")
+            verdict += f"; its protocol trace {real.trace} " + (
+                f"violates the spec: {real.trace_violation}" if real.trace_violation else "passes `sessionstate replay`")
+            failures.append(f"spin, {processes} process(es): {report.failed.prop} failed; trail in {report.workdir}"
+                            f"\n  actions: {actions}\n  real gateways: {verdict}\n  replay: spin -t -DPROCS={processes} "
+                            + " ".join(f"-D{k}={v}" for k, v in bounds.items()) + " model.pml")
+    return failures
 
 
 def _fuzz(profile: dict, seed: int, say) -> list[str]:

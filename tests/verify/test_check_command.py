@@ -72,3 +72,38 @@ def test_the_restart_trials_run_on_a_throwaway_postgresql_server():
     code, text = run(["--fast", "--only", "restart"])
     assert code == 0, text
     assert "restart: 1 immediate restarts of PostgreSQL" in text and "all checks passed" in text
+
+
+def test_check_spin_verifies_the_model_for_one_and_two_processes():
+    from tests.verify.test_promela import need_spin
+
+    need_spin()
+    code, text = run(["--fast", "--only", "spin"])
+    assert code == 0, text
+    for processes in (1, 2):
+        for prop in ("safety", "LIV1", "LIV2"):
+            assert f"spin, {processes} process(es), " in text and f"{prop}: " in text
+    assert "errors 0" in text and "errors 1" not in text and "all checks passed" in text
+
+
+def test_check_spin_fails_with_the_trail_when_the_model_is_broken(monkeypatch):
+    from sessionstate.verify import promela
+    from tests.verify.test_promela import MUTATIONS, need_spin
+
+    need_spin()
+    table, mutation, _, _ = MUTATIONS["drop_reopen_on_drain"]
+    real_generate = promela.generate
+    monkeypatch.setattr(promela, "generate", lambda: real_generate(table, mutation))
+    code, text = run(["--fast", "--only", "spin"])
+    assert code == 1, text
+    assert "safety failed; trail in" in text and "('drain', 'A')" in text and "spin -t -DPROCS=1" in text
+    assert "real gateways: the real store differs from the model: step" in text and "passes `sessionstate replay`" in text
+
+
+def test_check_spin_without_spin_is_a_failure_not_a_pass(monkeypatch):
+    from sessionstate.verify import spin
+
+    monkeypatch.setattr(spin.shutil, "which", lambda tool: None)
+    code, text = run(["--fast", "--only", "spin"])
+    assert code == 1
+    assert "spin: spin is not installed" in text
