@@ -248,3 +248,4 @@ def replay_two_process_trace(trace: list[Action], directory: Path | None = None)
 # The same actions on real gateways, for the SPIN trail replay (spin.py).
 apply_real = _apply_real
 apply_real_process = _apply_real_process
+ReplayWakes = _Wakes

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .world import PAIRS, SESSIONS, Action
+from .world import PAIRS, SESSIONS, Action, provenance_of
 
 PROPERTIES = ("safety", "LIV1", "LIV2")
 # The bounds the tests and `sessionstate check --spin` use (seconds each on a loaded 2-core box).
@@ -197,7 +197,8 @@ def _action(word: str, args: list[str], processes: int) -> Action | None:
     if word == "prune":
         return ("prune",)
     if word == "watch":
-        return ("watch", *PAIRS[int(args[0])])
+        pair = PAIRS[int(args[0])]
+        return ("watch", *pair, provenance_of(pair))
     if word == "unwatch":
         return tagged("unwatch", *PAIRS[int(args[0])], process=args[1])
     if word == "window":
@@ -245,13 +246,15 @@ def replay_trail(
     for key in replay.KEYS.values():
         first.create_session(key)
     for watcher, target in PAIRS:
-        first.watch(replay.KEYS[watcher], replay.KEYS[target])
+        first.watch(replay.KEYS[watcher], replay.KEYS[target],
+                    ambient=provenance_of((watcher, target)) == "ambient")
     if processes == 1:
         gws = [first]
     else:
         first.close()
         gws = [opened(True), opened(True)]
     differences: list[str] = []
+    wakes = replay.ReplayWakes()  # wakes are not compared here; apply_real records them
     done = 0
     try:
         for index, (action, positions) in enumerate(steps):
@@ -263,9 +266,9 @@ def replay_trail(
                 gws[process].close()
                 gws[process] = opened(processes == 2)
             elif processes == 1:
-                gws[0] = replay.apply_real(gws[0], url, action)
+                gws[0] = replay.apply_real(gws[0], url, action, wakes)
             else:
-                replay.apply_real_process(gws, url, action)
+                replay.apply_real_process(gws, url, action, wakes)
             if positions is None:
                 continue
             for pair_index, (watcher, target) in enumerate(PAIRS):
