@@ -41,6 +41,7 @@ from .statemachine import NOTIFYING_KINDS, Positions
 from .store import DEFAULT_SYNCHRONOUS, MessageRecord, MetaRecord, RunRecord, Store, open_store
 from .trace import Tracer, trace_path
 from .transcript_api import Transcripts
+from .wake import DEFAULT_WAKE_WINDOW
 
 ToolLayer = Callable[["Gateway", str, str, "dict[str, Any] | None"], "dict[str, Any]"]
 _tool_layer: list[ToolLayer] = []  # the installed one; see install_tool_layer
@@ -64,12 +65,13 @@ class Gateway:
         retention_days: float = 30,
         max_rows: int = 50_000,
         serve: Sequence[str] = SERVE_ALL,
+        wake_window: float = DEFAULT_WAKE_WINDOW,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or time.time
         self.protocol = NoticeProtocol(
             store, clock=self.clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows,
-            serve=serve,
+            serve=serve, wake_window=wake_window,
         )
         self.registry = Registry(store, self.clock, self.protocol)
         self.transcripts = Transcripts(store, self.clock, self.protocol, self.registry)
@@ -97,6 +99,7 @@ class Gateway:
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
         trace: str | os.PathLike[str] | None = None,
+        wake_window: float = DEFAULT_WAKE_WINDOW,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -107,14 +110,16 @@ class Gateway:
         ``serve``: the session key patterns this process serves when unclaimed (R19);
         ``pump``: run the change pump, for a database shared with other gateway processes
         (R22; needed for ``attach``). ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the
-        protocol trace to that file (spec section 15).
+        protocol trace to that file (spec section 15). ``wake_window``: the seconds within
+        which a watcher is woken at most once, across processes (R12, R23; 20 by default); a
+        wake suppressed by it is owed and fired by the gateway's wake timer when it ends.
         """
         store = open_store(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
-                          max_rows=max_rows, serve=serve)
+                          max_rows=max_rows, serve=serve, wake_window=wake_window)
             path = trace_path(trace)
             if path is not None:
                 gateway.protocol.tracer = Tracer(path, store, gateway.queue)
@@ -129,6 +134,7 @@ class Gateway:
     def close(self) -> None:
         if self._pump is not None:  # joined outside the lock: its sweep takes the lock
             self._pump.stop()
+        self.protocol.stop_wakes()  # likewise the wake timer
         with self.store.lock:
             if not self.closed:
                 self.closed = True
@@ -179,6 +185,19 @@ class Gateway:
     @max_rows.setter
     def max_rows(self, rows: int) -> None:
         self.protocol.max_rows = rows
+
+    @property
+    def wake_window(self) -> float:
+        """Seconds within which a watcher is woken at most once (R12, R23)."""
+        return self.protocol.wakes.window
+
+    def fire_due_wakes(self) -> int:
+        """Fire the owed wakes due by the gateway's clock now; returns how many fired (R12).
+
+        The gateway's wake timer does this by itself when a wake falls due. A test with a fake
+        ``clock`` moves the clock past the window's end and calls this to fire them at once
+        (the timer would notice the moved clock within a second)."""
+        return self.protocol.fire_due_wakes()
 
     @property
     def serving(self) -> Serving:
