@@ -125,6 +125,11 @@ class WakeCoalescer:
 
     # -- internals --------------------------------------------------------------------------
 
+    def holds_unwoken(self, watcher: str) -> bool:
+        """Whether the watcher's queue here holds a waking line that entered after this
+        process's own last wake of it (what an owed wake fires for, LIV1)."""
+        return self._holds_new(watcher)
+
     def _holds_new(self, watcher: str) -> bool:
         if self._holds_waking_after is None:
             return True
