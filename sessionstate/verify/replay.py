@@ -46,9 +46,11 @@ def _apply_real(gw: Gateway, url: str, action: Action) -> Gateway:
         )
     elif kind == "drain":
         gw.drain_system_events(KEYS[action[1]])
-    elif kind == "restart":
+    elif kind in ("restart", "crash"):  # a crash is a restart to the protocol (its wake is lost)
         gw.close()
         return _open(url)
+    elif kind == "tick":  # the wake window passes: the replayed gateways have no wake hook
+        pass
     elif kind == "prune":
         gw.max_rows = gw.store.event_count() - 1
         gw.prune()
@@ -142,10 +144,12 @@ def _apply_real_process(gws: list[Gateway], url: str, action: Action) -> list[st
         gw.sweep_changes()
     elif kind == "attach":
         gw.attach(KEYS[action[1]])
-    elif kind == "restart":
+    elif kind in ("restart", "crash"):
         assert process is not None
         gw.close()
         gws[process] = _open_server(url)
+    elif kind == "tick":
+        pass
     elif kind in ("prune", "watch"):
         _apply_real(gw, url, action)
     else:  # reset, delete, unwatch: the same calls, in the named process
