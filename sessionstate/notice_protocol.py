@@ -126,6 +126,7 @@ class NoticeProtocol:
             holds_waking_after=self.queue.holds_waking_after, queue_mark=self.queue.mark,
         )
         self.wakes.start_timer = self._start_wake_timer  # R12: one timer, started by the first owed wake
+        self.wakes.on_fired = self._trace_wake
         self._wakes_stopped = False
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serving = Serving(self, serve)  # section 6a: which watchers this process serves
@@ -158,6 +159,10 @@ class NoticeProtocol:
         with self.store.lock:
             if not self._wakes_stopped:
                 self.wakes.fire_due()
+
+    def _trace_wake(self, watcher: str, at: float, due: float | None) -> None:
+        if self.tracer is not None:
+            self.tracer.wake(watcher, at, self.wakes.window, due)
 
     def line_wakes(self, watcher: str, target: SessionRef | None) -> bool:
         """THE wake decision (R12): whether a line queued for ``watcher`` (a notice for

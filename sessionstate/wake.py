@@ -65,7 +65,8 @@ class WakeCoalescer:
         self._heap: list[tuple[float, str]] = []  # (due, watcher); stale entries skipped on pop
         self.timer: WakeTimer | None = None
         self.start_timer: Callable[[], WakeTimer] | None = None  # set by the owner (it holds the lock)
-        self.on_fired: Callable[[str, float, bool], None] | None = None  # (watcher, at, owed): the trace
+        # (watcher, at, due): the trace; due is the owed wake's due time, None for a wake at once
+        self.on_fired: Callable[[str, float, float | None], None] | None = None
         self.sent = 0
         self.dropped = 0  # asked inside the window (now owed)
         self.owed_fired = 0
@@ -117,7 +118,7 @@ class WakeCoalescer:
                 self.owed_cancelled += 1
                 continue
             try:
-                fired += self._attempt(watcher, entry[1], now, owed=True)
+                fired += self._attempt(watcher, entry[1], now, owed=True, due=due)
             except Exception:  # the slot could not be read: try again shortly, never drop
                 log.exception("owed wake of %r failed; retrying", watcher)
                 self._owe(watcher, entry[1], now + RETRY_SECONDS)
@@ -135,7 +136,7 @@ class WakeCoalescer:
             return True
         return self._holds_waking_after(watcher, self._own_mark.get(watcher, -1))
 
-    def _attempt(self, watcher: str, reason: str, now: float, *, owed: bool) -> bool:
+    def _attempt(self, watcher: str, reason: str, now: float, *, owed: bool, due: float | None = None) -> bool:
         window = self.window
         last = self._last.get(watcher)
         if last is not None and now - last < window:
@@ -159,7 +160,7 @@ class WakeCoalescer:
         self.sent += 1
         self.owed_fired += owed
         if self.on_fired is not None:
-            self.on_fired(watcher, now, owed)
+            self.on_fired(watcher, now, due)
         try:
             self._on_wake(watcher, reason)  # type: ignore[misc]
         except Exception:  # a broken hook must not fail the turn that recorded the event
