@@ -37,15 +37,24 @@ class WakeState:
         return cls(frozenset(), (frozenset(),) * processes, (frozenset(),) * processes)
 
 
-def _wake_or_owe(state: dict, process: int, watcher: str, *, owed_wakes: bool, lost: bool = False) -> None:
-    if watcher not in state["open"]:  # the slot is free: take it and wake (WAKE1)
-        state["open"].add(watcher)
-        state["new"][process] = {n for n in state["new"][process] if n[0] != watcher}
-        state["owed"][process].discard(watcher)
-        if not lost:
-            state["wakes"] += 1
-    elif owed_wakes:  # inside the window: owed, due when it ends (R12)
-        state["owed"][process].add(watcher)
+@dataclass
+class _Draft:
+    """The layer while an action changes it."""
+
+    open: set[str]
+    owed: list[set[str]]
+    new: list[set[Notice]]
+    wakes: int
+
+    def wake_or_owe(self, process: int, watcher: str, *, owed_wakes: bool, lost: bool = False) -> None:
+        if watcher not in self.open:  # the slot is free: take it and wake (WAKE1)
+            self.open.add(watcher)
+            self.new[process] = {n for n in self.new[process] if n[0] != watcher}
+            self.owed[process].discard(watcher)
+            if not lost:
+                self.wakes += 1
+        elif owed_wakes:  # inside the window: owed, due when it ends (R12)
+            self.owed[process].add(watcher)
 
 
 def advance(
@@ -58,41 +67,35 @@ def advance(
 ) -> WakeState:
     """The wake layer after ``action``, given each process's queue before and after it."""
     kind = action[0]
-    processes = len(queues_after)
-    state = {
-        "open": set(before.open_windows),
-        "owed": [set(o) for o in before.owed],
-        "new": [set(n) for n in before.new],
-        "wakes": before.wakes,
-    }
+    draft = _Draft(set(before.open_windows), [set(o) for o in before.owed], [set(n) for n in before.new],
+                   before.wakes)
     restarted: int | None = None
     if kind in ("restart", "crash"):
         restarted = action[1] if len(action) > 1 else 0
-    if kind == "crash":  # its in-flight wake took the slot, then the process died
-        for watcher in sorted({n[0] for n in queues_before[restarted]} & MAIN_STYLE):  # type: ignore[index]
-            _wake_or_owe(state, restarted, watcher, owed_wakes=owed_wakes, lost=True)  # type: ignore[arg-type]
+    if kind == "crash" and restarted is not None:  # its in-flight wake took the slot, then it died
+        for watcher in sorted({n[0] for n in queues_before[restarted]} & MAIN_STYLE):
+            draft.wake_or_owe(restarted, watcher, owed_wakes=owed_wakes, lost=True)
     if restarted is not None:  # its timer and its own wakes died with it
-        state["owed"][restarted] = set()
-        state["new"][restarted] = set()
-    for process in range(processes):
-        after = queues_after[process]
+        draft.owed[restarted] = set()
+        draft.new[restarted] = set()
+    for process, after in enumerate(queues_after):
         entered = set(after) if process == restarted else after - queues_before[process]
-        state["new"][process] = {n for n in state["new"][process] if n in after}
-        state["new"][process] |= {n for n in entered if n[0] in MAIN_STYLE}
+        draft.new[process] = {n for n in draft.new[process] if n in after}
+        draft.new[process] |= {n for n in entered if n[0] in MAIN_STYLE}
         for watcher in sorted({n[0] for n in entered} & MAIN_STYLE):  # one wake per group (R12)
-            _wake_or_owe(state, process, watcher, owed_wakes=owed_wakes)
+            draft.wake_or_owe(process, watcher, owed_wakes=owed_wakes)
     if kind == "tick":  # the window passes: windows close, the timers fire what is due
-        state["open"] = set()
-        for process in range(processes):
-            for watcher in sorted(state["owed"][process]):
-                state["owed"][process].discard(watcher)
-                if any(n[0] == watcher for n in state["new"][process]):
-                    _wake_or_owe(state, process, watcher, owed_wakes=owed_wakes)
+        draft.open = set()
+        for process in range(len(queues_after)):
+            for watcher in sorted(draft.owed[process]):
+                draft.owed[process].discard(watcher)
+                if any(n[0] == watcher for n in draft.new[process]):
+                    draft.wake_or_owe(process, watcher, owed_wakes=owed_wakes)
     return WakeState(
-        frozenset(state["open"]),
-        tuple(frozenset(o) for o in state["owed"]),
-        tuple(frozenset(n) for n in state["new"]),
-        state["wakes"],
+        frozenset(draft.open),
+        tuple(frozenset(o) for o in draft.owed),
+        tuple(frozenset(n) for n in draft.new),
+        draft.wakes,
     )
 
 
