@@ -157,7 +157,9 @@ def test_a_serving_process_resends_a_wake_lost_with_its_peer(db_url):
         woken.append(time.time())
         arrived.set()
 
-    with Gateway.open(db_url, on_wake=on_wake, wake_window=WINDOW, pump=True) as b:
+    # b sweeps by hand (no pump), so a's wake comes first: with a pump, b could win the slot.
+    with Gateway.open(db_url, on_wake=on_wake, wake_window=WINDOW) as b:
+        b.sweep_changes()
         a = Worker(db_url, "*")
         try:
             a.send(op="record", key=CHILD)          # a wins the slot and wakes...

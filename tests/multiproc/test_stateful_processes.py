@@ -123,6 +123,7 @@ class GatewaysVersusModel(GatewayVersusModel):
         dead_id = dead.serving.server_id
 
         def kill(gw: Gateway) -> None:
+            gw.protocol.stop_wakes()  # its wake timer dies with it
             if gw.serving.feed is not None:
                 gw.serving.feed.close()
             gw.store.close()  # no unregister: what an ended process leaves behind
