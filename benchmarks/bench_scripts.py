@@ -36,3 +36,15 @@ def test_append_cost_script_reports_every_tree(backend):
     for tree in report["trees"]:
         assert len(tree["medians_us"]) == 2 and all(m > 0 for m in tree["medians_us"])
     assert report["trees"][0]["vs_first"] == 1.0
+
+
+def test_owed_wakes_script_reports_cost_idle_cpu_and_lateness():
+    done = subprocess.run(
+        [sys.executable, str(HERE / "owed_wakes.py"), "10", "0.2"],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("append, 10 pending main-style watchers: owed ")
+    assert lines[1].startswith("wake timer idle CPU: 10 owed an hour ahead ")
+    assert lines[2].startswith("lateness of 10 owed at once: p50 ")

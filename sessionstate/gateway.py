@@ -42,6 +42,7 @@ from .statemachine import NOTIFYING_KINDS
 from .store import DEFAULT_SYNCHRONOUS, MessageRecord, MetaRecord, RunRecord, Store, open_store
 from .trace import Tracer, trace_path
 from .transcript_api import Transcripts
+from .wake import DEFAULT_WAKE_WINDOW
 
 ToolLayer = Callable[["Gateway", str, str, "dict[str, Any] | None"], "dict[str, Any]"]
 _tool_layer: list[ToolLayer] = []  # the installed one; see install_tool_layer
@@ -65,12 +66,13 @@ class Gateway:
         retention_days: float = 30,
         max_rows: int = 50_000,
         serve: Sequence[str] = SERVE_ALL,
+        wake_window: float = DEFAULT_WAKE_WINDOW,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or time.time
         self.protocol = NoticeProtocol(
             store, clock=self.clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows,
-            serve=serve,
+            serve=serve, wake_window=wake_window,
         )
         self.registry = Registry(store, self.clock, self.protocol)
         self.transcripts = Transcripts(store, self.clock, self.protocol, self.registry)
@@ -100,6 +102,7 @@ class Gateway:
         trace: str | os.PathLike[str] | None = None,
         record_created: bool = False,
         notify_on_create: bool = False,
+        wake_window: float = DEFAULT_WAKE_WINDOW,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -114,6 +117,9 @@ class Gateway:
         ``created`` event for each new session; ``notify_on_create`` tells an agent's main
         session, in one line for its next turn, about each session created for that agent (not
         about itself, nor about sub-agents it spawned). Both are off by default in this release.
+        ``wake_window``: the seconds within which a watcher is woken at most once, across
+        processes (R12, R23; 20 by default); a wake suppressed by it is owed and fired by the
+        gateway's wake timer when it ends.
         """
         if not isinstance(notify_on_create, bool) or not isinstance(record_created, bool):
             raise InvalidArgument("record_created and notify_on_create must be booleans")
@@ -122,7 +128,7 @@ class Gateway:
         )
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
-                          max_rows=max_rows, serve=serve)
+                          max_rows=max_rows, serve=serve, wake_window=wake_window)
             gateway.protocol.record_created = record_created
             gateway.protocol.notify_on_create = notify_on_create
             path = trace_path(trace)
@@ -139,6 +145,7 @@ class Gateway:
     def close(self) -> None:
         if self._pump is not None:  # joined outside the lock: its sweep takes the lock
             self._pump.stop()
+        self.protocol.stop_wakes()  # likewise the wake timer
         with self.store.lock:
             if not self.closed:
                 self.closed = True
@@ -189,6 +196,19 @@ class Gateway:
     @max_rows.setter
     def max_rows(self, rows: int) -> None:
         self.protocol.max_rows = rows
+
+    @property
+    def wake_window(self) -> float:
+        """Seconds within which a watcher is woken at most once (R12, R23)."""
+        return self.protocol.wakes.window
+
+    def fire_due_wakes(self) -> int:
+        """Fire the owed wakes due by the gateway's clock now; returns how many fired (R12).
+
+        The gateway's wake timer does this by itself when a wake falls due. A test with a fake
+        ``clock`` moves the clock past the window's end and calls this to fire them at once
+        (the timer would notice the moved clock within a second)."""
+        return self.protocol.fire_due_wakes()
 
     @property
     def serving(self) -> Serving:

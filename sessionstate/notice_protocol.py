@@ -69,7 +69,7 @@ from .provenance import (
 from .rewake import Rewaker
 from .serving import SERVE_ALL, Serving
 from .trace import Tracer
-from .wake import WakeCoalescer
+from .wake import DEFAULT_WAKE_WINDOW, WakeCoalescer, WakeTimer
 
 log = logging.getLogger("sessionstate")
 
@@ -122,6 +122,7 @@ class NoticeProtocol:
         retention_days: float = 30,
         max_rows: int = 50_000,
         serve: Sequence[str] = SERVE_ALL,
+        wake_window: float = DEFAULT_WAKE_WINDOW,
     ) -> None:
         if isinstance(retention_days, bool) or not isinstance(retention_days, (int, float)) or retention_days <= 0:
             raise InvalidArgument("retention_days must be a positive number")
@@ -132,7 +133,13 @@ class NoticeProtocol:
         self.retention_days = retention_days
         self.max_rows = max_rows
         self.queue = SystemEventQueue()
-        self.wakes = WakeCoalescer(on_wake, clock)
+        self.wakes = WakeCoalescer(
+            on_wake, clock, window=wake_window,
+            holds_waking_after=self.queue.holds_waking_after, queue_mark=self.queue.mark,
+        )
+        self.wakes.start_timer = self._start_wake_timer  # R12: one timer, started by the first owed wake
+        self.wakes.on_fired = self._trace_wake
+        self._wakes_stopped = False
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serving = Serving(self, serve)  # section 6a: which watchers this process serves
         self.wakes.take_slot = self.serving.take_wake_slot  # R23: the durable wake slot
@@ -144,6 +151,45 @@ class NoticeProtocol:
         # new session; announce it to the agent's main session.
         self.record_created = False
         self.notify_on_create = False
+
+    # -- owed wakes (R12, LIV1) ---------------------------------------------------------------
+
+    @locked
+    def fire_due_wakes(self) -> int:
+        """Fire the owed wakes that are due by the gateway's clock; returns how many fired.
+
+        The wake timer calls this when the earliest owed wake falls due; a test with a fake
+        clock moves the clock past the window's end and calls it to fire them at once."""
+        return self.wakes.fire_due()
+
+    def stop_wakes(self) -> None:
+        """Stop the wake timer (closing; call without the lock: a firing round takes it)."""
+        self._wakes_stopped = True
+        self.wakes.start_timer = None
+        timer = self.wakes.timer
+        if timer is not None:
+            timer.stop()
+
+    def _start_wake_timer(self) -> WakeTimer:
+        return WakeTimer(self.wakes, self.clock, self._fire_from_timer)
+
+    def _fire_from_timer(self) -> None:
+        with self.store.lock:
+            if not self._wakes_stopped:
+                self.wakes.fire_due()
+
+    def _trace_wake(self, watcher: str, at: float, due: float | None) -> None:
+        if self.tracer is not None:
+            self.tracer.wake(watcher, at, self.wakes.window, due)
+
+    def line_wakes(self, watcher: str, target: SessionRef | None) -> bool:
+        """THE wake decision (R12): whether a line queued for ``watcher`` (a notice for
+        ``target``, or a plain line when ``None``) asks for a wake. Decided once, when the line
+        is queued; owed wakes count only the lines it said yes to. A notice asks only when
+        its pair is not ambient (R26, through ``wakes_for``)."""
+        if target is None:
+            return is_main_style_watcher(watcher)
+        return self.wakes_for(watcher, target)
 
     # -- several processes (spec section 6a) ------------------------------------------------
 
@@ -550,8 +596,9 @@ class NoticeProtocol:
         self.queue.enqueue(main, line)
 
     def _release_system_event(self, session_key: str, text: str) -> bool:
-        added = self.queue.enqueue(session_key, text)
-        if added and is_main_style_watcher(session_key):
+        wakes = self.line_wakes(session_key, None)
+        added = self.queue.enqueue(session_key, text, wakes=wakes)
+        if added and wakes:
             self.wakes.wake(session_key, "system-event")
         return added
 
@@ -765,22 +812,29 @@ class NoticeProtocol:
         serves = self.serving.serves
         trace = self.tracer
         handed: list[tuple[str, SessionRef, str, bool, bool]] | None = [] if trace is not None else None
+        to_wake: dict[str, SessionRef] = {}  # one wake per watcher for lines queued together
+        tracked: list[tuple[str, SessionRef]] = []
         for watcher, target, since in notices:
             text = notice_text(target[0], since)
             if not serves(watcher):  # R19: another process queues it
                 if handed is not None:
                     handed.append((watcher, target, text, False, False))
                 continue
-            queued = self.queue.enqueue(watcher, text, target)
+            wakes = self.line_wakes(watcher, target)
+            queued = self.queue.enqueue(watcher, text, target, wakes=wakes)
             if handed is not None:
                 handed.append((watcher, target, text, queued, True))
             if queued:
                 self.stats["notices_enqueued"] += 1
-                if self.wakes_for(watcher, target):
-                    self.wakes.wake(watcher, f"session-state: {target[0]}")
-                    self.rewaker.track(watcher, target)
+                if wakes:
+                    to_wake.setdefault(watcher, target)
+                    tracked.append((watcher, target))
         if handed is not None and trace is not None:
             trace.notices(handed)
+        for watcher, target in to_wake.items():  # after all entered: they share the wake
+            self.wakes.wake(watcher, f"session-state: {target[0]}")
+        for watcher, target in tracked:  # R23's re-wake heap files them at their wake time
+            self.rewaker.track(watcher, target)
 
     def wakes_for(self, watcher: str, target: SessionRef) -> bool:
         """The one place a wake is decided (R12, R26): a main-style watcher whose cursor on

@@ -27,19 +27,36 @@ class QueuedEvent(NamedTuple):
     text: str
     # For stale notices: the target (key, agent id) whose cursor a drain acknowledges.
     target: tuple[str, str] | None
+    # The queue's entry counter when it entered: an owed wake fires only for lines that
+    # entered after the process's own last wake of the session (R12).
+    entered: int = 0
+    # Whether this line asks for a wake (decided once, when it is queued: R12).
+    wakes: bool = False
 
 
 class SystemEventQueue:
     def __init__(self) -> None:
         self._queues: dict[str, dict[str, QueuedEvent]] = {}
+        self._entered = 0
 
-    def enqueue(self, session_key: str, text: str, target: tuple[str, str] | None = None) -> bool:
+    def enqueue(
+        self, session_key: str, text: str, target: tuple[str, str] | None = None, *, wakes: bool = False
+    ) -> bool:
         """Queue ``text`` for the session's next turn; ``False`` when it was already queued."""
         queue = self._queues.setdefault(session_key, {})
         if text in queue:
             return False
-        queue[text] = QueuedEvent(text, target)
+        self._entered += 1
+        queue[text] = QueuedEvent(text, target, self._entered, wakes)
         return True
+
+    def mark(self) -> int:
+        """The entry counter now: lines queued later compare above it."""
+        return self._entered
+
+    def holds_waking_after(self, session_key: str, mark: int) -> bool:
+        """Whether a line that asks for a wake entered the session's queue after ``mark``."""
+        return any(e.wakes and e.entered > mark for e in self._queues.get(session_key, {}).values())
 
     def take(self, session_key: str) -> list[QueuedEvent]:
         return list(self._queues.pop(session_key, {}).values())

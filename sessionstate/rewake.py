@@ -1,5 +1,5 @@
 """R23's heal for lost wakes: a main-style watcher whose notice is still pending is woken
-again by a later material event on the target once its 20 s window has passed.
+again by a later material event on the target once its window (20 s by default) has passed.
 
 Per target, a heap of (time last woken, watcher) for the pending main-style watchers this
 process serves. A material event looks only at the heap's top: an entry whose notice is gone
@@ -16,7 +16,7 @@ import heapq
 from typing import Callable
 
 from .keys import SessionRef
-from .wake import WAKE_COALESCE_SECONDS, WakeCoalescer
+from .wake import WakeCoalescer
 
 
 class Rewaker:
@@ -57,7 +57,7 @@ class Rewaker:
             if last is not None and last > stamp:  # woken since: re-file at its real time
                 heapq.heapreplace(heap, (last, watcher))
                 continue
-            if now - stamp < WAKE_COALESCE_SECONDS:
+            if now - stamp < self._wakes.window:
                 break  # the oldest is not due, so nobody is
             if watcher == actor_id:  # its own event is not material to it (R2)
                 skipped.append(heapq.heappop(heap))

@@ -203,6 +203,14 @@ class Tracer:
             for watcher, target, text, queued, served in handed
         ], release=True)
 
+    def wake(self, watcher: str, at: float, window: float, due: float | None) -> None:
+        """``on_wake`` was called (R12, R23): after the lines that asked for it, or by the
+        timer for an owed wake that fell due at ``due``; ``at`` is the gateway clock's time."""
+        self._after_commit([
+            f'"op":"wake","watcher":{_quote(watcher)},"at":{at!r},"window":{window!r},'
+            f'"owed":{"true" if due is not None else "false"},"due":{"null" if due is None else repr(due)}}}'
+        ], release=False)
+
     def _observe_queue(self, queue: Any) -> None:
         """Trace every notice leaving the queue (drained, withdrawn, cleared, found stale),
         whichever code removes it: the queue's removing methods are wrapped on this instance."""

@@ -1,16 +1,45 @@
-"""Heartbeat wakes for main-style watchers, coalesced per watcher (R12, R23)."""
+"""Wakes for main-style watchers: at most one per window per watcher, and a suppressed wake
+is owed, not dropped (R12, R23, LIV1).
+
+``WakeCoalescer.wake`` is asked once per group of lines that entered a watcher's queue. Outside
+the watcher's window it calls ``on_wake`` at once (after winning the durable slot shared by all
+processes). Inside it, the watcher is *owed* one wake, due when the window ends: one entry in
+a heap of due times. ``fire_due`` pops what is due by the gateway's clock and, for a watcher
+whose queue here still holds a line that entered after this process's own last wake of it,
+tries again (the same slot decides). One ``WakeTimer`` thread per gateway calls ``fire_due``
+when the heap's earliest entry falls due; it is started by the first owed wake and blocks
+without a timeout while nothing is owed.
+"""
 
 from __future__ import annotations
 
+import heapq
 import logging
+import threading
 from typing import Callable
 
 log = logging.getLogger("sessionstate")
 
-WAKE_COALESCE_SECONDS = 20.0
+DEFAULT_WAKE_WINDOW = 20.0
+WAKE_COALESCE_SECONDS = DEFAULT_WAKE_WINDOW  # the spec's default window (older name)
+# The timer never sleeps longer than this while something is owed, so a clock that jumps (or
+# a test's fake clock that is moved) is noticed within a second: LIV1's "at most 1 s late".
+TIMER_MAX_SLEEP_SECONDS = 1.0
+# A due wake whose slot could not be read (storage failure) is tried again this much later.
+RETRY_SECONDS = 1.0
 
 # (watcher, now, window) -> (won, the slot's time): the durable slot shared by all processes.
 WakeSlot = Callable[[str, float, float], tuple[bool, float]]
+# (watcher, mark) -> whether a waking line entered the watcher's queue after ``mark``.
+HoldsWakingAfter = Callable[[str, int], bool]
+
+
+def check_window(window: object) -> float:
+    from .errors import InvalidArgument
+
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window < float("inf"):
+        raise InvalidArgument("wake_window must be a positive finite number of seconds")
+    return float(window)
 
 
 class WakeCoalescer:
@@ -19,13 +48,29 @@ class WakeCoalescer:
         on_wake: Callable[[str, str], None] | None,
         clock: Callable[[], float],
         take_slot: WakeSlot | None = None,
+        *,
+        window: float = DEFAULT_WAKE_WINDOW,
+        holds_waking_after: HoldsWakingAfter | None = None,
+        queue_mark: Callable[[], int] | None = None,
     ) -> None:
         self._on_wake = on_wake
         self._clock = clock
         self.take_slot = take_slot
-        self._last: dict[str, float] = {}
+        self.window = check_window(window)
+        self._holds_waking_after = holds_waking_after
+        self._queue_mark = queue_mark
+        self._last: dict[str, float] = {}  # the last wake seen, by this process or the slot
+        self._own_mark: dict[str, int] = {}  # the queue's entry mark at this process's own last wake
+        self._owed: dict[str, tuple[float, str]] = {}  # watcher -> (due, reason)
+        self._heap: list[tuple[float, str]] = []  # (due, watcher); stale entries skipped on pop
+        self.timer: WakeTimer | None = None
+        self.start_timer: Callable[[], WakeTimer] | None = None  # set by the owner (it holds the lock)
+        # (watcher, at, due): the trace; due is the owed wake's due time, None for a wake at once
+        self.on_fired: Callable[[str, float, float | None], None] | None = None
         self.sent = 0
-        self.dropped = 0
+        self.dropped = 0  # asked inside the window (now owed)
+        self.owed_fired = 0
+        self.owed_cancelled = 0  # fell due with nothing new held: the watcher drained meanwhile
 
     @property
     def enabled(self) -> bool:
@@ -36,25 +81,154 @@ class WakeCoalescer:
         another process)."""
         return self._last.get(watcher)
 
+    def owed(self) -> dict[str, float]:
+        """Watcher -> due time of each owed wake."""
+        return {w: due for w, (due, _) in self._owed.items()}
+
+    def next_due(self) -> float | None:
+        """The earliest due time in the heap (possibly of a superseded entry, which
+        ``fire_due`` skips); read without the gateway lock by the timer, so it only peeks."""
+        try:
+            return self._heap[0][0]
+        except IndexError:
+            return None
+
     def wake(self, watcher: str, reason: str) -> bool:
-        """Call ``on_wake`` unless this watcher was woken less than 20 s ago in any process."""
+        """Lines asking for a wake entered the watcher's queue: wake it now unless its window
+        is open in any process; then the wake is owed, due when the window ends. ``True``
+        when ``on_wake`` was called."""
         if self._on_wake is None:
             return False
-        now = self._clock()
+        return self._attempt(watcher, reason, self._clock(), owed=False)
+
+    def fire_due(self, now: float | None = None) -> int:
+        """Fire the owed wakes due by ``now`` (default: the clock) whose watcher still holds a
+        line that entered after this process's own last wake of it; returns how many fired."""
+        if now is None:
+            now = self._clock()
+        fired = 0
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            due, watcher = heapq.heappop(heap)
+            entry = self._owed.get(watcher)
+            if entry is None or entry[0] != due:
+                continue  # superseded by a wake or a later due time
+            del self._owed[watcher]
+            if not self._holds_new(watcher):
+                self.owed_cancelled += 1
+                continue
+            try:
+                fired += self._attempt(watcher, entry[1], now, owed=True, due=due)
+            except Exception:  # the slot could not be read: try again shortly, never drop
+                log.exception("owed wake of %r failed; retrying", watcher)
+                self._owe(watcher, entry[1], now + RETRY_SECONDS)
+        return fired
+
+    # -- internals --------------------------------------------------------------------------
+
+    def holds_unwoken(self, watcher: str) -> bool:
+        """Whether the watcher's queue here holds a waking line that entered after this
+        process's own last wake of it (what an owed wake fires for, LIV1)."""
+        return self._holds_new(watcher)
+
+    def _holds_new(self, watcher: str) -> bool:
+        if self._holds_waking_after is None:
+            return True
+        return self._holds_waking_after(watcher, self._own_mark.get(watcher, -1))
+
+    def _attempt(self, watcher: str, reason: str, now: float, *, owed: bool, due: float | None = None) -> bool:
+        window = self.window
         last = self._last.get(watcher)
-        if last is not None and now - last < WAKE_COALESCE_SECONDS:
-            self.dropped += 1
+        if last is not None and now - last < window:
+            self.dropped += not owed
+            self._owe(watcher, reason, last + window)
             return False
         if self.take_slot is not None:  # R23: the durable slot decides across processes
-            won, slot_time = self.take_slot(watcher, now, WAKE_COALESCE_SECONDS)
+            won, slot_time = self.take_slot(watcher, now, window)
             if not won:
                 self._last[watcher] = slot_time
-                self.dropped += 1
+                self.dropped += not owed
+                # Another process woke it at slot_time; that wake may be lost with its process,
+                # so this one stays owed while the lines are held (R23).
+                due = slot_time + window
+                self._owe(watcher, reason, due if due > now else now + RETRY_SECONDS)
                 return False
         self._last[watcher] = now
+        if self._queue_mark is not None:
+            self._own_mark[watcher] = self._queue_mark()
+        self._owed.pop(watcher, None)
         self.sent += 1
+        self.owed_fired += owed
+        if self.on_fired is not None:
+            self.on_fired(watcher, now, due)
         try:
-            self._on_wake(watcher, reason)
+            self._on_wake(watcher, reason)  # type: ignore[misc]
         except Exception:  # a broken hook must not fail the turn that recorded the event
             log.exception("on_wake(%r) failed", watcher)
         return True
+
+    def _owe(self, watcher: str, reason: str, due: float) -> None:
+        held = self._owed.get(watcher)
+        if held is not None and held[0] <= due:
+            return  # already owed, as early: one heap entry per watcher and window
+        self._owed[watcher] = (due, reason)
+        heapq.heappush(self._heap, (due, watcher))
+        timer = self.timer
+        if timer is None and self.start_timer is not None:
+            timer = self.timer = self.start_timer()
+        if timer is not None:
+            timer.poke(due)
+
+
+class WakeTimer:
+    """One thread per gateway that fires owed wakes when they fall due (R12).
+
+    ``fire`` takes the gateway's lock and calls ``WakeCoalescer.fire_due``. While nothing is
+    owed the thread blocks on its condition without a timeout; otherwise it sleeps until the
+    earliest due time by the gateway's clock, at most ``TIMER_MAX_SLEEP_SECONDS``.
+    """
+
+    def __init__(self, wakes: WakeCoalescer, clock: Callable[[], float], fire: Callable[[], object]) -> None:
+        self._wakes = wakes
+        self._clock = clock
+        self._fire = fire
+        self._cond = threading.Condition()
+        self._stopped = False
+        self.rounds = 0
+        self._thread = threading.Thread(target=self._run, name="sessionstate-wakes", daemon=True)
+        self._thread.start()
+
+    def poke(self, due: float) -> None:
+        """A wake became owed (due at ``due``): re-plan the sleep."""
+        with self._cond:
+            self._cond.notify()
+
+    def stop(self) -> None:
+        """Stop and join; call without the gateway lock (a firing round takes it)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                due = self._wakes.next_due()
+                if due is None:
+                    self._cond.wait()
+                    continue
+                delay = due - self._clock()
+                if delay > 0:
+                    self._cond.wait(min(delay, TIMER_MAX_SLEEP_SECONDS))
+                    continue
+            self.rounds += 1
+            try:
+                self._fire()
+            except Exception:  # e.g. the gateway closed under it; the next round retries
+                log.exception("owed wakes failed")
+                with self._cond:
+                    if not self._stopped:
+                        self._cond.wait(RETRY_SECONDS)

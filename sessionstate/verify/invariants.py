@@ -99,7 +99,7 @@ def opened_violations(action: Action, before: SharedMachWorld, after: SharedMach
     for process, queue in enumerate(after.queues):
         for watcher, target, since in sorted(queue - before.queues[process]):
             if process == acting:
-                if kind in ("sweep", "restart") or (kind in ("attach", "drain") and action[1] == watcher):
+                if kind in ("sweep", "restart", "crash") or (kind in ("attach", "drain") and action[1] == watcher):
                     continue
                 if kind == "event" and action[1] == target and action[3] and action[2] != watcher:
                     continue
@@ -162,7 +162,7 @@ def edge_violations(action: Action, before: RefWorld, after: RefWorld, pruned: E
             ev_target, actor, notifying = action[1:4]
             if not notifying or watcher == actor or target != ev_target:
                 out.append(f"INV5: {kind} opened a notice for ({watcher}, {target})")
-        elif kind not in ("restart",) and not (kind == "drain" and action[1] == watcher):
+        elif kind not in ("restart", "crash") and not (kind == "drain" and action[1] == watcher):
             out.append(f"INV5: {' '.join(map(str, action))} opened a notice for ({watcher}, {target})")
     for session in before.sessions & after.sessions:
         if after.heads[session] < before.heads[session]:

@@ -11,6 +11,11 @@ With ``processes=2`` the same database is shared by two processes (spec section 
 has its own queue and view of the claims (``SharedMachWorld``), and the node records which
 processes have swept the newest commit, where INV11 is checked; INV10 is checked on every
 drain, in both configurations.
+
+Wakes and time (``wakemodel.py``): every node carries the wake layer over the processes'
+queues (open windows, owed wakes, notices newer than each process's last wake); the actions
+``tick`` (the window passes) and ``crash`` (a process loses an in-flight wake and restarts)
+move it, and LIV1 is checked in every state, a violation printing as a shortest trace.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Callable, Iterator, Unpack, cast
 from .invariants import delivery_violations, edge_violations, opened_violations, state_violations
 from .machinepath import MachOptions, MachWorld, PathViolation, SharedMachWorld
 from .refmodel import Event, Notice, RefWorld
+from . import wakemodel
+from .wakemodel import WakeState
 from .world import AMBIENT, PAIRS, SESSIONS, WATCHERS, Action, all_actions, describe, enabled, process_of
 
 Key = bytes
@@ -70,23 +77,36 @@ class Node:
     mach: MachWorld
     # Two processes: per process, whether it has swept the newest commit (INV11 applies).
     fresh: tuple[bool, ...] = ()
+    wakes: WakeState = WakeState()
 
 
 def initial_node(processes: int = 1, **options: Unpack[MachOptions]) -> Node:
     ref = RefWorld.initial(SESSIONS, PAIRS, AMBIENT)
     if processes == 1:
-        return Node(ref, MachWorld.initial(SESSIONS, PAIRS, AMBIENT, **options))
-    return Node(ref, SharedMachWorld.shared(SESSIONS, PAIRS, processes, AMBIENT, **options), (True,) * processes)
+        return Node(ref, MachWorld.initial(SESSIONS, PAIRS, AMBIENT, **options), wakes=WakeState.initial(1))
+    return Node(ref, SharedMachWorld.shared(SESSIONS, PAIRS, processes, AMBIENT, **options), (True,) * processes,
+                WakeState.initial(processes))
 
 
 def apply(world: RefWorld | MachWorld, action: Action) -> Event | list[Notice] | None:
     """Run one action on either side; returns the pruned event for ``prune`` and the
     delivered notices for ``drain``."""
     kind = action[0]
+    if kind == "tick":  # time passes: nothing durable or queued changes (the wake layer moves)
+        return None
+    if kind == "crash":  # for the protocol a crash is a restart (the wake layer loses a wake)
+        kind = "restart"
     if kind in ("prune", "drain"):
         return getattr(world, kind)(*action[1:])
     getattr(world, kind)(*action[1:])
     return None
+
+
+def queues_of(mach: MachWorld) -> list[set[Notice]]:
+    """Each process's queue (one process: the machine path's queue)."""
+    if isinstance(mach, SharedMachWorld):
+        return mach.queues
+    return [mach.queue]
 
 
 def _relevant(ref: RefWorld) -> tuple:
@@ -102,7 +122,7 @@ def freshness(node: Node, action: Action, ref: RefWorld) -> tuple[bool, ...]:
     if not node.fresh:
         return ()
     acting = process_of(action)
-    if action[0] in ("sweep", "restart"):
+    if action[0] in ("sweep", "restart", "crash"):
         swept = tuple(p == acting or f for p, f in enumerate(node.fresh))
     else:
         swept = node.fresh
@@ -111,7 +131,7 @@ def freshness(node: Node, action: Action, ref: RefWorld) -> tuple[bool, ...]:
     return tuple(f and p == acting for p, f in enumerate(swept))
 
 
-def step(node: Node, action: Action, *, check_state: bool = True) -> tuple[Node, list[str]]:
+def step(node: Node, action: Action, *, check_state: bool = True, owed_wakes: bool = True) -> tuple[Node, list[str]]:
     """One action on both sides, with the edge checks (and the state checks unless told not)."""
     ref, mach = node.ref.copy(), node.mach.copy()
     ref.model.wake_requests = []  # what this action asks; copies start with none
@@ -121,9 +141,10 @@ def step(node: Node, action: Action, *, check_state: bool = True) -> tuple[Node,
     try:
         mach_result = apply(mach, action)
     except (PathViolation, AssertionError) as exc:
-        return Node(ref, mach, fresh), [f"MACHINE: {exc}"]
+        return Node(ref, mach, fresh, node.wakes), [f"MACHINE: {exc}"]
     except Exception as exc:  # ProtocolError: an illegal trigger in a reachable state
-        return Node(ref, mach, fresh), [f"MACHINE: {type(exc).__name__}: {exc}"]
+        return Node(ref, mach, fresh, node.wakes), [f"MACHINE: {type(exc).__name__}: {exc}"]
+    wakes = wakemodel.advance(node.wakes, action, queues_of(node.mach), queues_of(mach), owed_wakes=owed_wakes)
     pruned = cast(Event, ref_result) if action[0] == "prune" else None
     messages = edge_violations(action, node.ref, ref, pruned)
     if action[0] == "drain":
@@ -133,8 +154,8 @@ def step(node: Node, action: Action, *, check_state: bool = True) -> tuple[Node,
         messages += opened_violations(action, cast(SharedMachWorld, node.mach), mach)
     messages += wake_violations(ref, mach, ambient_before | ref.ambient_pairs())
     if check_state:
-        messages += state_violations(ref, mach, fresh)
-    return Node(ref, mach, fresh), messages
+        messages += state_violations(ref, mach, fresh) + wakemodel.liv1_violations(wakes)
+    return Node(ref, mach, fresh, wakes), messages
 
 
 def wake_violations(ref: RefWorld, mach: MachWorld, ambient: set[tuple[str, str]]) -> list[str]:
@@ -188,6 +209,8 @@ def canonical(node: Node) -> tuple:
     if isinstance(mach, SharedMachWorld):
         for queue in mach.queues:
             values.update(n[2] for n in queue)
+    for notices in node.wakes.new:
+        values.update(n[2] for n in notices)
     rank = {v: i for i, v in enumerate(sorted(values))}
     one = (
         tuple(sorted(ref.sessions)),
@@ -200,10 +223,13 @@ def canonical(node: Node) -> tuple:
         tuple(sorted((w, t, rank[s]) for w, t, s in ref.owed)),
     )
     if not isinstance(mach, SharedMachWorld):
-        return one
+        return one + wakemodel.canonical(node.wakes, rank, (0,))
     # The processes are interchangeable (the initial state and the actions are symmetric in
     # them): a state and its mirror image are one state.
-    return one + min(_processes_part(ref, mach, node.fresh, rank, order) for order in _ORDERS[len(mach.queues)])
+    return one + min(
+        _processes_part(ref, mach, node.fresh, rank, order) + wakemodel.canonical(node.wakes, rank, order)
+        for order in _ORDERS[len(mach.queues)]
+    )
 
 
 _ORDERS = {2: ((0, 1), (1, 0))}
@@ -240,9 +266,12 @@ def run_modelcheck(
     check_bound: bool = False,
     write_back_on_prune: bool = True,
     ambient_wakes: bool = False,
+    owed_wakes: bool = True,
     progress: Callable[[int, int, int], object] | None = None,
 ) -> tuple[ModelCheckReport, dict[Key, tuple[Key | None, Action | None]]]:
-    """BFS to ``depth``; returns the report and the parent map (for traces and replay)."""
+    """BFS to ``depth``; returns the report and the parent map (for traces and replay).
+    ``owed_wakes=False`` models the wake as it was before R12's owed wakes (dropped inside
+    the window): LIV1 then fails."""
     started = time.monotonic()
     report = ModelCheckReport(depth=depth, max_retained=max_retained, processes=processes)
     actions = all_actions(processes)
@@ -264,7 +293,7 @@ def run_modelcheck(
                     continue
                 report.transitions += 1
                 # State checks depend only on the canonical state: run them once per state.
-                child, messages = step(node, action, check_state=False)
+                child, messages = step(node, action, check_state=False, owed_wakes=owed_wakes)
                 report.wake_requests += len(child.mach.woken)
                 if action[0] == "drain" and any((n[0], n[1]) in AMBIENT for n in node.ref.queue if n[0] == action[1]):
                     report.ambient_delivered += 1
@@ -274,6 +303,7 @@ def run_modelcheck(
                 if child_key not in parents:
                     parents[child_key] = (key, action)
                     messages = messages or state_violations(child.ref, child.mach, child.fresh)
+                    messages = messages or wakemodel.liv1_violations(child.wakes)
                     messages = messages or liveness_violations(child, drain_rounds)
                     report.liveness_checked += 1
                 if messages:

@@ -136,6 +136,13 @@ class Model:
     # Every notice that entered a queue and asks to wake its watcher (R12 before the main-style
     # and window filters; never an ambient pair's, R26): the model check compares them.
     wake_requests: list[tuple[str, str]] = field(default_factory=list)
+    # Owed wakes (R12, LIV1): watcher -> (due, reason); each queued line's entry number, and the
+    # entry number at this process's own last wake of each watcher (lines above it are new).
+    owed_wakes: dict[str, tuple[float, str]] = field(default_factory=dict)
+    marks: dict[tuple[str, str], int] = field(default_factory=dict)
+    own_mark: dict[str, int] = field(default_factory=dict)
+    entered: int = 0
+    asking: dict[str, str] = field(default_factory=dict)  # lines queued together ask once
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -185,7 +192,8 @@ class Model:
                 self._enqueue(watcher, target, cursor.last_seen)
                 self.owed.add((watcher, target, seq))
                 if pending:  # R23: a later material event re-wakes a watcher still pending
-                    self._wake(watcher, target)
+                    self._wake(watcher, target, heal=True)
+            self._flush_wakes()
         return seq
 
     def record_run_event(
@@ -239,22 +247,58 @@ class Model:
         if text in queue:
             return
         queue[text] = (target, since)
-        if not self._ambient(watcher, target):
+        if not self._ambient(watcher, target):  # R26: an ambient pair's line asks nothing
             self.wake_requests.append((watcher, target))
-        self._wake(watcher, target)
+            self._mark(watcher, text)
+            if main_style(watcher):
+                self.asking.setdefault(watcher, target)
 
     def _ambient(self, watcher: str, target: str | None) -> bool:
         cursor = self.cursors.get((watcher, target)) if target is not None else None
         return cursor is not None and cursor.ambient
 
-    def _wake(self, watcher: str, target: str | None) -> None:
+    def _mark(self, watcher: str, text: str) -> None:
+        self.entered += 1
+        self.marks[(watcher, text)] = self.entered
+
+    def _flush_wakes(self) -> None:
+        """The lines queued by one operation ask for one wake per watcher, after all entered."""
+        asking, self.asking = self.asking, {}
+        for watcher, target in asking.items():
+            self._wake(watcher, target)
+
+    def _wake(self, watcher: str, target: str | None, *, heal: bool = False) -> None:
         if self._ambient(watcher, target):
             return  # R26: queue-only
         if main_style(watcher):
+            reason = f"session-state: {target}"
             last = self.last_wake.get(watcher)
             if last is None or self.now - last >= WAKE_WINDOW:
                 self.last_wake[watcher] = self.now
-                self.wakes.append((watcher, f"session-state: {target}"))
+                self.own_mark[watcher] = self.entered
+                self.owed_wakes.pop(watcher, None)
+                self.wakes.append((watcher, reason))
+            elif not heal:  # R12: owed, due when the window ends
+                due = last + WAKE_WINDOW
+                held = self.owed_wakes.get(watcher)
+                if held is None or due < held[0]:
+                    self.owed_wakes[watcher] = (due, reason)
+
+    def holds_new_lines(self, watcher: str) -> bool:
+        """Whether the watcher's queue holds a waking line that entered after the own last wake
+        (only waking lines are marked: an ambient pair's never counts, R26)."""
+        mark = self.own_mark.get(watcher, -1)
+        return any(self.marks.get((watcher, text), -1) > mark for text in self.queues.get(watcher, {}))
+
+    def fire_due_wakes(self) -> None:
+        """The wake timer at ``now``: each due owed wake fires if new lines are still held."""
+        for watcher, (due, reason) in sorted(self.owed_wakes.items(), key=lambda item: (item[1][0], item[0])):
+            if due > self.now:
+                continue
+            del self.owed_wakes[watcher]
+            if self.holds_new_lines(watcher):
+                target = reason.removeprefix("session-state: ")
+                self._wake(watcher, target)
 
     def _withdraw(self, watcher: str, target: str) -> None:
         queue = self.queues.get(watcher, {})
@@ -294,12 +338,14 @@ class Model:
                 follow_ups.append((target, old_notified))
         for target, since in follow_ups:
             self._enqueue(watcher, target, since)
+        self._flush_wakes()
         return list(queue)
 
     def restart(self, woken: set[str] | None = None) -> None:
         """The startup sweep. With several processes (``woken`` given) only the watchers whose
         notices enter some process's queue again are woken."""
         self.queues = {}  # the wake times are durable (R23): a restart keeps them
+        self.owed_wakes, self.own_mark = {}, {}  # the timer and the own wakes die with the process
         for (watcher, target), cursor in sorted(self.cursors.items()):
             if cursor.material > cursor.last_seen and watcher in self.sessions:
                 if cursor.notified != cursor.material:
@@ -310,11 +356,18 @@ class Model:
                 else:
                     since = cursor.last_seen
                     self.queues.setdefault(watcher, {})[notice(target, since)] = (target, since)
+                    if not self._ambient(watcher, target):
+                        self._mark(watcher, notice(target, since))
+        self._flush_wakes()
 
     def requeue(self, watcher: str) -> None:
-        """The watcher's notices enter another process's queue (it moved): a wake each, R12."""
-        for _, (target, _since) in sorted(self.queues.get(watcher, {}).items(), key=lambda item: item[1][0]):
-            self._wake(watcher, target)
+        """The watcher's notices enter another process's queue (it moved): one wake, R12."""
+        queued = sorted(self.queues.get(watcher, {}).items(), key=lambda item: item[1][0])
+        waking = [(text, target) for text, (target, _) in queued if not self._ambient(watcher, target)]
+        for text, _ in waking:  # R26: an ambient pair's line asks nothing
+            self._mark(watcher, text)
+        if waking:
+            self._wake(watcher, waking[0][1])
 
     # -- retention, reset, delete ----------------------------------------------------------
 
@@ -366,6 +419,8 @@ class Model:
             cursors={pair: replace(c) for pair, c in self.cursors.items()},
             queues={w: dict(q) for w, q in self.queues.items()}, owed=set(self.owed),
             last_wake=dict(self.last_wake), wakes=list(self.wakes), wake_requests=list(self.wake_requests),
+            owed_wakes=dict(self.owed_wakes), marks=dict(self.marks), own_mark=dict(self.own_mark),
+            entered=self.entered, asking=dict(self.asking),
         )
 
     # -- reconciliation --------------------------------------------------------------------

@@ -78,9 +78,11 @@ def _apply_real(gw: Gateway, url: str, action: Action, wakes: _Wakes) -> Gateway
         )
     elif kind == "drain":
         gw.drain_system_events(KEYS[action[1]])
-    elif kind == "restart":
+    elif kind in ("restart", "crash"):  # a crash is a restart to the protocol (its wake is lost)
         gw.close()
         return _open(url, wakes)
+    elif kind == "tick":  # the wake window passes (every step is past it): fire what is owed
+        gw.fire_due_wakes()
     elif kind == "prune":
         gw.max_rows = gw.store.event_count() - 1
         gw.prune()
@@ -178,10 +180,13 @@ def _apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: _Wa
         gw.sweep_changes()
     elif kind == "attach":
         gw.attach(KEYS[action[1]])
-    elif kind == "restart":
+    elif kind in ("restart", "crash"):
         assert process is not None
         gw.close()
         gws[process] = _open_server(url, wakes)
+    elif kind == "tick":
+        for each in gws:
+            each.fire_due_wakes()
     elif kind in ("prune", "watch"):
         _apply_real(gw, url, action, wakes)
     else:  # reset, delete, unwatch: the same calls, in the named process

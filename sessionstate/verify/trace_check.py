@@ -110,6 +110,14 @@ class TraceChecker:
         self._owed_notices: list[tuple[Pair, str]] = []
         self._drain_owed: dict[str, set[Pair]] = {}  # pending pairs a drain must deliver (R21)
         self._swept: set[Pair] = set()
+        # Wakes (R12, R23, LIV1, WAKE1): each watcher's recent wake times and window, and the
+        # (gateway, watcher) whose queue there holds a notice queued after that gateway's own
+        # last wake of the watcher.
+        self.wake_times: dict[str, deque[float]] = {}
+        self.windows: dict[str, float] = {}
+        self.unwoken: set[tuple[Proc, str]] = set()
+        self._owed_fired_at: float | None = None
+        self.summary_wakes = 0
 
     # -- driving ------------------------------------------------------------------------------
 
@@ -208,6 +216,7 @@ class TraceChecker:
         self._owed_notices = []
         self._drain_owed = {}
         self._swept = set()
+        self._owed_fired_at = None
         for line in unit.lines:
             s.lines += 1
             if line.data.get("c") != unit.commit_key:
@@ -219,6 +228,8 @@ class TraceChecker:
             self._recent.append(line)
         if unit.complete:
             self._close_unit(proc, unit)
+        if self._owed_fired_at is not None:
+            self._check_stranded(proc, self._owed_fired_at, unit.lines[-1])
         if self._last_unit.get(proc) == unit.tx and unit.lines[-1].op != "close":
             self.lossy = True  # this gateway ended without closing: it may have lost its last batch
             self.resync = set(self.pairs)
@@ -259,6 +270,38 @@ class TraceChecker:
 
     def _op_close(self, proc: Proc, line: TraceLine) -> None:
         self.queues.pop(proc, None)  # the in-memory queue ends with its gateway
+        self.unwoken = {(p, w) for p, w in self.unwoken if p != proc}
+
+    def _op_wake(self, proc: Proc, line: TraceLine) -> None:
+        """WAKE1: no two wakes of one watcher, in any gateways, less than a window apart."""
+        d = line.data
+        watcher, at, window, owed = str(d["watcher"]), float(d["at"]), float(d["window"]), d["owed"]
+        times = self.wake_times.setdefault(watcher, deque(maxlen=64))
+        close = [t for t in times if abs(at - t) < window - 1e-6]
+        if close:
+            raise self.fail("WAKE1", f"{watcher} woken at {at} and at {close[-1]}, less than the {window} s"
+                                     " window apart", line)
+        times.append(at)
+        self.windows[watcher] = window
+        self.unwoken.discard((proc, watcher))
+        self.summary_wakes += 1
+        if owed is True:
+            due = float(d["due"])
+            self._owed_fired_at = due if self._owed_fired_at is None else max(self._owed_fired_at, due)
+
+    def _check_stranded(self, proc: Proc, now: float, line: TraceLine) -> None:
+        """LIV1, seen from the gateway's wake timer firing an owed wake that fell due at
+        ``now``: the timer fires in due order, so every watcher whose notice the gateway holds
+        since after its own last wake, and whose window (the latest wake of it, anywhere, plus
+        the window) ended more than 1 s before ``now``, was stranded."""
+        for gateway, watcher in sorted(self.unwoken):
+            times = self.wake_times.get(watcher)
+            if gateway != proc or not times:
+                continue
+            due = max(times) + self.windows[watcher]
+            if now > due + 1.0:
+                raise self.fail("LIV1", f"gateway {proc} holds a notice for {watcher} queued after its last wake;"
+                                        f" its wake was due at {due} and is still not sent at {now}", line)
 
     def _op_event(self, proc: Proc, line: TraceLine) -> None:
         self._close_event(line)
@@ -395,6 +438,8 @@ class TraceChecker:
             texts.remove(d["text"])
         if not texts:
             queue.pop(pair, None)
+            if not any(p[0] == pair[0] for p in queue):
+                self.unwoken.discard((proc, pair[0]))  # nothing left to wake it for
 
     def _op_notice(self, proc: Proc, line: TraceLine) -> None:
         d = line.data
@@ -431,6 +476,8 @@ class TraceChecker:
                                     + (f" at L={positions.last_seen}" if positions is not None else ""), line, pair)
         if queued is True:
             queue.setdefault(pair, []).append(text)
+            if ":subagent:" not in pair[0]:  # R12: main-style watchers are woken for it
+                self.unwoken.add((proc, pair[0]))
 
     def _op_reset(self, proc: Proc, line: TraceLine) -> None:
         watcher = str(line.data["session"])

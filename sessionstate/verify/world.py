@@ -9,8 +9,10 @@ the initial state on any side.
 
 The two-process configuration (spec section 6a) shares that database between processes 0
 and 1: every action that touches a process's queue ends with the index of the process that
-runs it (records, drains, sweeps, attaches, restarts, resets, deletes, unwatches); log-only
-events, watches and prunes touch no queue and name no process.
+runs it (records, drains, sweeps, attaches, restarts, crashes, resets, deletes, unwatches);
+log-only events, watches, prunes and ``tick`` (the wake window passes, for every process)
+name no process. A crash is a restart whose process had just taken a watcher's wake slot
+for a wake that never reached it (wakemodel.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def all_actions(processes: int = 1) -> list[Action]:
         actions.append(("event", target, None, False))  # log-only
     actions += [("drain", w) for w in WATCHERS]
     actions += [("restart",), ("prune",)]
+    actions += [("tick",), ("crash",)]  # the window passes; a crash loses an in-flight wake
     actions += [("reset", w) for w in WATCHERS]
     actions += [("delete", s) for s in SESSIONS]
     actions += [("watch", w, t, provenance_of((w, t))) for w, t in PAIRS]
@@ -66,6 +69,7 @@ def _two_process_actions() -> list[Action]:
     actions += [("sweep", p) for p in PROCESSES]
     actions += [("attach", w, p) for w in WATCHERS for p in PROCESSES]
     actions += [("restart", p) for p in PROCESSES] + [("prune",)]
+    actions += [("tick",)] + [("crash", p) for p in PROCESSES]
     actions += [("reset", w, p) for w in WATCHERS for p in PROCESSES]
     actions += [("delete", s, p) for s in SESSIONS for p in PROCESSES]
     actions += [("watch", w, t, provenance_of((w, t))) for w, t in PAIRS]
@@ -92,7 +96,7 @@ def enabled(action: Action, sessions: Iterable[str], retained: int, max_retained
         return action[1] in live and action[2] in live
     if kind == "prune":
         return retained > 0
-    return True  # restart, sweep
+    return True  # restart, sweep, tick, crash
 
 
 def describe(action: Action) -> str:

@@ -1,7 +1,9 @@
 """The real Gateway on a real SQLite file, driven against the reference model.
 
-Every rule applies one operation to both sides; one invariant per spec invariant (INV1-INV9, INV12)
-compares them. Restarts close and reopen the same file, losing the in-memory queue.
+Every rule applies one operation to both sides; one invariant per spec invariant (INV1-INV9,
+INV12, LIV1) compares them. Restarts close and reopen the same file, losing the in-memory queue
+and the owed wakes. Clock ticks (seconds, around the 20 s wake window) and advances (hours) fire
+the owed wakes that fell due on both sides (``fire_due_wakes``, what the wake timer does).
 """
 
 from __future__ import annotations
@@ -169,6 +171,18 @@ class GatewayVersusModel(RuleBasedStateMachine):
     def advance_clock(self, hours) -> None:
         note(f"advance clock {hours} h")
         self.model.now += hours * 3600
+        self._fire_due_wakes()
+
+    @rule(seconds=st.sampled_from([0.5, 5.0, 10.0, 19.5, 20.0, 25.0]))
+    def tick(self, seconds) -> None:
+        note(f"tick {seconds} s")
+        self.model.now += seconds
+        self._fire_due_wakes()
+
+    def _fire_due_wakes(self) -> None:
+        """What the wake timer does when the clock passes a due time (R12)."""
+        self.gw.fire_due_wakes()
+        self.model.fire_due_wakes()
 
     @rule()
     def prune(self) -> None:
@@ -237,6 +251,18 @@ class GatewayVersusModel(RuleBasedStateMachine):
             assert got is not None and (got.provenance == "ambient") == cursor.ambient, (watcher, target, got)
         ambient = {(w, f"session-state: {t}") for (w, t), c in self.model.cursors.items() if c.ambient}
         assert not ambient & set(self.wakes)  # (the model's own wakes agree: inv4 compares them)
+
+    @invariant()
+    def liv1_no_stranded_notice(self) -> None:
+        """LIV1: a main-style watcher holding a line that entered after its last wake is owed
+        a wake, due when its window ends and not yet passed; the gateway owes what the model
+        owes."""
+        for watcher in self.model.sessions:
+            if agent_of(watcher) and ":subagent:" not in watcher and self.model.holds_new_lines(watcher):
+                assert watcher in self.model.owed_wakes, watcher
+                due = self.model.owed_wakes[watcher][0]
+                assert self.model.now < due <= self.model.last_wake[watcher] + 20.0, (watcher, due)
+        assert self.gw.protocol.wakes.owed() == {w: due for w, (due, _) in self.model.owed_wakes.items()}
 
     @invariant()
     def inv5_no_self_or_log_only_notices(self) -> None:

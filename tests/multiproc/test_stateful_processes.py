@@ -6,7 +6,10 @@ step every process sweeps (what its pump does on the commit). A process restarts
 killed (it leaves its server row and claims behind until another finds its lease run out),
 and ``attach`` moves a watcher to a process (the last attach wins). The queue invariants hold in
 every process for the watchers it serves; a process that does not serve a watcher holds no
-notice for it (INV11); wakes, summed over all processes, are the model's.
+notice for it (INV11). Wakes are per process (each owes its own, R23), so they are held to
+WAKE1 (no two wakes of a watcher within a window, in all processes together) and LIV1 (every
+process holding a line that entered after its own last wake of a main-style watcher owes it a
+wake, due within the window) rather than to the one model's list.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ class GatewaysVersusModel(GatewayVersusModel):
         # A server without the pump thread (sweeps run by hand). It learns the claims before
         # it serves anything, as Gateway.open(pump=True) does: its startup sweep runs after the
         # registration, so it never queues or wakes for a watcher another server holds.
+        if not hasattr(self, "wake_times"):
+            self.wake_times: list[tuple[str, float]] = []
         gw = Gateway.open(
             self.url,
             clock=lambda: self.model.now,
-            on_wake=lambda w, r: self.wakes.append((w, r)),
+            on_wake=lambda w, r: self.wake_times.append((w, self.model.now)),
             max_rows=MAX_ROWS,
             serve=[],
         )
@@ -67,6 +72,11 @@ class GatewaysVersusModel(GatewayVersusModel):
     def _sweep_all(self) -> None:
         for gw in self.gws.values():
             gw.sweep_changes()
+
+    def _fire_due_wakes(self) -> None:
+        for gw in self.gws.values():  # each process's timer
+            gw.fire_due_wakes()
+        self.model.fire_due_wakes()
 
     def _all_pending(self) -> set[tuple[str, str]]:
         return {
@@ -113,6 +123,7 @@ class GatewaysVersusModel(GatewayVersusModel):
         dead_id = dead.serving.server_id
 
         def kill(gw: Gateway) -> None:
+            gw.protocol.stop_wakes()  # its wake timer dies with it
             if gw.serving.feed is not None:
                 gw.serving.feed.close()
             gw.store.close()  # no unregister: what an ended process leaves behind
@@ -170,7 +181,24 @@ class GatewaysVersusModel(GatewayVersusModel):
             for watcher in self.model.sessions:
                 want = sorted(self.model.pending(watcher)) if gw.serves(watcher) else []
                 assert sorted(gw.pending_system_events(watcher)) == want, (index, watcher)
-        assert sorted(self.wakes) == sorted(self.model.wakes)
+
+    @invariant()
+    def wake1_one_wake_per_window(self) -> None:
+        last: dict[str, float] = {}
+        for watcher, at in self.wake_times:
+            assert ":subagent:" not in watcher, watcher
+            assert watcher not in last or at - last[watcher] >= 20.0, (watcher, last.get(watcher), at)
+            last[watcher] = at
+
+    @invariant()
+    def liv1_no_stranded_notice(self) -> None:  # type: ignore[override]
+        for index, gw in self.gws.items():
+            owed = gw.protocol.wakes.owed()
+            for watcher in self.model.sessions:
+                if agent_of(watcher) and ":subagent:" not in watcher and gw.protocol.wakes.holds_unwoken(watcher):
+                    assert gw.serves(watcher), (index, watcher)
+                    assert watcher in owed, (index, watcher)
+                    assert self.model.now < owed[watcher] <= self.model.now + 20.0, (index, watcher, owed)
 
     @invariant()
     def inv6_nothing_uncovered(self) -> None:  # type: ignore[override]

@@ -151,7 +151,7 @@ CALLS: dict[str, Call] = {
 }
 # Public methods without input to vary (lifecycle, context managers, no-argument reads and
 # maintenance); Gateway.open is covered by the storage tests' arbitrary-URL property.
-NO_INPUT = {"open", "close", "locked", "transaction", "new_id", "prune", "startup_sweep", "active_runs", "sweep_changes"}
+NO_INPUT = {"open", "close", "locked", "transaction", "new_id", "prune", "startup_sweep", "active_runs", "sweep_changes", "fire_due_wakes"}
 
 
 def public_methods() -> set[str]:

@@ -76,3 +76,37 @@ def test_slow_profile_depth_10():
     assert report.depth_reached == 10 or report.exhausted
     for trace in sample_traces(parents, 1000, seed=0):
         assert replay_trace(trace) == []
+
+
+def test_a_dropped_wake_strands_a_notice_with_the_shortest_trace():
+    # The wake as it was before owed wakes (R12): suppressed inside the window, remembered by
+    # nobody. Two notices for A within one window: the second is never woken.
+    report, _ = run_modelcheck(5, owed_wakes=False)
+    assert not report.ok
+    assert [a[0] for a in report.violation.trace] == ["event", "event"]
+    assert any(m.startswith("LIV1") for m in report.violation.messages)
+
+
+def test_an_owed_wake_fires_when_the_window_passes_and_not_after_a_drain():
+    node = initial_node()
+    node, messages = step(node, ("event", "B", None, True))
+    assert messages == [] and node.wakes.open_windows == {"A"} and node.wakes.owed == (frozenset(),)
+    node, messages = step(node, ("event", "C", None, True))  # inside the window: owed
+    assert messages == [] and node.wakes.owed == (frozenset({"A"}),)
+    ticked, messages = step(node, ("tick",))
+    assert messages == [] and ticked.wakes.owed == (frozenset(),) and ticked.wakes.new == (frozenset(),)
+    assert ticked.wakes.open_windows == {"A"}  # the owed wake took the slot
+    drained, _ = step(node, ("drain", "A"))
+    drained, messages = step(drained, ("tick",))
+    assert messages == [] and drained.wakes.open_windows == frozenset()  # nothing held: no wake
+
+
+def test_a_crash_that_loses_the_wake_leaves_the_restarted_process_owing_it():
+    node = initial_node()
+    node, _ = step(node, ("event", "B", None, True))
+    node, _ = step(node, ("tick",))               # the window passed without a turn
+    node, messages = step(node, ("crash",))       # took the slot for a re-wake, then died
+    assert messages == []
+    assert node.wakes.owed == (frozenset({"A"}),) and node.wakes.open_windows == {"A"}
+    node, messages = step(node, ("tick",))
+    assert messages == [] and node.wakes.owed == (frozenset(),)

@@ -56,11 +56,11 @@ def scenario(tmp_path_factory) -> Lines:
 def test_the_scenario_trace_replays_clean_and_covers_every_effect(scenario, tmp_path):
     code, out = replay(write_lines(tmp_path / "t.jsonl", scenario))
     assert code == 0, out
-    assert "OK:" in out and "1 process(es), 4 gateway(s)" in out
+    assert "OK:" in out and "1 process(es), 5 gateway(s)" in out
     effects = {line["effect"] for line in scenario if line["op"] == "step"}
     assert effects == {"seed", "keep", "freeze", "ack", "sweep", "remove"}  # raise_material is derived (R7)
     assert {line["op"] for line in scenario} == {
-        "open", "event", "step", "notice", "unqueue", "sweep", "reset", "prune", "delete", "close"}
+        "open", "event", "step", "notice", "unqueue", "sweep", "reset", "prune", "delete", "wake", "close"}
 
 
 def test_the_demo_trace_replays_clean(tmp_path, monkeypatch, capsys):
@@ -208,6 +208,16 @@ def _swap_batches(lines: Lines) -> None:
     lines[i - 1], lines[i] = lines[i], lines[i - 1]
 
 
+def _owed_wake_moved(*, at: float, watcher: str | None = None) -> Callable[[Lines], None]:
+    def mutate(lines: Lines) -> None:
+        (index,) = [i for i, line in enumerate(lines) if line["op"] == "wake" and line["owed"]]
+        lines[index]["at"] += at
+        if watcher is not None:  # another watcher's owed wake, due later: MAIN's is skipped
+            lines[index]["watcher"] = watcher
+            lines[index]["due"] += at
+    return mutate
+
+
 CORRUPTIONS: dict[str, tuple[Callable[[Lines], None], str]] = {
     # invariants
     "INV1 positions edited out of order": (_positions_of(_freeze, "after", [3, 2, 2]), "INV1"),
@@ -247,6 +257,9 @@ CORRUPTIONS: dict[str, tuple[Callable[[Lines], None], str]] = {
     "R21 a drain skips a pending pair": (_drop(lambda ls: find(ls, step("drain", "ack", watcher=MAIN,
                                                                    target=[PEER, "a"]))), "R21"),
     "TABLE an illegal trigger": (_edit(lambda ls: find(ls, step("self_event")), trigger="drain"), "TABLE"),
+    # wakes (R12, R23)
+    "WAKE1 two wakes within one window": (_owed_wake_moved(at=-15.0), "WAKE1"),
+    "LIV1 the owed wake went to another watcher, late": (_owed_wake_moved(at=5.0, watcher=TARGET), "LIV1"),
     # order and loss
     "T2 a step moved before its event": (_swap_with_previous(_freeze), "T2"),
     "T2 a whole batch dropped": (_drop_whole_batch, "T2"),

@@ -71,6 +71,14 @@ def traced_scenario(directory: Path) -> Path:
     gw.record_event(PEER, "human_direct_message", **human)
     gw.drain_system_events(MAIN)  # one drain, two pending pairs (R21)
     gw.close()
+    gw = Gateway.open(url, clock=clock, trace=trace, on_wake=lambda watcher, reason: None)
+    gw.record_event(TARGET, "human_direct_message", **human)  # MAIN queued and woken
+    gw.drain_system_events(MAIN)
+    clock.now += 5
+    gw.record_event(PEER, "human_direct_message", **human)  # inside MAIN's window: owed (R12)
+    clock.now += 16
+    gw.fire_due_wakes()  # the window ended: the owed wake
+    gw.close()
     return trace
 
 
