@@ -80,10 +80,12 @@ def test_slow_profile_depth_10():
 
 def test_a_dropped_wake_strands_a_notice_with_the_shortest_trace():
     # The wake as it was before owed wakes (R12): suppressed inside the window, remembered by
-    # nobody. Two notices for A within one window: the second is never woken.
+    # nobody. A notice for A, then a restart inside A's window: the sweep queues it again as a
+    # new line (R23) and its wake is dropped. (A's cursor on C is ambient, R26: an event on C
+    # asks no wake, so two events no longer make the shortest trace.)
     report, _ = run_modelcheck(5, owed_wakes=False)
     assert not report.ok
-    assert [a[0] for a in report.violation.trace] == ["event", "event"]
+    assert [a[0] for a in report.violation.trace] == ["event", "restart"]
     assert any(m.startswith("LIV1") for m in report.violation.messages)
 
 
@@ -91,7 +93,10 @@ def test_an_owed_wake_fires_when_the_window_passes_and_not_after_a_drain():
     node = initial_node()
     node, messages = step(node, ("event", "B", None, True))
     assert messages == [] and node.wakes.open_windows == {"A"} and node.wakes.owed == (frozenset(),)
-    node, messages = step(node, ("event", "C", None, True))  # inside the window: owed
+    node, messages = step(node, ("event", "C", None, True))  # A's ambient cursor: no wake (R26)
+    assert messages == [] and node.wakes.owed == (frozenset(),)
+    node, _ = step(node, ("drain", "A"))
+    node, messages = step(node, ("event", "B", None, True))  # inside the window: owed
     assert messages == [] and node.wakes.owed == (frozenset({"A"}),)
     ticked, messages = step(node, ("tick",))
     assert messages == [] and ticked.wakes.owed == (frozenset(),) and ticked.wakes.new == (frozenset(),)

@@ -71,9 +71,9 @@ def test_two_processes_depth_4_without_a_violation(depth_4):
 
 
 def test_sampled_two_process_traces_replay_equal_on_two_real_gateways(depth_4, tmp_path):
-    traces = list(sample_traces(depth_4[1], 30, seed=1))
-    assert len(traces) == 30 and max(map(len, traces)) == 4
-    assert {a[0] for t in traces for a in t} >= {"event", "drain", "sweep", "attach"}
+    traces = list(sample_traces(depth_4[1], 40, seed=1))  # 40: the wake layer's actions dilute 30
+    assert len(traces) == 40 and max(map(len, traces)) == 4
+    assert {a[0] for t in traces for a in t} >= {"event", "drain", "sweep", "attach", "tick"}
     for trace in traces:
         assert replay_two_process_trace(trace, tmp_path) == []
     assert replay_two_process_trace(ISSUE_TRACE, tmp_path) == []
@@ -131,7 +131,7 @@ def test_a_sweep_that_does_not_learn_the_claims_breaks_inv11(monkeypatch):
 def test_two_process_fires_agree_with_the_bound_transitions_machine():
     report, _ = run_modelcheck(2, processes=2, check_bound=True)
     assert report.ok, report.violation.render()
-    assert report.states == 232  # 222 before the wake layer (tick, crash)
+    assert report.states == 224  # 222 before the wake layer (tick, crash); 232 with it before A's cursor on C became ambient (its notices never wake, R26)
 
 
 @pytest.mark.slow
