@@ -22,6 +22,7 @@ from .keys import (
     is_main_style_watcher,
     resolve_agent_id,
 )
+from .group_commit import GroupCommit, Waiter
 from .locking import locked
 from .notices import SystemEventQueue, notice_text, plan_drain
 from .reconcile import events_json
@@ -93,6 +94,7 @@ class _PreparedEvent(NamedTuple):
     payload: str | None
     occurred_at: float | None
     dedupe_key: str | None
+    unchecked: bool  # the session must be looked up (under the lock) before the append
 
 
 class NoticeProtocol:
@@ -126,6 +128,10 @@ class NoticeProtocol:
         self.wakes.take_slot = self.serving.take_wake_slot  # R23: the durable wake slot
         self.rewaker = Rewaker(self.wakes, self.queue.holds_notice)
         self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
+        # Concurrent record_event/record_events calls share a transaction (spec R9).
+        self.group: GroupCommit[_PreparedEvent] = GroupCommit(
+            store.lock, lambda: store.in_transaction, self._record_alone, self._record_batch
+        )
 
     # -- several processes (spec section 6a) ------------------------------------------------
 
@@ -211,7 +217,6 @@ class NoticeProtocol:
 
     # -- the signal log ---------------------------------------------------------------------
 
-    @locked
     def record_event(
         self,
         session_key: str,
@@ -226,22 +231,31 @@ class NoticeProtocol:
         dedupe_key: str | None = None,
         occurred_at: float | None = None,
     ) -> int | None:
-        """Append one event; returns its sequence, or ``None`` if storage failed (R15)."""
-        event = self._prepare_event(
+        """Append one event; returns its sequence, or ``None`` if storage failed (R15).
+
+        Validated first (raising, nothing written); concurrent calls from other threads may
+        share its transaction (group commit), and it returns only after that commit."""
+        event = self.prepare_event(
             session_key, kind, actor_type=actor_type, summary=summary, actor_id=actor_id,
             agent_id=agent_id, run_id=run_id, payload=payload, dedupe_key=dedupe_key,
             occurred_at=occurred_at,
         )
-        return self._append_prepared([event])[0]
+        return self.group.submit((event,))[0]
 
-    @locked
     def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
         """Append a burst in one transaction; each item holds ``record_event``'s arguments
         (``session_key``, ``kind`` and the keywords).
 
         Every item is validated before anything is written: one bad item raises and nothing
         changes. A storage failure rolls the whole burst back and returns ``None`` for each.
+        The burst stays together, in order, when it shares a transaction with other callers'.
         """
+        return self.group.submit(self.prepare_events(events))
+
+    def prepare_events(self, events: Sequence[Mapping[str, Any]]) -> list["_PreparedEvent"]:
+        """``record_events``' validation alone (pure: no lock, no store): the prepared events,
+        or ``InvalidArgument`` for the first bad item. For callers that validate before they
+        hand the work to another thread (``sessionstate.aio``)."""
         if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
             raise InvalidArgument("events must be a sequence of mappings")
         prepared = []
@@ -249,12 +263,17 @@ class NoticeProtocol:
             if not isinstance(item, Mapping):
                 raise InvalidArgument(f"events[{index}] must be a mapping")
             try:
-                prepared.append(self._prepare_event(**item))
+                prepared.append(self.prepare_event(**item))
             except TypeError as exc:  # missing or unknown argument names
                 raise InvalidArgument(f"events[{index}]: {exc}") from None
-        return self._append_prepared(prepared)
+        return prepared
 
-    def _prepare_event(
+    def record_prepared(self, calls: Sequence[Sequence["_PreparedEvent"]]) -> list[Waiter["_PreparedEvent"]]:
+        """Commit several callers' prepared events as one group (with whatever other threads
+        have queued), waiting for the write turn; each waiter holds its caller's outcome."""
+        return self.group.submit_all(calls)
+
+    def prepare_event(
         self,
         session_key: str,
         kind: str,
@@ -268,7 +287,9 @@ class NoticeProtocol:
         dedupe_key: str | None = None,
         occurred_at: float | None = None,
     ) -> "_PreparedEvent":
-        """Validate one event's arguments (raising, nothing written) and resolve its target."""
+        """Validate one event's arguments (raising, nothing written); pure, so it runs before
+        the caller waits for the write turn. A target the append cannot prove is marked
+        ``unchecked`` and looked up in the turn (``_checked``)."""
         check_key(session_key)
         check_kind(kind)
         check_actor_type(actor_type)
@@ -280,14 +301,65 @@ class NoticeProtocol:
         payload_text = encode_payload(kind, payload)
         produced_at = check_timestamp(occurred_at)
         agent = resolve_agent_id(session_key, agent_id)
-        if agent is not None and dedupe_key is None:
-            # The head bump inside the transaction proves the session exists (append_event
-            # raises UnknownSession and the transaction rolls back): no separate read.
-            target: SessionRef = (session_key, agent)
+        # The head bump inside the transaction proves the session exists (append_event raises
+        # UnknownSession and the transaction rolls back): no separate read. A duplicate bumps
+        # nothing, and an unqualified key names no agent yet: those are looked up.
+        return _PreparedEvent((session_key, agent), kind, actor_type, actor_id, run_id,  # type: ignore[arg-type]
+                              summary, payload_text, produced_at, dedupe_key,
+                              agent is None or dedupe_key is not None)
+
+    def _checked(self, events: Sequence["_PreparedEvent"]) -> Sequence["_PreparedEvent"]:
+        """``events`` with every unchecked target resolved (``UnknownSession`` if gone);
+        holding the lock."""
+        for e in events:
+            if e.unchecked:
+                break
         else:
-            target = self.resolve(session_key, agent_id)
-        return _PreparedEvent(target, kind, actor_type, actor_id, run_id, summary, payload_text,
-                              produced_at, dedupe_key)
+            return events
+        return [
+            e._replace(target=self.resolve(e.target[0], e.target[1]), unchecked=False) if e.unchecked else e
+            for e in events
+        ]
+
+    def _record_alone(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
+        """One caller's events in a transaction of their own (or the caller's open one);
+        holding the lock."""
+        return self._append_prepared(self._checked(events))
+
+    def _record_batch(self, waiters: list[Waiter["_PreparedEvent"]]) -> None:
+        """Group commit: every waiter's events in one transaction, holding the lock.
+
+        A caller whose session is unknown fails alone: its lookup fails before the batch, or,
+        if its head bump fails inside it (the transaction rolls back whole), the callers run
+        again one transaction each. A storage failure gives every caller of the batch its
+        ``None`` per event (R15).
+        """
+        live: list[Waiter[_PreparedEvent]] = []
+        for waiter in waiters:
+            try:
+                waiter.events = self._checked(waiter.events)
+            except Exception as exc:
+                waiter.error = exc
+            else:
+                live.append(waiter)
+        if len(live) > 1:
+            merged = [e for waiter in live for e in waiter.events]
+            try:
+                results = self._append_prepared(merged)
+            except UnknownSession:
+                pass  # rolled back whole: each caller alone below gets its own outcome
+            else:
+                start = 0
+                for waiter in live:
+                    end = start + len(waiter.events)
+                    waiter.result = results[start:end]
+                    start = end
+                return
+        for waiter in live:
+            try:
+                waiter.result = self._append_prepared(waiter.events)
+            except Exception as exc:
+                waiter.error = exc
 
     def _append_prepared(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
         """One transaction for all of ``events``; notices are queued after the commit (R9).
