@@ -502,8 +502,11 @@ class NoticeProtocol:
         if not entries:
             self.resolve_any_agent(session_key)
         serving = self.store.serving
-        # A read first: a watcher that owes nothing takes no write lock.
-        if not is_agent_qualified(session_key) or not serving.pending_held_by(session_key):
+        # A read first: a watcher that owes nothing takes no write lock. A queued notice is
+        # the sign that it owes one (R21 decides inside the transaction): no read then.
+        if not is_agent_qualified(session_key) or (
+            not any(e.target is not None for e in entries) and not serving.pending_held_by(session_key)
+        ):
             texts = [e.text for e in entries]
             self.store.after_commit(lambda: self.queue.remove(session_key, texts))
             return [e.text for e in entries if e.target is None]
@@ -511,15 +514,16 @@ class NoticeProtocol:
         follow_ups: list[tuple[str, SessionRef, int]] = []
         with self.store.transaction():
             self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
-            owed = {(p.target_key, p.target_agent_id): p.last_seen for p in serving.pending_held_by(session_key)}
-            lines = plan_drain(entries, owed)
+            # One read for every pending pair, effective positions included (R7): the
+            # acknowledgements fire on them without reading each cursor again.
+            owed = {(r.target_key, r.target_agent_id): r.positions
+                    for r in self.store.pending_cursors_held_by(session_key)}
+            lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
             for text, target in lines:
                 if target is None:
                     continue
-                record = self.store.cursor(session_key, *target)
-                assert record is not None  # read as pending in this transaction
                 (step,) = self._fire_pairs(
-                    [(session_key, target, Positions(*record.positions))], DRAIN, None, now, delivered=text
+                    [(session_key, target, Positions(*owed[target]))], DRAIN, None, now, delivered=text
                 )
                 if step.notice_since is not None:
                     follow_ups.append((session_key, target, step.notice_since))
