@@ -1,6 +1,7 @@
 """Thread scaling of ``record_event``: group commit against one commit per call, paired.
 
-Run: ./dev run .venv/bin/python benchmarks/thread_scaling.py [--postgres] [--rounds R] [--events N] [--threads 1,2,4,8,16]
+Run: ./dev run .venv/bin/python benchmarks/thread_scaling.py [--postgres] [--rounds R] [--events N]
+         [--threads 1,2,4,8,16] [--switch-interval SECONDS]
      scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/thread_scaling.py --postgres
 
 Two gateways, each on a database of its own, with one target session per thread (each
@@ -95,16 +96,18 @@ def main() -> None:
     args = sys.argv[1:]
     postgres = "--postgres" in args
     args = [a for a in args if a != "--postgres"]
-    options = {"--rounds": "7", "--events": "480", "--threads": "1,2,4,8,16"}
+    options = {"--rounds": "7", "--events": "480", "--threads": "1,2,4,8,16", "--switch-interval": ""}
     for name in list(options):
         if name in args:
             i = args.index(name)
             options[name] = args[i + 1]
             del args[i:i + 2]
     rounds, events = int(options["--rounds"]), int(options["--events"])
+    if options["--switch-interval"]:  # the GIL's hand-over interval (CPython default 5 ms)
+        sys.setswitchinterval(float(options["--switch-interval"]))
     counts = [int(n) for n in options["--threads"].split(",")]
     report: dict[str, object] = {"backend": "postgresql" if postgres else "sqlite", "events_per_round": events,
-                                 "rounds": rounds, "points": []}
+                                 "rounds": rounds, "switch_interval_s": sys.getswitchinterval(), "points": []}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         if postgres:
             from multiproc_latency import pg_schema

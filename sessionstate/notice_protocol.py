@@ -437,6 +437,8 @@ class NoticeProtocol:
         notices: list[tuple[str, SessionRef, int]] = []
         trace = self.tracer
         for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
+            if not group:  # mostly the actor's own: nobody, or no watcher at all
+                continue
             fired = fire_many(group, target[0], trigger, sequence)
             if trace is not None:
                 trace.event_steps(target, trigger, sequence, kind, actor_id, group, fired)
@@ -752,8 +754,11 @@ class NoticeProtocol:
         serves = self.serving.serves
         trace = self.tracer
         handed: list[tuple[str, SessionRef, str, bool, bool]] | None = [] if trace is not None else None
+        texts: dict[tuple[str, int], str] = {}  # the watchers of one event mostly share a text
         for watcher, target, since in notices:
-            text = notice_text(target[0], since)
+            text = texts.get((target[0], since))
+            if text is None:
+                text = texts[(target[0], since)] = notice_text(target[0], since)
             if not serves(watcher):  # R19: another process queues it
                 if handed is not None:
                     handed.append((watcher, target, text, False, False))
