@@ -98,9 +98,9 @@ def note_cursor_changes(db: sqlite3.Connection, watchers: Iterable[str], now: fl
     if not rows:
         return
     if len(rows) == 1:  # a drain's one watcher: the cursor knows the new stamp, no second statement
-        last = db.execute(
+        last = int(db.execute(
             "INSERT INTO session_cursor_changes (watcher_session_key, recorded_at) VALUES (?, ?)", rows[0]
-        ).lastrowid
+        ).lastrowid or 0)
     else:
         db.executemany(
             "INSERT INTO session_cursor_changes (watcher_session_key, recorded_at) VALUES (?, ?)", rows
