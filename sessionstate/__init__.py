@@ -26,8 +26,10 @@ from .keys import SessionRef
 from .notices import notice_text
 from .statemachine import Positions
 from . import tools  # noqa: F401  (the tool layer installs Gateway.call_tool; imported last)
+from .aio import AsyncGateway  # after the tool layer: it mirrors Gateway's methods
 
 __all__ = [
+    "AsyncGateway",
     "Gateway",
     "InvalidArgument",
     "InvalidDatabaseUrl",

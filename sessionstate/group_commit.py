@@ -26,13 +26,15 @@ _E = TypeVar("_E")
 class Waiter(Generic[_E]):
     """One caller's events in the queue and, once its batch committed, its outcome."""
 
-    __slots__ = ("events", "result", "error", "done")
+    __slots__ = ("events", "result", "error", "done", "wake", "promoted")
 
-    def __init__(self, events: Sequence[_E]) -> None:
+    def __init__(self, events: Sequence[_E], wake: threading.Event | None = None) -> None:
         self.events = events
         self.result: list[Any] | None = None
         self.error: BaseException | None = None
         self.done = False
+        self.wake = wake  # set when done, or when handed the turn; only a queued caller has one
+        self.promoted = False  # the previous leader handed this caller the write turn
 
     def outcome(self) -> list[Any]:
         if self.error is not None:
@@ -58,7 +60,7 @@ class GroupCommit(Generic[_E]):
         self._in_transaction = in_transaction  # asked holding the lock: then it is this thread's
         self._run_alone = run_alone
         self._run = run
-        self._state = threading.Condition(threading.Lock())  # guards the two fields below
+        self._state = threading.Lock()  # guards the two fields below and the waiters' flags
         self._queue: list[Waiter[_E]] = []
         self._leading = False  # a waiter is taking, or holds, the write turn for the queue
         self.batches = 0  # batches of more than one caller committed (tests and benchmarks)
@@ -96,6 +98,11 @@ class GroupCommit(Generic[_E]):
                 self._release(batch, leader=False)
         return waiters
 
+    def idle(self) -> bool:
+        """Nobody queued and nobody leading (tests check no turn was left held)."""
+        with self._state:
+            return not self._queue and not self._leading
+
     def queued(self) -> int:
         """How many callers wait for a leader's commit right now (tests synchronise on it)."""
         with self._state:
@@ -115,25 +122,46 @@ class GroupCommit(Generic[_E]):
         return mine.outcome()
 
     def _release(self, batch: list[Waiter[_E]], *, leader: bool) -> None:
+        """Mark ``batch`` done and wake exactly its waiters; a leader also hands the turn to
+        the first caller queued meanwhile (woken alone: the others sleep on)."""
         with self._state:
             for waiter in batch:
                 waiter.done = True
             if len(batch) > 1:
                 self.batches += 1
             if leader:
-                self._leading = False
-            self._state.notify_all()
+                self._hand_over()
+        for waiter in batch:
+            if waiter.wake is not None:
+                waiter.wake.set()
+
+    def _hand_over(self) -> None:
+        """With ``_state`` held: the next queued caller leads, or nobody does."""
+        if self._queue:
+            nxt = self._queue[0]
+            nxt.promoted = True
+            assert nxt.wake is not None  # only _join queues, and it gives every waiter one
+            nxt.wake.set()
+        else:
+            self._leading = False
 
     def _join(self, events: Sequence[_E]) -> list[Any]:
-        mine: Waiter[_E] = Waiter(events)
+        mine: Waiter[_E] = Waiter(events, threading.Event())
         state = self._state
         with state:
             self._queue.append(mine)
-            while not mine.done and self._leading:
-                state.wait()
-            if mine.done:
-                return mine.outcome()
+            leading = not self._leading
             self._leading = True
+        while not leading:
+            assert mine.wake is not None
+            mine.wake.wait()
+            with state:
+                if mine.promoted and mine.done:  # handed the turn, but a lock holder took us along
+                    self._hand_over()
+                if mine.done:
+                    return mine.outcome()
+                leading = mine.promoted
+                mine.wake.clear()
         batch: list[Waiter[_E]] = []
         try:
             with self._lock:

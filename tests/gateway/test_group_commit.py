@@ -262,3 +262,43 @@ def test_a_lock_holder_outside_a_transaction_commits_the_queue_with_its_own(gw):
     assert not outcomes.errors and isinstance(mine, int)
     assert gw.protocol.group.batches == 1
     assert sorted(outcomes.results.values()) == sorted({*outcomes.results.values()})
+
+
+def test_free_running_callers_lock_holders_and_transactions_together_never_hang(gw):
+    """Every entrance at once: plain callers (queued, led, handed the turn), lock holders that
+    take the queue along, and callers inside their own transaction; all return, nothing is
+    lost."""
+    per_thread = 30
+    outcomes = Outcomes()
+
+    def plain() -> int:
+        for _ in range(per_thread):
+            gw.record_event(CHILD, "goal_changed", **EVENT)
+        return per_thread
+
+    def burst() -> int:
+        for _ in range(per_thread // 3):
+            gw.record_events([dict(session_key=CHILD, kind="goal_changed", **EVENT)] * 3)
+        return per_thread // 3 * 3
+
+    def holder() -> int:
+        for _ in range(per_thread):
+            with gw.locked():
+                gw.record_event(CHILD, "goal_changed", **EVENT)
+        return per_thread
+
+    def nested() -> int:
+        for _ in range(per_thread):
+            with gw.transaction():
+                gw.record_event(CHILD, "goal_changed", **EVENT)
+        return per_thread
+
+    before = gw.store.event_count()
+    kinds = [plain] * 5 + [burst, holder, nested]
+    threads = [outcomes.run(f"{work.__name__}{i}", work) for i, work in enumerate(kinds)]
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a caller never returned"
+    assert not outcomes.errors
+    assert gw.store.event_count() - before == sum(outcomes.results.values())
+    assert gw.protocol.group.idle(), "the write turn was left with a leader nobody is"
