@@ -1,7 +1,7 @@
 """Thread scaling of ``record_event``: group commit against one commit per call, paired.
 
 Run: ./dev run .venv/bin/python benchmarks/thread_scaling.py [--postgres] [--rounds R] [--events N]
-         [--threads 1,2,4,8,16] [--switch-interval SECONDS]
+         [--threads 1,2,4,8,16] [--switch-interval SECONDS] [--synchronous NORMAL|FULL]
      scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/thread_scaling.py --postgres
 
 Two gateways, each on a database of its own, with one target session per thread (each
@@ -44,8 +44,8 @@ def target(i: int) -> str:
     return f"agent:main:subagent:t{i}"
 
 
-def open_side(url: str, targets: int) -> Gateway:
-    gw = Gateway.open(url, clock=lambda: NOW)
+def open_side(url: str, targets: int, synchronous: str = "NORMAL") -> Gateway:
+    gw = Gateway.open(url, clock=lambda: NOW, synchronous=synchronous)
     for watcher in WATCHERS:
         gw.create_session(watcher)
     for i in range(targets):
@@ -96,7 +96,7 @@ def main() -> None:
     args = sys.argv[1:]
     postgres = "--postgres" in args
     args = [a for a in args if a != "--postgres"]
-    options = {"--rounds": "7", "--events": "480", "--threads": "1,2,4,8,16", "--switch-interval": ""}
+    options = {"--rounds": "7", "--events": "480", "--threads": "1,2,4,8,16", "--switch-interval": "", "--synchronous": "NORMAL"}
     for name in list(options):
         if name in args:
             i = args.index(name)
@@ -107,7 +107,8 @@ def main() -> None:
         sys.setswitchinterval(float(options["--switch-interval"]))
     counts = [int(n) for n in options["--threads"].split(",")]
     report: dict[str, object] = {"backend": "postgresql" if postgres else "sqlite", "events_per_round": events,
-                                 "rounds": rounds, "switch_interval_s": sys.getswitchinterval(), "points": []}
+                                 "rounds": rounds, "switch_interval_s": sys.getswitchinterval(),
+                                 "synchronous": options["--synchronous"], "points": []}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         if postgres:
             from multiproc_latency import pg_schema
@@ -115,7 +116,8 @@ def main() -> None:
             urls = {side: stack.enter_context(pg_schema()) for side in ("serial", "group")}
         else:
             urls = {side: f"sqlite:///{tmp}/{side}.db" for side in ("serial", "group")}
-        sides = {side: stack.enter_context(open_side(url, max(counts))) for side, url in urls.items()}
+        sides = {side: stack.enter_context(open_side(url, max(counts), options["--synchronous"]))
+                 for side, url in urls.items()}
         for threads in counts:
             for side, gw in sides.items():  # warm-up round, not counted
                 one_round(gw, threads, events // 4, side == "serial")
