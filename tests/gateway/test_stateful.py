@@ -186,6 +186,8 @@ class GatewayVersusModel(RuleBasedStateMachine):
         got: list[bool] = []
         self._step(lambda: got.append(self.gw.unwatch(watcher, target)))
         assert got == [self.model.unwatch(watcher, target)]
+        # The pair's notice is withdrawn: a later watch may owe one with another since.
+        self.pending_texts.pop((watcher, target), None)
 
     @precondition(lambda self: bool(self.model.sessions))
     @rule(data=st.data())
