@@ -27,8 +27,10 @@ from .notices import notice_text
 from .provenance import PROVENANCES, CursorPositions
 from .statemachine import Positions
 from . import tools  # noqa: F401  (the tool layer installs Gateway.call_tool; imported last)
+from .aio import AsyncGateway  # after the tool layer: it mirrors Gateway's methods
 
 __all__ = [
+    "AsyncGateway",
     "CursorPositions",
     "Gateway",
     "InvalidArgument",

@@ -23,6 +23,7 @@ from .keys import (
     resolve_agent_id,
 )
 from .announce_created import announcement_target, created_line
+from .group_commit import GroupCommit, Waiter
 from .locking import locked
 from .notices import SystemEventQueue, notice_text, plan_drain
 from .reconcile import events_json
@@ -151,6 +152,11 @@ class NoticeProtocol:
         # new session; announce it to the agent's main session.
         self.record_created = False
         self.notify_on_create = False
+
+        # Concurrent record_event/record_events calls share a transaction (spec R9).
+        self.group: GroupCommit[_PreparedEvent] = GroupCommit(
+            store.lock, lambda: store.in_transaction, self._record_alone, self._record_batch
+        )
 
     # -- owed wakes (R12, LIV1) ---------------------------------------------------------------
 
@@ -290,7 +296,6 @@ class NoticeProtocol:
 
     # -- the signal log ---------------------------------------------------------------------
 
-    @locked
     def record_event(
         self,
         session_key: str,
@@ -305,22 +310,31 @@ class NoticeProtocol:
         dedupe_key: str | None = None,
         occurred_at: float | None = None,
     ) -> int | None:
-        """Append one event; returns its sequence, or ``None`` if storage failed (R15)."""
-        event = self._prepare_event(
+        """Append one event; returns its sequence, or ``None`` if storage failed (R15).
+
+        Validated first (raising, nothing written); concurrent calls from other threads may
+        share its transaction (group commit), and it returns only after that commit."""
+        event = self.prepare_event(
             session_key, kind, actor_type=actor_type, summary=summary, actor_id=actor_id,
             agent_id=agent_id, run_id=run_id, payload=payload, dedupe_key=dedupe_key,
             occurred_at=occurred_at,
         )
-        return self._append_prepared([event])[0]
+        return self.group.submit((event,))[0]
 
-    @locked
     def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
         """Append a burst in one transaction; each item holds ``record_event``'s arguments
         (``session_key``, ``kind`` and the keywords).
 
         Every item is validated before anything is written: one bad item raises and nothing
         changes. A storage failure rolls the whole burst back and returns ``None`` for each.
+        The burst stays together, in order, when it shares a transaction with other callers'.
         """
+        return self.group.submit(self.prepare_events(events))
+
+    def prepare_events(self, events: Sequence[Mapping[str, Any]]) -> list["_PreparedEvent"]:
+        """``record_events``' validation alone (pure: no lock, no store): the prepared events,
+        or ``InvalidArgument`` for the first bad item. For callers that validate before they
+        hand the work to another thread (``sessionstate.aio``)."""
         if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
             raise InvalidArgument("events must be a sequence of mappings")
         prepared = []
@@ -328,12 +342,17 @@ class NoticeProtocol:
             if not isinstance(item, Mapping):
                 raise InvalidArgument(f"events[{index}] must be a mapping")
             try:
-                prepared.append(self._prepare_event(**item))
+                prepared.append(self.prepare_event(**item))
             except TypeError as exc:  # missing or unknown argument names
                 raise InvalidArgument(f"events[{index}]: {exc}") from None
-        return self._append_prepared(prepared)
+        return prepared
 
-    def _prepare_event(
+    def record_prepared(self, calls: Sequence[Sequence["_PreparedEvent"]]) -> list[Waiter["_PreparedEvent"]]:
+        """Commit several callers' prepared events as one group (with whatever other threads
+        have queued), waiting for the write turn; each waiter holds its caller's outcome."""
+        return self.group.submit_all(calls)
+
+    def prepare_event(
         self,
         session_key: str,
         kind: str,
@@ -347,9 +366,9 @@ class NoticeProtocol:
         dedupe_key: str | None = None,
         occurred_at: float | None = None,
     ) -> "_PreparedEvent":
-        """Validate one event's arguments (raising, nothing written); the target is resolved
-        here when its key names the agent and no dedupe key asks for a read, else inside the
-        append's transaction."""
+        """Validate one event's arguments (raising, nothing written); pure, so it runs before
+        the caller waits for the write turn. The target is resolved here when its key names the
+        agent and no dedupe key asks for a read, else inside the append's transaction (R15)."""
         check_key(session_key)
         check_kind(kind)
         check_actor_type(actor_type)
@@ -366,6 +385,39 @@ class NoticeProtocol:
         target: SessionRef | None = (session_key, agent) if agent is not None and dedupe_key is None else None
         return _PreparedEvent(target, kind, actor_type, actor_id, run_id, summary, payload_text,
                               produced_at, dedupe_key, (session_key, agent_id))
+
+    def _record_alone(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
+        """One caller's events in a transaction of their own (or the caller's open one);
+        holding the lock."""
+        return self._append_prepared(events)
+
+    def _record_batch(self, waiters: list[Waiter["_PreparedEvent"]]) -> None:
+        """Group commit: every waiter's events in one transaction, holding the lock.
+
+        A caller whose session is unknown fails alone: its lookup or head bump fails inside the
+        batch's transaction (which rolls back whole), and the callers run again one transaction
+        each. A storage failure gives every caller of the batch its
+        ``None`` per event (R15).
+        """
+        live = list(waiters)
+        if len(live) > 1:
+            merged = [e for waiter in live for e in waiter.events]
+            try:
+                results = self._append_prepared(merged)
+            except UnknownSession:
+                pass  # rolled back whole: each caller alone below gets its own outcome
+            else:
+                start = 0
+                for waiter in live:
+                    end = start + len(waiter.events)
+                    waiter.result = results[start:end]
+                    start = end
+                return
+        for waiter in live:
+            try:
+                waiter.result = self._append_prepared(waiter.events)
+            except Exception as exc:
+                waiter.error = exc
 
     def _append_prepared(self, events: Sequence["_PreparedEvent"]) -> list[int | None]:
         """One transaction for all of ``events``; notices are queued after the commit (R9).
@@ -447,6 +499,8 @@ class NoticeProtocol:
         notices: list[tuple[str, SessionRef, int]] = []
         trace = self.tracer
         for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
+            if not group:  # mostly the actor's own: nobody, or no watcher at all
+                continue
             fired = fire_many(group, target[0], trigger, sequence)
             if trace is not None:
                 trace.event_steps(target, trigger, sequence, kind, actor_id, group, fired)
@@ -526,8 +580,11 @@ class NoticeProtocol:
         if not entries:
             self.resolve_any_agent(session_key)
         serving = self.store.serving
-        # A read first: a watcher that owes nothing takes no write lock.
-        if not is_agent_qualified(session_key) or not serving.pending_held_by(session_key):
+        # A read first: a watcher that owes nothing takes no write lock. A queued notice is
+        # the sign that it owes one (R21 decides inside the transaction): no read then.
+        if not is_agent_qualified(session_key) or (
+            not any(e.target is not None for e in entries) and not serving.pending_held_by(session_key)
+        ):
             texts = [e.text for e in entries]
             self.store.after_commit(lambda: self.queue.remove(session_key, texts))
             return [e.text for e in entries if e.target is None]
@@ -535,15 +592,16 @@ class NoticeProtocol:
         follow_ups: list[tuple[str, SessionRef, int]] = []
         with self.store.transaction():
             self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
-            owed = {(p.target_key, p.target_agent_id): p.last_seen for p in serving.pending_held_by(session_key)}
-            lines = plan_drain(entries, owed)
+            # One read for every pending pair, effective positions included (R7): the
+            # acknowledgements fire on them without reading each cursor again.
+            owed = {(r.target_key, r.target_agent_id): r.positions
+                    for r in self.store.pending_cursors_held_by(session_key)}
+            lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
             for text, target in lines:
                 if target is None:
                     continue
-                record = self.store.cursor(session_key, *target)
-                assert record is not None  # read as pending in this transaction
                 (step,) = self._fire_pairs(
-                    [(session_key, target, Positions(*record.positions))], DRAIN, None, now, delivered=text
+                    [(session_key, target, Positions(*owed[target]))], DRAIN, None, now, delivered=text
                 )
                 if step.notice_since is not None:
                     follow_ups.append((session_key, target, step.notice_since))
@@ -814,8 +872,11 @@ class NoticeProtocol:
         handed: list[tuple[str, SessionRef, str, bool, bool]] | None = [] if trace is not None else None
         to_wake: dict[str, SessionRef] = {}  # one wake per watcher for lines queued together
         tracked: list[tuple[str, SessionRef]] = []
+        texts: dict[tuple[str, int], str] = {}  # the watchers of one event mostly share a text
         for watcher, target, since in notices:
-            text = notice_text(target[0], since)
+            text = texts.get((target[0], since))
+            if text is None:
+                text = texts[(target[0], since)] = notice_text(target[0], since)
             if not serves(watcher):  # R19: another process queues it
                 if handed is not None:
                     handed.append((watcher, target, text, False, False))

@@ -1,8 +1,10 @@
 """The MCP server of one calling session: its session tools and its notices resource.
 
 Built on the SDK's low-level ``Server`` so the published schemas go out untouched. Every
-request runs the gateway's public API in a worker thread (``sessions_send`` may wait up to
-its ``timeoutSeconds`` for a reply; the event loop must keep serving meanwhile):
+request runs the gateway's public API through ``sessionstate.aio.AsyncGateway`` (one per
+connection): store work on its worker thread, ``call_tool`` in anyio's thread pool
+(``sessions_send`` may wait up to its ``timeoutSeconds`` for a reply; the event loop must keep
+serving meanwhile):
 
 * ``tools/list``: the tools the session's profile allows now (``allowed_tools``);
 * ``tools/call``: ``Gateway.call_tool``, its dict as structured content and as JSON text,
@@ -28,7 +30,6 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import anyio.to_thread
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -37,6 +38,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
+from ..aio import AsyncGateway
 from ..errors import InvalidArgument, SessionStateError
 from ..tools.dispatch import allowed_tools
 from .results import tool_listing, tool_result
@@ -71,6 +73,8 @@ class ConnectionWatch:
     subscriber: ServerSession | None = None
     # The pending notice texts already announced; a text not in here is news.
     announced: frozenset[str] = frozenset()
+    # The server's gateway for this connection's loop (set by the lifespan).
+    aio: AsyncGateway | None = None
 
     def __post_init__(self) -> None:
         self.listen = ListenHandler(self.bus)
@@ -131,14 +135,17 @@ class SessionToolServer:
 
     @asynccontextmanager
     async def _lifespan(self, _server: Server[ConnectionWatch]) -> AsyncIterator[ConnectionWatch]:
-        watch = ConnectionWatch()
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._poll, watch)
-            try:
-                yield watch
-            finally:
-                watch.listen.close()
-                tasks.cancel_scope.cancel()
+        watch = ConnectionWatch(aio=AsyncGateway(self.gateway, owns_gateway=False))
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._poll, watch)
+                try:
+                    yield watch
+                finally:
+                    watch.listen.close()
+                    tasks.cancel_scope.cancel()
+        finally:
+            await _aio(watch).close()  # its worker only: the gateway is the caller's
 
     async def _poll(self, watch: ConnectionWatch) -> None:
         while True:
@@ -151,7 +158,7 @@ class SessionToolServer:
 
     async def check_notices(self, watch: ConnectionWatch) -> bool:
         """Queue owed notices; announce when a text is queued that was not before."""
-        pending = await anyio.to_thread.run_sync(self._owed_and_pending)
+        pending = await _aio(watch).run(self._owed_and_pending)
         fresh = set(pending) - watch.announced
         watch.announced = frozenset(pending)
         if not fresh:
@@ -168,16 +175,14 @@ class SessionToolServer:
 
     async def _list_tools(self, ctx: Context, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         try:
-            names = await anyio.to_thread.run_sync(self.allowed_tools)
+            names = await _aio(ctx.lifespan_context).run(self.allowed_tools)
         except SessionStateError as exc:
             raise MCPError(types.INVALID_PARAMS, f"{exc.code}: {exc.message}") from exc
         # The list depends on the profile and the session's spawn depth: never cache it.
         return types.ListToolsResult(tools=tool_listing(names), ttl_ms=0, cache_scope="private")
 
     async def _call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
-        result = await anyio.to_thread.run_sync(
-            self.gateway.call_tool, self.session_key, params.name, params.arguments
-        )
+        result = await _aio(ctx.lifespan_context).call_tool(self.session_key, params.name, params.arguments)
         return tool_result(result)
 
     async def _list_resources(
@@ -205,7 +210,7 @@ class SessionToolServer:
     async def _read_resource(self, ctx: Context, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         self._require_notices_uri(params.uri)
         try:
-            lines = await anyio.to_thread.run_sync(self._owed_and_drained)
+            lines = await _aio(ctx.lifespan_context).run(self._owed_and_drained)
         except SessionStateError as exc:
             raise MCPError(types.INVALID_PARAMS, f"{exc.code}: {exc.message}") from exc
         contents = types.TextResourceContents(uri=self.notices_uri, mime_type=NOTICES_MIME_TYPE, text="\n".join(lines))
@@ -248,6 +253,11 @@ class SessionToolServer:
         """Serve one client over this process's stdin and stdout until it disconnects."""
         async with stdio_server() as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+
+
+def _aio(watch: ConnectionWatch) -> AsyncGateway:
+    assert watch.aio is not None  # set for the connection's whole lifespan
+    return watch.aio
 
 
 def serve_stdio(gateway: "Gateway", session_key: str, *, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:

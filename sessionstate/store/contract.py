@@ -188,6 +188,12 @@ class CursorTable(Protocol):
 
     def cursors_held_by(self, watcher: str) -> list[CursorRecord]: ...
 
+    def pending_cursors_held_by(self, watcher: str) -> list[CursorRecord]:
+        """The watcher's pending cursors (``notified > last_seen``) with their effective
+        positions, in target order: the drain's one read per drain (inside its transaction,
+        after ``lock_watcher_targets``)."""
+        ...
+
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
         """Cursors with ``key`` as watcher or (key, agent) as target (R14's delete)."""
         ...

@@ -598,6 +598,9 @@ class PostgresStore:
     def cursors_held_by(self, watcher: str) -> list[CursorRecord]:
         return self._cursors(_HELD_BY, (watcher,))
 
+    def pending_cursors_held_by(self, watcher: str) -> list[CursorRecord]:
+        return self._cursors(_HELD_BY + " AND c.notified_sequence > c.last_seen_sequence", (watcher,))
+
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
         # The session's own head joins the ordered lock: delete_session_data removes it.
         return self._cursors(_NAMING, (key, key, agent_id), also_lock=[(key, agent_id)])

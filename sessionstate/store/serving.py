@@ -97,10 +97,15 @@ def note_cursor_changes(db: sqlite3.Connection, watchers: Iterable[str], now: fl
     rows = [(w, now) for w in dict.fromkeys(watchers)]
     if not rows:
         return
-    db.executemany(
-        "INSERT INTO session_cursor_changes (watcher_session_key, recorded_at) VALUES (?, ?)", rows
-    )
-    last = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+    if len(rows) == 1:  # a drain's one watcher: the cursor knows the new stamp, no second statement
+        last = int(db.execute(
+            "INSERT INTO session_cursor_changes (watcher_session_key, recorded_at) VALUES (?, ?)", rows[0]
+        ).lastrowid or 0)
+    else:
+        db.executemany(
+            "INSERT INTO session_cursor_changes (watcher_session_key, recorded_at) VALUES (?, ?)", rows
+        )
+        last = db.execute("SELECT last_insert_rowid()").fetchone()[0]
     if last // CHANGE_LOG_TRIM_EVERY != (last - len(rows)) // CHANGE_LOG_TRIM_EVERY:
         db.execute("DELETE FROM session_cursor_changes WHERE stamp <= ?", (last - CHANGE_LOG_KEEP,))
 

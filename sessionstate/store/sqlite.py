@@ -502,6 +502,15 @@ class SqliteStore:
         ).fetchall()
         return [_cursor_record(r) for r in rows]
 
+    def pending_cursors_held_by(self, watcher: str) -> list[CursorRecord]:
+        rows = self._db.execute(
+            f"SELECT {self._cursor_columns} FROM session_watch_cursors c"
+            " WHERE c.watcher_session_key = ? AND c.notified_sequence > c.last_seen_sequence"
+            " ORDER BY c.target_session_key, c.target_agent_id",
+            (watcher,),
+        ).fetchall()
+        return [_cursor_record(r) for r in rows]
+
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
         rows = self._db.execute(
             f"SELECT {self._cursor_columns} FROM session_watch_cursors c"

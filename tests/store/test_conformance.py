@@ -206,6 +206,23 @@ def test_cursor_queries_by_holder_naming_and_pending(store):
     assert positions(store) is None
 
 
+def test_pending_cursors_held_by_reads_only_the_pending_ones_with_effective_positions(store):
+    """The drain's one read: W's pending cursors, in target order, material raised by a
+    notifying event of another actor after ``notified`` (R7), in a transaction and out."""
+    first, _ = append(store, A)
+    put(store, W, A, (0, first, first))
+    put(store, W, B, (0, 0, 0))  # caught up: left out
+    put(store, B, A, (0, first, first))  # another watcher's: left out
+    later, _ = append(store, A)  # material for W
+    append(store, A, actor=W)  # W's own: not material for W
+    assert [(c.target_key, c.positions) for c in store.pending_cursors_held_by(W)] == [(A, (0, first, later))]
+    with store.transaction():
+        store.lock_watcher_targets(W)
+        assert [c.positions for c in store.pending_cursors_held_by(W)] == [(0, first, later)]
+    put(store, W, B, (0, 2, 2))
+    assert [c.target_key for c in store.pending_cursors_held_by(W)] == [A, B]
+
+
 def test_expired_cursors_need_an_old_row_and_an_old_target_head(store):
     put(store, W, A, (0, 0, 0), now=1.0)
     put(store, W, B, (0, 0, 0), now=1.0)

@@ -1,0 +1,304 @@
+"""Group commit: concurrent ``record_event``/``record_events`` callers share a transaction.
+
+Each test forms a batch deterministically: the main thread holds the gateway's lock (its
+write turn) while the recording threads queue, waits until all of them are queued, and only
+then lets go, so the first leader finds every one of them queued.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from sessionstate import Gateway, InvalidArgument, StorageFull, UnknownSession, notice_text
+
+MANAGER = "agent:main:main"
+PEER = "agent:main:peer"
+CHILD = "agent:main:subagent:child"
+EVENT = {"actor_type": "human", "summary": "hello"}
+WAIT = 30.0  # generous: only a hang would reach it
+
+
+@pytest.fixture
+def wakes() -> list[tuple[str, str]]:
+    return []
+
+
+@pytest.fixture
+def gw(db_url, wakes):
+    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, on_wake=lambda w, r: wakes.append((w, r)))
+    gateway.create_session(MANAGER)
+    gateway.create_session(PEER)
+    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
+    gateway.watch(PEER, CHILD)
+    yield gateway
+    gateway.close()
+
+
+class Outcomes:
+    """Each thread's result or exception, by name."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, Any] = {}
+        self.errors: dict[str, BaseException] = {}
+        self.order: list[str] = []  # names in the order the calls returned
+        self._lock = threading.Lock()
+
+    def run(self, name: str, call: Callable[[], Any]) -> threading.Thread:
+        def body() -> None:
+            try:
+                result = call()
+            except BaseException as exc:  # recorded for the test to look at
+                with self._lock:
+                    self.errors[name] = exc
+                    self.order.append(name)
+            else:
+                with self._lock:
+                    self.results[name] = result
+                    self.order.append(name)
+
+        thread = threading.Thread(target=body, name=name)
+        thread.start()
+        return thread
+
+
+def _wait_queued(gw: Gateway, count: int) -> None:
+    deadline = threading.Event()
+    for _ in range(int(WAIT * 1000)):
+        if gw.protocol.group.queued() >= count:
+            return
+        deadline.wait(0.001)
+    raise AssertionError(f"only {gw.protocol.group.queued()} of {count} callers queued")
+
+
+@contextmanager
+def one_batch(gw: Gateway, calls: dict[str, Callable[[], Any]], *, queued: int | None = None) -> Iterator[Outcomes]:
+    """Run ``calls`` in threads while holding the write turn until ``queued`` (all) wait."""
+    outcomes = Outcomes()
+    threads = []
+    with gw.locked():
+        threads = [outcomes.run(name, call) for name, call in calls.items()]
+        _wait_queued(gw, len(calls) if queued is None else queued)
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a caller never returned"
+    yield outcomes
+
+
+def test_concurrent_callers_share_one_transaction(gw):
+    before = gw.state_version(CHILD)
+    outcomes_box: list[Outcomes] = []
+    store = gw.store
+    original = store.transaction
+    commits: list[int] = []
+
+    @contextmanager
+    def counted() -> Iterator[None]:
+        outer = not store.in_transaction
+        with original():
+            yield
+            if outer:  # before the COMMIT: no caller may have its result yet
+                commits.append(len(outcomes_box[0].order) if outcomes_box else -1)
+
+    store.transaction = counted  # type: ignore[method-assign]
+    try:
+        calls = {f"t{i}": (lambda: gw.record_event(CHILD, "human_direct_message", **EVENT)) for i in range(6)}
+        calls["burst"] = lambda: gw.record_events([dict(session_key=CHILD, kind="goal_changed", **EVENT)] * 3)
+        outcomes = Outcomes()
+        outcomes_box.append(outcomes)
+        threads = []
+        with gw.locked():
+            threads = [outcomes.run(name, call) for name, call in calls.items()]
+            _wait_queued(gw, len(calls))
+        for thread in threads:
+            thread.join(WAIT)
+    finally:
+        del store.transaction
+    assert not outcomes.errors
+    assert commits == [0], "seven callers, one transaction, nobody answered before its commit"
+    assert gw.protocol.group.batches == 1
+    singles = [outcomes.results[f"t{i}"] for i in range(6)]
+    burst = outcomes.results["burst"]
+    assert burst == list(range(burst[0], burst[0] + 3)), "a burst stays together and in order"
+    every = sorted(singles + burst)
+    assert every == list(range(before + 1, before + 10))
+    assert gw.state_version(CHILD) == before + 9
+    # One notice for the pair (coalesced), queued once after the commit.
+    assert gw.pending_system_events(PEER) == [notice_text(CHILD, before)]
+
+
+def test_a_caller_whose_session_is_unknown_fails_alone(gw):
+    calls = {
+        "good1": lambda: gw.record_event(CHILD, "human_direct_message", **EVENT),
+        # passes validation; its head bump fails inside the batch's transaction
+        "gone_qualified": lambda: gw.record_event("agent:main:subagent:nobody", "goal_changed", **EVENT),
+        # its lookup fails before the batch
+        "gone_unqualified": lambda: gw.record_event("nobody", "goal_changed", **EVENT),
+        "good2": lambda: gw.record_events([dict(session_key=MANAGER, kind="goal_changed", **EVENT)]),
+    }
+    before = gw.state_version(CHILD)
+    with one_batch(gw, calls) as outcomes:
+        pass
+    assert set(outcomes.errors) == {"gone_qualified", "gone_unqualified"}
+    assert all(isinstance(e, UnknownSession) for e in outcomes.errors.values())
+    assert outcomes.results["good1"] > before  # PostgreSQL's rolled-back batch used up sequence values
+    assert isinstance(outcomes.results["good2"][0], int)
+    assert gw.state_version(CHILD) == outcomes.results["good1"]
+    assert gw.state_version(MANAGER) == outcomes.results["good2"][0]
+
+
+def test_bad_input_raises_at_once_without_waiting_for_the_turn(gw):
+    """Validation runs before a call joins a batch: it raises while another thread holds the
+    write turn, and no caller's batch sees it."""
+    outcomes = Outcomes()
+    with gw.locked():
+        thread = outcomes.run("bad", lambda: gw.record_event(CHILD, "no_such_kind", **EVENT))
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a bad call waited for the write turn"
+        burst = outcomes.run("bad_burst", lambda: gw.record_events(
+            [dict(session_key=CHILD, kind="goal_changed", **EVENT), dict(session_key=CHILD, kind="x", **EVENT)]))
+        burst.join(WAIT)
+        assert not burst.is_alive()
+        assert gw.protocol.group.queued() == 0
+    assert isinstance(outcomes.errors["bad"], InvalidArgument)
+    assert isinstance(outcomes.errors["bad_burst"], InvalidArgument)
+
+
+def test_a_storage_failure_fails_exactly_the_callers_of_that_batch(gw, monkeypatch):
+    """R15 per caller: every caller of the failed batch gets None; the next batch succeeds."""
+    store = gw.store
+    real_append = store.append_event
+
+    def full(*args: Any) -> Any:
+        raise StorageFull("disk full (injected)")
+
+    monkeypatch.setattr(store, "append_event", full)
+    calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(4)}
+    calls["burst"] = lambda: gw.record_events([dict(session_key=MANAGER, kind="goal_changed", **EVENT)] * 2)
+    before = gw.state_version(CHILD)
+    with one_batch(gw, calls) as failed:
+        pass
+    assert not failed.errors
+    assert failed.results == {"t0": None, "t1": None, "t2": None, "t3": None, "burst": [None, None]}
+    assert gw.stats["append_failures"] == 6
+    monkeypatch.setattr(store, "append_event", real_append)
+    calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)}
+    with one_batch(gw, calls) as later:
+        pass
+    assert len(set(later.results.values())) == 3 and min(later.results.values()) > before
+    assert gw.state_version(CHILD) == max(later.results.values())
+
+
+def test_dedupe_and_self_suppression_inside_one_batch(gw, wakes):
+    """Two callers with one dedupe key get one event; the watcher's own event gives it no
+    notice (R2), another's does; wakes come after the commit (R9)."""
+    gw.watch(MANAGER, CHILD)
+    before = gw.state_version(CHILD)
+    calls = {
+        "d1": lambda: gw.record_event(CHILD, "goal_changed", dedupe_key="once", **EVENT),
+        "d2": lambda: gw.record_event(CHILD, "goal_changed", dedupe_key="once", **EVENT),
+        "own": lambda: gw.record_event(CHILD, "human_direct_message", actor_type="agent", actor_id=PEER,
+                                       summary="mine"),
+    }
+    with one_batch(gw, calls) as outcomes:
+        pass
+    assert not outcomes.errors
+    assert outcomes.results["d1"] == outcomes.results["d2"]
+    assert gw.state_version(CHILD) == before + 2
+    assert gw.protocol.group.batches == 1
+    # MANAGER saw no event of its own: one coalesced notice from the first.
+    assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, before)]
+    assert any(w == MANAGER for w, _ in wakes)
+
+
+def test_a_caller_inside_its_own_transaction_never_waits_for_a_batch(gw):
+    """The holder of the write turn records in its own transaction, even with callers queued
+    behind it (waiting for a leader that needs its lock would never end)."""
+    outcomes = Outcomes()
+    with gw.transaction():
+        thread = outcomes.run("queued", lambda: gw.record_event(CHILD, "goal_changed", **EVENT))
+        _wait_queued(gw, 1)
+        mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
+        assert gw.protocol.group.queued() == 1
+    thread.join(WAIT)
+    assert isinstance(mine, int) and isinstance(outcomes.results["queued"], int)
+
+
+def test_threads_recording_at_once_lose_nothing(gw):
+    """Free-running threads (no forced batch): every sequence distinct, the head at the end,
+    per-thread order kept."""
+    per_thread = 40
+    outcomes = Outcomes()
+
+    def work() -> list[int | None]:
+        return [gw.record_event(CHILD, "goal_changed", **EVENT) for _ in range(per_thread)]
+
+    before = gw.state_version(CHILD)
+    threads = [outcomes.run(f"t{i}", work) for i in range(6)]
+    for thread in threads:
+        thread.join(WAIT)
+    assert not outcomes.errors
+    every = [s for result in outcomes.results.values() for s in result]
+    assert all(result == sorted(result) for result in outcomes.results.values())
+    assert sorted(every) == list(range(before + 1, before + 1 + 6 * per_thread))
+    assert gw.state_version(CHILD) == before + 6 * per_thread
+
+
+def test_a_lock_holder_outside_a_transaction_commits_the_queue_with_its_own(gw):
+    """Holding ``locked()`` (no transaction), a call takes the queued callers along: one
+    transaction for all, and the waiting leader finds nothing left to do."""
+    outcomes = Outcomes()
+    with gw.locked():
+        threads = [outcomes.run(f"t{i}", lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)]
+        _wait_queued(gw, 3)
+        mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
+        assert gw.protocol.group.queued() == 0
+    for thread in threads:
+        thread.join(WAIT)
+    assert not outcomes.errors and isinstance(mine, int)
+    assert gw.protocol.group.batches == 1
+    assert sorted(outcomes.results.values()) == sorted({*outcomes.results.values()})
+
+
+def test_free_running_callers_lock_holders_and_transactions_together_never_hang(gw):
+    """Every entrance at once: plain callers (queued, led, handed the turn), lock holders that
+    take the queue along, and callers inside their own transaction; all return, nothing is
+    lost."""
+    per_thread = 30
+    outcomes = Outcomes()
+
+    def plain() -> int:
+        for _ in range(per_thread):
+            gw.record_event(CHILD, "goal_changed", **EVENT)
+        return per_thread
+
+    def burst() -> int:
+        for _ in range(per_thread // 3):
+            gw.record_events([dict(session_key=CHILD, kind="goal_changed", **EVENT)] * 3)
+        return per_thread // 3 * 3
+
+    def holder() -> int:
+        for _ in range(per_thread):
+            with gw.locked():
+                gw.record_event(CHILD, "goal_changed", **EVENT)
+        return per_thread
+
+    def nested() -> int:
+        for _ in range(per_thread):
+            with gw.transaction():
+                gw.record_event(CHILD, "goal_changed", **EVENT)
+        return per_thread
+
+    before = gw.store.event_count()
+    kinds = [plain] * 5 + [burst, holder, nested]
+    threads = [outcomes.run(f"{work.__name__}{i}", work) for i, work in enumerate(kinds)]
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a caller never returned"
+    assert not outcomes.errors
+    assert gw.store.event_count() - before == sum(outcomes.results.values())
+    assert gw.protocol.group.idle(), "the write turn was left with a leader nobody is"
