@@ -97,11 +97,18 @@ class ToolsVersusModel(GatewayVersusModel):
     def kill_via_tool(self, data) -> None:
         live = sorted(run for run, (r, c) in self.active_runs.items() if r in self.model.sessions and c in self.model.sessions)
         run_id = data.draw(st.sampled_from(live), label="run")
-        requester, child = self.active_runs.pop(run_id)
+        requester, child = self.active_runs[run_id]
         note(f"tool: {requester} subagents kill {run_id} ({child})")
         got: list[dict] = []
         self._step(lambda: got.append(self.gw.call_tool(requester, "subagents", {"action": "kill", "target": run_id})),
                    quiet=True)
+        if self._depth(requester) >= MAX_DEPTH:
+            # A leaf has no `subagents`. The requester key can be a leaf only as a new session
+            # under a deleted requester's key (delete, then spawn the key again deeper down):
+            # the policy refuses and the run keeps running.
+            assert got[0]["error"]["code"] == "tool_not_allowed", got[0]
+            return
+        del self.active_runs[run_id]
         assert got[0] == {"status": "ok", "action": "kill", "killed": [run_id]}, got[0]
         self.model.record_run_event(
             child, "run_failed", "agent", requester, f"run cancelled ({run_id})",
