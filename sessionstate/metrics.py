@@ -144,8 +144,8 @@ class GatewayMetrics:
             return create_session
 
         def queueing(original: Callable[..., bool]) -> Callable[..., bool]:
-            def enqueue(session_key: str, text: str, target: Any = None) -> bool:
-                added = original(session_key, text, target)
+            def enqueue(session_key: str, text: str, target: Any = None, **options: Any) -> bool:
+                added = original(session_key, text, target, **options)  # options: the queue's own (wakes=)
                 if added and target is not None:  # a stale notice (plain lines carry no target)
                     self.notices_queued.add(1)
                 return added
