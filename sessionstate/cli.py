@@ -6,14 +6,29 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from .config import default_url, normalize_url
 from .errors import SessionStateError
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse with its usage errors in the shape of every other error the command prints:
+    one line, ``sessionstate: usage_error: <command>: <what>``, exit 2 (argparse's own prints the
+    usage block and then the error, several lines a script has to pick apart). Subparsers take
+    the class of the parser that adds them, so every command and action inherits it; ``--help``
+    is untouched."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.partition(" ")[2]  # "sessions create" of "sessionstate sessions create"
+        where = f"{command}: " if command else ""
+        # A value echoed back may hold a line break: escaped, so the error stays one line.
+        what = message.replace("\r", "\\r").replace("\n", "\\n")
+        self.exit(2, f"sessionstate: usage_error: {where}{what} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="sessionstate",
         description="Session state awareness: signal log, watcher cursors, stale notices.",
     )

@@ -8,9 +8,12 @@ Instruments (meter ``sessionstate``):
 
 * counters ``sessionstate.events.recorded`` (attribute ``kind``), ``sessionstate.append.failures``
   (R15: a record that storage refused), ``sessionstate.notices.queued``,
-  ``sessionstate.notices.drained``, ``sessionstate.wakes.sent``, ``sessionstate.wakes.owed``,
-  ``sessionstate.wakes.fired_late``;
-* histogram ``sessionstate.append.duration`` (seconds per ``record_event``/``record_events`` call);
+  ``sessionstate.notices.drained``, ``sessionstate.wakes.sent`` (every ``on_wake`` call, at once
+  or owed), and per watcher ``sessionstate.wakes.owed`` (a wake the window held back, R12),
+  ``sessionstate.wakes.owed_fired`` (an owed wake that fired) and ``sessionstate.wakes.fired_late``
+  (one that fired more than ``LATE_WAKE_SECONDS`` after its due time: LIV1's bound);
+* histograms ``sessionstate.append.duration`` (seconds per ``record_event``/``record_events``
+  call) and ``sessionstate.wakes.lateness`` (seconds from an owed wake's due time to its firing);
 * observable gauges per watcher (attribute ``watcher``): ``sessionstate.watcher.lag`` (the most
   unread events of any target it watches) and ``sessionstate.watcher.lead`` (the fewest events
   that can still be recorded before the oldest unread event of one of its targets is pruned:
@@ -18,9 +21,9 @@ Instruments (meter ``sessionstate``):
   collection (operator.py).
 
 Nothing is added to the record path itself: the gateway's bound methods are wrapped on this one
-instance (``detach()`` puts them back), so an uninstrumented gateway pays nothing.
-``wakes.owed`` and ``wakes.fired_late`` have no producer in this tree yet: ``wake_owed`` and
-``wake_fired_late`` are the hooks for the owed-wake code to call (``metrics_of(gateway)``).
+instance (``detach()`` puts them back), so an uninstrumented gateway pays nothing. The wake
+counters come from the wake coalescer's two hooks (``on_fired``, ``on_owed``: wake.py), which
+an uninstrumented gateway leaves as they were (``on_owed`` None: one check per owed wake).
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ if TYPE_CHECKING:
     from .gateway import Gateway
 
 METER_NAME = "sessionstate"
+# An owed wake that fires more than this after its due time is late: LIV1 allows 1 s (the wake
+# timer re-reads the clock at least once a second, wake.TIMER_MAX_SLEEP_SECONDS).
+LATE_WAKE_SECONDS = 1.0
+# Lateness buckets in seconds: on time is well under a second, a stalled timer shows in tens.
+LATENESS_BUCKETS = (0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 _CLASS_METHOD = object()
 
 _instrumented: "weakref.WeakKeyDictionary[Gateway, GatewayMetrics]" = weakref.WeakKeyDictionary()
@@ -71,11 +79,17 @@ class GatewayMetrics:
         self.notices_drained = meter.create_counter(
             "sessionstate.notices.drained", unit="{notice}", description="stale notices delivered by a drain")
         self.wakes_sent = meter.create_counter(
-            "sessionstate.wakes.sent", unit="{wake}", description="on_wake calls made")
+            "sessionstate.wakes.sent", unit="{wake}", description="on_wake calls made, at once or owed")
         self.wakes_owed = meter.create_counter(
-            "sessionstate.wakes.owed", unit="{wake}", description="wakes held back by coalescing and owed later")
+            "sessionstate.wakes.owed", unit="{wake}", description="wakes held back by the window and owed later")
+        self.wakes_owed_fired = meter.create_counter(
+            "sessionstate.wakes.owed_fired", unit="{wake}", description="owed wakes that fired")
         self.wakes_fired_late = meter.create_counter(
-            "sessionstate.wakes.fired_late", unit="{wake}", description="owed wakes that fired after their due time")
+            "sessionstate.wakes.fired_late", unit="{wake}",
+            description=f"owed wakes that fired more than {LATE_WAKE_SECONDS:g} s after their due time")
+        self.wake_lateness = meter.create_histogram(
+            "sessionstate.wakes.lateness", unit="s", description="from an owed wake's due time to its firing",
+            explicit_bucket_boundaries_advisory=list(LATENESS_BUCKETS))
         self.append_duration = meter.create_histogram(
             "sessionstate.append.duration", unit="s", description="time of one record_event/record_events call")
         meter.create_observable_gauge(
@@ -87,13 +101,22 @@ class GatewayMetrics:
         self._originals: list[tuple[object, str, object]] = []
         self._wrap()
 
-    # -- hooks for code that knows more than the gateway's surface ------------------------------
+    # -- the wake coalescer's hooks (wake.py) ---------------------------------------------------
 
-    def wake_owed(self, watcher: str) -> None:
+    def wake_owed(self, watcher: str, due: float) -> None:
         self.wakes_owed.add(1, {"watcher": watcher})
 
-    def wake_fired_late(self, watcher: str) -> None:
-        self.wakes_fired_late.add(1, {"watcher": watcher})
+    def wake_fired(self, watcher: str, at: float, due: float | None) -> None:
+        """An ``on_wake`` call at ``at``; ``due`` is the owed wake's due time (None: at once)."""
+        self.wakes_sent.add(1)
+        if due is None:
+            return
+        attributes = {"watcher": watcher}
+        lateness = max(0.0, at - due)
+        self.wakes_owed_fired.add(1, attributes)
+        self.wake_lateness.record(lateness, attributes)
+        if lateness > LATE_WAKE_SECONDS:
+            self.wakes_fired_late.add(1, attributes)
 
     def detach(self) -> None:
         """Stop counting: the gateway's own methods back (the gauges read nothing more)."""
@@ -144,8 +167,8 @@ class GatewayMetrics:
             return create_session
 
         def queueing(original: Callable[..., bool]) -> Callable[..., bool]:
-            def enqueue(session_key: str, text: str, target: Any = None) -> bool:
-                added = original(session_key, text, target)
+            def enqueue(session_key: str, text: str, target: Any = None, **options: Any) -> bool:
+                added = original(session_key, text, target, **options)  # options: the queue's own (wakes=)
                 if added and target is not None:  # a stale notice (plain lines carry no target)
                     self.notices_queued.add(1)
                 return added
@@ -161,13 +184,16 @@ class GatewayMetrics:
                 return lines
             return drain_system_events
 
-        def waking(original: Callable[[str, str], bool]) -> Callable[[str, str], bool]:
-            def wake(watcher: str, reason: str) -> bool:
-                sent = original(watcher, reason)
-                if sent:
-                    self.wakes_sent.add(1)
-                return sent
-            return wake
+        def chained(hook: Callable[..., None]) -> Callable[[Any], Callable[..., None]]:
+            def make(original: Callable[..., None] | None) -> Callable[..., None]:
+                if original is None:
+                    return hook
+
+                def both(*args: Any) -> None:  # the protocol's own hook (the trace) first
+                    original(*args)
+                    hook(*args)
+                return both
+            return make
 
         # The gateway binds the protocol's record methods onto itself (the event path skips
         # its frame): both bindings are replaced, so every caller is counted.
@@ -178,7 +204,9 @@ class GatewayMetrics:
         self._replace(protocol, "create_session", creating)
         self._replace(protocol.queue, "enqueue", queueing)
         self._replace(protocol, "drain_system_events", draining)
-        self._replace(protocol.wakes, "wake", waking)
+        # Every on_wake call, at once or owed, passes on_fired (wake.WakeCoalescer._attempt).
+        self._replace(protocol.wakes, "on_fired", chained(self.wake_fired))
+        self._replace(protocol.wakes, "on_owed", chained(self.wake_owed))
 
     def _count_recorded(self, kinds: Iterable[str], sequences: Iterable[int | None]) -> None:
         for kind, sequence in zip(kinds, sequences):

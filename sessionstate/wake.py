@@ -67,6 +67,9 @@ class WakeCoalescer:
         self.start_timer: Callable[[], WakeTimer] | None = None  # set by the owner (it holds the lock)
         # (watcher, at, due): the trace; due is the owed wake's due time, None for a wake at once
         self.on_fired: Callable[[str, float, float | None], None] | None = None
+        # (watcher, due): a wake became owed (not an owed one moved: a retry or a lost slot);
+        # the metrics' hook (metrics.py), None unless installed
+        self.on_owed: Callable[[str, float], None] | None = None
         self.sent = 0
         self.dropped = 0  # asked inside the window (now owed)
         self.owed_fired = 0
@@ -141,7 +144,7 @@ class WakeCoalescer:
         last = self._last.get(watcher)
         if last is not None and now - last < window:
             self.dropped += not owed
-            self._owe(watcher, reason, last + window)
+            self._owe(watcher, reason, last + window, new=not owed)
             return False
         if self.take_slot is not None:  # R23: the durable slot decides across processes
             won, slot_time = self.take_slot(watcher, now, window)
@@ -151,7 +154,7 @@ class WakeCoalescer:
                 # Another process woke it at slot_time; that wake may be lost with its process,
                 # so this one stays owed while the lines are held (R23).
                 due = slot_time + window
-                self._owe(watcher, reason, due if due > now else now + RETRY_SECONDS)
+                self._owe(watcher, reason, due if due > now else now + RETRY_SECONDS, new=not owed)
                 return False
         self._last[watcher] = now
         if self._queue_mark is not None:
@@ -167,12 +170,16 @@ class WakeCoalescer:
             log.exception("on_wake(%r) failed", watcher)
         return True
 
-    def _owe(self, watcher: str, reason: str, due: float) -> None:
+    def _owe(self, watcher: str, reason: str, due: float, *, new: bool = False) -> None:
+        """Owe the watcher a wake at ``due``; ``new`` when asked by ``wake`` (a fresh owed wake
+        if none is held), not when an owed wake that fell due is owed again."""
         held = self._owed.get(watcher)
         if held is not None and held[0] <= due:
             return  # already owed, as early: one heap entry per watcher and window
         self._owed[watcher] = (due, reason)
         heapq.heappush(self._heap, (due, watcher))
+        if new and held is None and self.on_owed is not None:
+            self.on_owed(watcher, due)
         timer = self.timer
         if timer is None and self.start_timer is not None:
             timer = self.timer = self.start_timer()

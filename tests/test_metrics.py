@@ -1,5 +1,6 @@
 """sessionstate.metrics through the OpenTelemetry SDK's in-memory reader: the counters, the
-append histogram and the per-watcher lag and lead gauges, on each backend."""
+append histogram, the per-watcher lag and lead gauges and the owed wakes (owed, fired, fired
+late, their lateness) under a fake clock, on each backend."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from sessionstate import Gateway, StorageError
-from sessionstate.metrics import instrument, metrics_of
+from sessionstate.metrics import LATENESS_BUCKETS, instrument, metrics_of
 
 MANAGER, WORKER, PEER = "agent:main:main", "agent:main:subagent:worker", "agent:main:peer"
 
@@ -89,19 +90,112 @@ def test_append_failures_are_counted(measured, monkeypatch):
     assert "sessionstate.events.recorded" not in metrics
 
 
-def test_the_wake_hooks_and_detach(measured):
-    gw, metrics, reader, _ = measured
-    assert metrics_of(gw) is metrics and instrument(gw) is metrics
-    metrics.wake_owed(MANAGER)
-    metrics.wake_fired_late(MANAGER)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def timed(db_url):
+    """A gateway on a fake clock (owed wakes fall due when the test moves it), with MANAGER
+    watching WORKER: a human message on WORKER queues a notice that asks for a wake."""
+    reader, clock, wakes = InMemoryMetricReader(), Clock(), []
+    gw = Gateway.open(db_url, clock=clock, on_wake=lambda watcher, reason: wakes.append((watcher, clock.now)))
+    metrics = instrument(gw, MeterProvider(metric_readers=[reader]))
+    gw.create_session(MANAGER)
+    gw.create_session(WORKER, kind="subagent", parent=MANAGER)
+    yield gw, metrics, reader, clock, wakes
+    gw.close()
+
+
+def test_owed_wakes_fired_and_late(timed):
+    gw, _, reader, clock, wakes = timed
+    start = clock.now
+    human(gw)                                   # t=0: woken at once, nothing owed
+    assert "sessionstate.wakes.owed" not in collected(reader)
+    clock.now = start + 5
+    assert gw.drain_system_events(MANAGER)
+    clock.now = start + 10
+    human(gw)                                   # inside the window: owed, due at t=20
+    assert collected(reader)["sessionstate.wakes.owed"] == [({"watcher": MANAGER}, 1)]
+    clock.now = start + 20.5
+    gw.fire_due_wakes()                         # (or the timer first: the lock orders them)
+    assert [at for _, at in wakes] == [start, start + 20.5]
     found = collected(reader)
-    assert found["sessionstate.wakes.owed"] == [({"watcher": MANAGER}, 1)]
+    assert total(found, "sessionstate.wakes.sent") == 2  # the owed wake is an on_wake call too
+    assert found["sessionstate.wakes.owed_fired"] == [({"watcher": MANAGER}, 1)]
+    assert "sessionstate.wakes.fired_late" not in found  # 0.5 s: within LIV1's second
+
+    assert gw.drain_system_events(MANAGER)
+    clock.now = start + 25
+    human(gw)                                   # owed again, due at 20.5 + 20 = 40.5
+    clock.now = start + 43
+    gw.fire_due_wakes()                         # 2.5 s after its due time: late
+    found = collected(reader)
+    assert total(found, "sessionstate.wakes.owed") == 2
+    assert found["sessionstate.wakes.owed_fired"] == [({"watcher": MANAGER}, 2)]
     assert found["sessionstate.wakes.fired_late"] == [({"watcher": MANAGER}, 1)]
+    [point] = [p for m in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+               if m.name == "sessionstate.wakes.lateness" for p in m.data.data_points]
+    assert point.count == 2 and point.sum == pytest.approx(0.5 + 2.5)
+    assert list(point.explicit_bounds) == list(LATENESS_BUCKETS)
+
+
+def test_an_owed_wake_is_counted_once(timed, monkeypatch):
+    """A drained watcher's owed wake never fires; one that fails to read its slot and is owed
+    again (retry) is still one owed wake."""
+    gw, _, reader, clock, wakes = timed
+    start = clock.now
+    human(gw)
+    gw.drain_system_events(MANAGER)
+    clock.now = start + 10
+    human(gw)                                   # owed, due at t=20
+    clock.now = start + 12
+    assert gw.drain_system_events(MANAGER)      # drained before it fell due
+    clock.now = start + 21
+    gw.fire_due_wakes()
+    found = collected(reader)
+    assert total(found, "sessionstate.wakes.owed") == 1 and "sessionstate.wakes.owed_fired" not in found
+
+    clock.now = start + 30
+    human(gw)                                   # the window has passed: woken at once
+    assert gw.drain_system_events(MANAGER)
+    clock.now = start + 35
+    human(gw)                                   # owed, due at t=50
+    slot = gw.protocol.wakes.take_slot
+    failures = iter([StorageError("slot unreadable")])
+
+    def flaky(*args):
+        for failure in failures:
+            raise failure
+        return slot(*args)
+
+    monkeypatch.setattr(gw.protocol.wakes, "take_slot", flaky)
+    clock.now = start + 50
+    gw.fire_due_wakes()                         # the slot fails: owed again at t=51
+    assert len(wakes) == 2 and gw.protocol.wakes.owed() == {MANAGER: start + 51}
+    clock.now = start + 51
+    gw.fire_due_wakes()
+    found = collected(reader)
+    assert len(wakes) == 3
+    assert total(found, "sessionstate.wakes.owed") == 2  # not 3: the retry is the same owed wake
+    assert found["sessionstate.wakes.owed_fired"] == [({"watcher": MANAGER}, 1)]
+
+
+def test_detach(timed):
+    gw, metrics, reader, _, _ = timed
+    wakes = gw.protocol.wakes
+    assert metrics_of(gw) is metrics and instrument(gw) is metrics
+    before = collected(reader)["sessionstate.events.recorded"]  # the fixture's child_spawned
     metrics.detach()
     assert metrics_of(gw) is None
+    assert wakes.on_owed is None and wakes.on_fired == gw.protocol._trace_wake  # the protocol's own
     gw.create_session(PEER)
     human(gw, PEER)
-    assert "sessionstate.events.recorded" not in collected(reader)  # no longer counted
+    assert collected(reader)["sessionstate.events.recorded"] == before  # no longer counted
     assert "record_event" not in vars(gw.protocol)  # the class's method again
 
 

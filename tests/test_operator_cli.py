@@ -15,6 +15,7 @@ import time
 import pytest
 
 from sessionstate import Gateway
+from sessionstate.cli import main
 from sessionstate.notice_protocol import DAY_SECONDS
 from sessionstate.operator import observe
 
@@ -77,7 +78,7 @@ def test_sessions_bad_input(db_url, tmp_path):
     missing = tmp_path / "nowhere" / "state.db"
     assert refused(cli("sessions", "--db", str(missing)), "storage_unavailable") and not missing.parent.exists()
     usage = cli("sessions", "create")  # argparse: no key
-    assert usage.returncode == 2 and "required: key" in usage.stderr
+    assert refused(usage, "usage_error") and "sessions create: the following arguments are required: key" in usage.stderr
 
 
 def test_watchers_shows_each_pair_without_changing_it(world):
@@ -106,7 +107,7 @@ def test_watchers_bad_input(world):
     assert refused(cli("watchers", "ghost", "--db", world), "unknown_session")
     assert refused(cli("watchers", "bad key", "--db", world), "invalid_argument")
     usage = cli("watchers", MANAGER, "--max-rows", "many", "--db", world)
-    assert usage.returncode == 2 and "invalid int value" in usage.stderr
+    assert refused(usage, "usage_error") and "invalid int value" in usage.stderr
 
 
 @pytest.fixture
@@ -144,7 +145,7 @@ def test_prune_shows_what_would_go_then_does_it(aged):
 
 
 def test_prune_bad_input(aged):
-    assert cli("prune", "--retention-days", "soon", "--db", aged).returncode == 2
+    assert refused(cli("prune", "--retention-days", "soon", "--db", aged), "usage_error")
     assert refused(cli("prune", "--retention-days", "-1", "--db", aged), "invalid_argument")
 
 
@@ -190,3 +191,38 @@ def test_tail_follows_notices_and_wakes_from_another_process(world):
 def test_tail_bad_input(world, tmp_path):
     assert refused(cli("tail", "--poll", "0", "--db", world), "invalid_argument")
     assert refused(cli("tail", "--db", str(tmp_path / "none.db")), "storage_unavailable")
+
+
+@pytest.mark.parametrize("argv, where, what", [
+    (["sessions", "create"], "sessions create", "the following arguments are required: key"),
+    (["sessions", "remove", "x"], "sessions", "argument ACTION: invalid choice: 'remove'"),
+    (["sessions", "--bogus"], "", "unrecognized arguments: --bogus"),
+    (["watchers"], "watchers", "the following arguments are required: key"),
+    (["watchers", "main", "--lead-rows"], "", "unrecognized arguments: --lead-rows"),
+    (["tail", "--poll", "soon"], "tail", "argument --poll: invalid float value: 'soon'"),
+    (["prune", "--max-rows", "a\nb"], "prune", "argument --max-rows: invalid int value: 'a\\nb'"),
+    (["nonsense"], None, "argument COMMAND: invalid choice: 'nonsense'"),
+    ([], None, "the following arguments are required: COMMAND"),
+])
+def test_usage_errors_are_one_line_and_exit_2(capsys, argv, where, what):
+    """argparse's own error is the usage block and then the error; ours is the one line every
+    other error prints, naming the (sub)command whose parser refused (``unrecognized
+    arguments`` comes from the top parser, after the subcommand parsed what it knew)."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and out == ""
+    [line] = err.splitlines()
+    prefix = "sessionstate: usage_error: " + (f"{where}: " if where else "")
+    assert line.startswith(prefix + what), line
+    assert line.endswith(" --help)") and "usage:" not in line
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["sessions", "--help"], ["sessions", "create", "--help"],
+                                  ["watchers", "--help"], ["tail", "--help"], ["prune", "--help"]])
+def test_help_still_prints_the_usage_and_exits_0(capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exited.value.code == 0 and err == ""
+    assert out.startswith("usage: sessionstate") and "options:" in out
