@@ -28,7 +28,7 @@ from sessionstate.statemachine.table import (
     TRANSITIONS,
     Transition,
 )
-from sessionstate.verify import promela
+from sessionstate.verify import promela, world
 from sessionstate.verify.promela import Mutation, generate
 from sessionstate.verify.spin import (
     BOUNDS,
@@ -70,6 +70,17 @@ def test_a_change_to_the_table_changes_the_model():
     assert "NEXT[PENDING_WITH_MORE * NTRIG + T_DRAIN] = CAUGHT_UP; EFF[PENDING_WITH_MORE * NTRIG + T_DRAIN] = E_SEED;" in model
     dropped = tuple(t for t in TRANSITIONS if (t.source, t.trigger) != (NOTICE_PENDING, DRAIN))
     assert "NOTICE_PENDING * NTRIG + T_DRAIN" not in generate(dropped)
+
+
+def test_the_ambient_pairs_come_from_the_explorers_world(monkeypatch):
+    """A's cursor on C is queue-only (R26) in the model because world.AMBIENT says so."""
+    model = generate()
+    ambient = [i for i, pair in enumerate(world.PAIRS) if pair in world.AMBIENT]
+    assert ambient == [world.PAIRS.index(("A", "C"))]
+    for i in range(len(world.PAIRS)):
+        assert f"AMB[{i}] = {int(i in ambient)};" in model
+    monkeypatch.setattr(promela, "AMBIENT", frozenset())
+    assert all(f"AMB[{i}] = 0;" in generate() for i in range(len(world.PAIRS)))
 
 
 def test_an_effect_without_an_inline_is_refused():
@@ -201,6 +212,8 @@ MUTATIONS = {
     "deliver_from_the_queue_without_the_cursor": (TRANSITIONS, Mutation(queue_only_drain=True), 2,
                                                   "assertion violated ((watched[pd]&&(L[pd]!=N[pd]))"),  # INV10
     "forget_the_owed_wake": (TRANSITIONS, Mutation(forget_owed_wake=True), 1, "acceptance cycle"),
+    # R26: A's ambient cursor on C wakes A (or is owed a wake) like an explicit one.
+    "ambient_wakes": (TRANSITIONS, Mutation(ambient_wakes=True), 1, "!(AMB["),  # INV12
 }
 
 
