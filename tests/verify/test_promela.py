@@ -38,6 +38,7 @@ from sessionstate.verify.spin import (
     spin_available,
     trail_actions,
     trail_steps,
+    trail_wakes,
 )
 
 REQUIRE_SPIN_ENV = "SESSIONSTATE_REQUIRE_SPIN"
@@ -279,12 +280,30 @@ def test_a_trail_of_the_correct_model_replays_equal_on_real_gateways(processes, 
     report = run_spin(promela.SPEC_PATH.read_text() + WITNESS, processes, BOUNDS[processes],
                       properties=("WITNESS",), workdir=tmp_path / "spin")
     assert report.failed is not None, "SPIN found no run to the witness state"
-    steps = trail_actions(trail_steps(report), processes)
-    replayed = replay_trail(steps, processes, tmp_path / "real")
+    printed = trail_steps(report)
+    steps = trail_actions(printed, processes)
+    replayed = replay_trail(steps, processes, tmp_path / "real", trail_wakes(printed))
     assert replayed.steps >= 3
     assert replayed.differences == []
     assert replayed.trace_violation is None, replayed.trace_violation
     assert steps[-1][1] is not None and steps[-1][1][0] == (1, 2, 2)
+    # The trail wakes A (its first event, then R23's re-wake after the window): the real
+    # gateways send the same wakes from the same processes in the same steps.
+    assert replayed.model_wakes >= 2
+    assert replayed.wake_differences == []
+
+
+def test_a_forgotten_owed_wake_is_a_wake_the_real_gateway_sends(tmp_path):
+    """The model that drops a wake suppressed inside the window (LIV1's acceptance cycle):
+    replayed on the real gateway, the window's end fires the owed wake the model forgot."""
+    need_spin()
+    report = _mutant_report("forget_the_owed_wake", tmp_path / "spin")
+    printed = trail_steps(report)
+    replayed = replay_trail(trail_actions(printed, 1), 1, tmp_path / "real", trail_wakes(printed))
+    assert replayed.differences == []  # the positions agree: only the wake is missing
+    assert replayed.wake_differences, "the real gateway sent no wake the model did not"
+    assert "the window passes" in replayed.wake_differences[0]
+    assert "processes [0] for real, [] in the model" in replayed.wake_differences[0]
 
 
 # -- CI never passes with SPIN skipped ----------------------------------------------------------
