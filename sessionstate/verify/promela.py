@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..statemachine.table import EFFECTS, STATES, TRANSITIONS, TRIGGERS, Transition
-from .world import PAIRS, SESSIONS, WATCHERS
+from .world import AMBIENT, PAIRS, SESSIONS, WATCHERS
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.pml"
 DEFAULTS = {"PROCS": 1, "MAXSEQ": 3, "STEPS": 5}  # `sessionstate check --spin`'s one-process bounds
@@ -56,6 +56,7 @@ class Mutation:
     queue_only_drain: bool = False  # R17/R21: deliver what this process queued, ignore the cursor
     forget_owed_wake: bool = False  # issue 21: a wake suppressed inside the window is dropped
     attach_keeps_held: bool = False  # the stranded notice SPIN found: attach leaves a held notice as it was
+    ambient_wakes: bool = False  # R26: an ambient pair's notice wakes (or is owed a wake) like an explicit one's
 
 
 def macro(name: str) -> str:
@@ -103,7 +104,9 @@ def _header() -> str:
         " * inlines and the world). Do not edit: tests/verify/test_promela.py fails on a diff.",
         " *",
         " * Sessions A, B, C; pairs " + ", ".join(f"{i}=({w},{t})" for i, (w, t) in enumerate(PAIRS)) + ".",
-        " * A is main-style (woken), B a sub-agent (never woken). Bounds, all overridable with -D:",
+        " * A is main-style (woken), B a sub-agent (never woken); ambient (queue-only, never woken, R26): "
+        + (", ".join(f"{i}=({w},{t})" for i, (w, t) in enumerate(PAIRS) if (w, t) in AMBIENT) or "none") + ".",
+        " * Bounds, all overridable with -D:",
         " *   PROCS  gateway processes sharing the database (1 or 2)",
         " *   MAXSEQ events in a run (sequences 1..MAXSEQ, so positions stay small)",
         " *   STEPS  environment actions in a run (turns, pumps and the clock come on top)",
@@ -141,7 +144,7 @@ bool inwin[2];             /* durable wake slot: woken less than a window ago (R
 byte claim[2];             /* claimant process of A and B (R20) */
 /* per process (index q * NPAIRS + pair, q * 2 + watcher) */
 byte qtext[NQ];            /* queued notice: changesSince + 1, 0 none */
-bool qnew[NQ];             /* ghost: entered after the watcher's last wake */
+bool qnew[NQ];             /* ghost: a waking line that entered after this process's own last wake of W */
 bool owe[NW];              /* a suppressed wake is owed at the window's end */
 bool dirty[PROCS];         /* another process committed since this one's pump swept */
 bool turn_due[2];          /* the watcher was woken and its turn has not drained yet */
@@ -153,7 +156,7 @@ byte steps;
 hidden byte st; hidden byte dest; hidden byte opened; hidden byte s0;
 hidden byte qc; hidden byte qo; hidden byte qa; hidden byte ti; hidden byte tr0; hidden byte pc;
 hidden byte pe; hidden byte pd; hidden byte pr; hidden byte px; hidden byte p2; hidden byte ta; hidden byte aa;
-hidden byte qt; hidden byte hb; hidden byte qq; hidden byte qw; hidden byte r;
+hidden byte qt; hidden byte hb; hidden byte qq; hidden byte qw; hidden byte r; hidden byte wc; hidden byte wl;
 """
 
 
@@ -217,15 +220,17 @@ def _mutation_flags(mutation: Mutation) -> str:
         f"#define MUT_QUEUE_ONLY_DRAIN {int(mutation.queue_only_drain)}",
         f"#define MUT_FORGET_OWED_WAKE {int(mutation.forget_owed_wake)}",
         f"#define MUT_ATTACH_KEEPS_HELD {int(mutation.attach_keeps_held)}",
+        f"#define MUT_AMBIENT_WAKES {int(mutation.ambient_wakes)}",
     ]) + "\n"
 
 
 def _world_constants() -> str:
-    lines = ["/* the configuration (verify/world.py): pairs, watchers, main-style */",
+    lines = ["/* the configuration (verify/world.py): pairs, watchers, main-style, ambient (queue-only, R26) */",
              "hidden byte PW[NPAIRS]; hidden byte PT[NPAIRS]; hidden byte WI[NPAIRS]; hidden byte MAIN[2];",
+             "hidden byte AMB[NPAIRS];",
              "inline load_world() {"]
     for p, (w, t) in enumerate(PAIRS):
-        lines.append(f"  PW[{p}] = S_{w}; PT[{p}] = S_{t}; WI[{p}] = {_widx(w)};")
+        lines.append(f"  PW[{p}] = S_{w}; PT[{p}] = S_{t}; WI[{p}] = {_widx(w)}; AMB[{p}] = {int((w, t) in AMBIENT)};")
     for w in WATCHERS:
         lines.append(f"  MAIN[{_widx(w)}] = {int(MAIN_STYLE[w])};")
     lines.append("}")
@@ -233,35 +238,45 @@ def _world_constants() -> str:
 
 
 WORLD = r"""
-/* queues and wakes (R5, R12, R19, R23; issue 21's owed wake) */
+/* queues and wakes (R5, R12, R19, R23, R26) */
 #define QI(q, p) ((q) * NPAIRS + (p))
+/* R12, R26: the one wake decision: a main-style watcher's line asks for a wake unless its pair is ambient */
+#define ASKS_WAKE(p) ((MAIN[WI[p]] || MUT_WAKE_SUBAGENTS) && (!AMB[p] || MUT_AMBIENT_WAKES))
 #define HELD_NEW(q, w) ((WI[0] == (w) && qtext[QI(q, 0)] != 0 && qnew[QI(q, 0)]) || \
                         (WI[1] == (w) && qtext[QI(q, 1)] != 0 && qnew[QI(q, 1)]) || \
                         (WI[2] == (w) && qtext[QI(q, 2)] != 0 && qnew[QI(q, 2)]))
-inline wake(w) {
-  assert(MAIN[w]);      /* R12: a sub-agent watcher is never woken */
-  assert(!inwin[w]);    /* one wake per window, in all processes together (R23) */
+/* process q wakes w for the line of pair `cause`; only q's own lines count as woken (R12, R23) */
+inline wake(w, q, cause) {
+  assert(MAIN[w]);         /* R12: a sub-agent watcher is never woken */
+  assert(!AMB[cause]);     /* INV12 (R26): no wake is ever sent for an ambient pair's notice */
+  assert(!inwin[w]);       /* WAKE1: one wake per window, in all processes together (R23) */
   inwin[w] = 1; turn_due[w] = 1;
-  for (qq : 0 .. PROCS - 1) { for (p2 : 0 .. NPAIRS - 1) { if :: WI[p2] == w -> qnew[QI(qq, p2)] = 0 :: else -> skip fi } };
-  qq = 0; p2 = 0;
-  printf("@WAKE %d\n", w)
+  for (p2 : 0 .. NPAIRS - 1) { if :: WI[p2] == w -> qnew[QI(q, p2)] = 0 :: else -> skip fi };
+  p2 = 0;
+  printf("@WAKE %d %d\n", w, q)
 }
-inline notice_wake(q, w) {
+inline notice_wake(q, ep) {
   if
-  :: MAIN[w] || MUT_WAKE_SUBAGENTS ->
+  :: ASKS_WAKE(ep) ->
      if
-     :: !inwin[w] -> wake(w)
-     :: else -> if :: !MUT_FORGET_OWED_WAKE -> owe[(q) * 2 + w] = 1 :: else -> skip fi
+     :: !inwin[WI[ep]] -> wake(WI[ep], q, ep)
+     :: else ->
+        if
+        :: !MUT_FORGET_OWED_WAKE ->
+           assert(!AMB[ep]);  /* INV12 (R26): nor is a wake owed for one */
+           owe[(q) * 2 + WI[ep]] = 1
+        :: else -> skip
+        fi
      fi
-  :: else -> skip  /* a sub-agent gets the queued notice only */
+  :: else -> skip  /* a sub-agent's or an ambient pair's line: queued, nothing else */
   fi
 }
 inline enqueue(ep, q, since) {
   assert(since == L[ep]);  /* INV4: a notice says changesSince L */
   if
   :: qtext[QI(q, ep)] == since + 1 -> skip  /* R5: already held */
-  :: else -> qtext[QI(q, ep)] = since + 1; qnew[QI(q, ep)] = 1;
-             notice_wake(q, WI[ep])
+  :: else -> qtext[QI(q, ep)] = since + 1; qnew[QI(q, ep)] = ASKS_WAKE(ep);
+             notice_wake(q, ep)
   fi
 }
 inline offer(ep, q, since) {  /* R19: queued only where the watcher is served */
@@ -322,10 +337,10 @@ inline event(t, a, notifying, q) {
        :: tr0 == T_MATERIAL_EVENT ->
           if :: owed[pe] == 0 -> gN[pe] = s0; dlv[pe] = 0 :: else -> skip fi;  /* R6: an episode freezes at its first event */
           owed[pe] = owed[pe] | (1 << s0);
-          /* R23: a still-pending main-style watcher is woken again once its window passed */
+          /* R23: a still-pending main-style watcher is woken again once its window passed (not by an ambient pair, R26) */
           if
-          :: opened == NONE && MAIN[WI[pe]] && claim[WI[pe]] == q && !inwin[WI[pe]] && qtext[QI(q, pe)] != 0 ->
-             wake(WI[pe])
+          :: opened == NONE && ASKS_WAKE(pe) && claim[WI[pe]] == q && !inwin[WI[pe]] && qtext[QI(q, pe)] != 0 ->
+             wake(WI[pe], q, pe)
           :: else -> skip
           fi
        :: else -> assert(opened == NONE)  /* INV5: no self or log-only notice */
@@ -436,13 +451,25 @@ inline sweep(q) {  /* R22: the pump makes this queue what the durable cursors ow
   dirty[q] = 0;
   printf("@ACT sweep %d\n", q)
 }
-inline window(w) {  /* the window passes: an owed wake fires if a notice entered after the last wake */
+/* the window passes: an owed wake falls due, and fires if this process still serves W and holds a
+   waking line that entered after its own last wake of W (R12, R23) */
+inline window(w) {
   inwin[w] = 0;
   for (qw : 0 .. PROCS - 1) {
     if
     :: owe[qw * 2 + w] ->
        owe[qw * 2 + w] = 0;
-       if :: claim[w] == qw && !inwin[w] && HELD_NEW(qw, w) -> wake(w) :: else -> skip fi
+       if
+       :: claim[w] == qw && !inwin[w] && HELD_NEW(qw, w) ->
+          wc = NONE;  /* the line it wakes for: an explicit pair's when there is one */
+          for (wl : 0 .. NPAIRS - 1) {
+            if :: WI[wl] == w && qtext[QI(qw, wl)] != 0 && qnew[QI(qw, wl)] && (wc == NONE || AMB[wc]) -> wc = wl
+               :: else -> skip fi
+          };
+          wl = 0;
+          wake(w, qw, wc); wc = 0
+       :: else -> skip
+       fi
     :: else -> skip
     fi
   };
@@ -534,14 +561,18 @@ end_pump:
 
 def _properties() -> str:
     a = _widx("A")
-    owed = " && ".join(f"(owed[{p}] != 0 -> <> (owed[{p}] == 0))" for p in _pairs_of("A"))
-    return f"""/* LIV1 (issue 21): a main-style watcher that holds, in the process serving it, a queued notice
- * that entered after its last wake is eventually woken (or drains it). Time is abstracted to
- * "the window passes", which weak fairness (pan -a -f) makes happen. */
+    waking = [p for p in _pairs_of("A") if PAIRS[p] not in AMBIENT]
+    owed = " && ".join(f"(owed[{p}] != 0 -> <> (owed[{p}] == 0))" for p in waking)
+    return f"""/* LIV1 (spec section 7a): a main-style watcher whose serving process holds a waking line (not an
+ * ambient pair's, R26) that entered after that process's own last wake of it is eventually woken
+ * (or the line leaves that queue: drained, withdrawn). Time is abstracted to "the window passes",
+ * which weak fairness (pan -a -f) makes happen; it fires the owed wakes (R12, R23). */
 #define UNWOKEN_A ((claim[{a}] == 0 && HELD_NEW(0, {a})) || (PROCS == 2 && claim[{a}] == 1 && HELD_NEW(1, {a})))
 ltl LIV1 {{ [] (UNWOKEN_A -> <> !UNWOKEN_A) }}
-/* LIV2: every event owed to the main-style watcher is eventually delivered, given turns that
- * drain when woken (proctype turn). */
+/* LIV2 (spec section 7a): every event owed to the main-style watcher on a pair that wakes it is
+ * eventually delivered, given turns that drain when woken (proctype turn). An ambient pair's
+ * notice waits for the watcher's next turn, which nothing here forces (R26: queue-only), and a
+ * sub-agent's turns run on their own: neither is claimed. */
 ltl LIV2 {{ [] ({owed}) }}
 """
 

@@ -128,7 +128,7 @@ def _modelcheck(profile: dict, seed: int, say) -> list[str]:
 
 def _spin(fast: bool, say) -> list[str]:
     from .promela import generate
-    from .spin import BOUNDS, SpinMissing, replay_trail, run_spin, trail_actions, trail_steps
+    from .spin import BOUNDS, SpinMissing, replay_trail, run_spin, trail_actions, trail_steps, trail_wakes
 
     failures = []
     for processes in (1, 2):
@@ -141,12 +141,15 @@ def _spin(fast: bool, say) -> list[str]:
             say(f"spin, {processes} process(es), {bounds}: {run.line()}")
         if report.failed is not None:
             assert report.workdir is not None
-            steps = trail_actions(trail_steps(report), processes)
+            printed = trail_steps(report)
+            steps = trail_actions(printed, processes)
             actions = [a for a, _ in steps if a is not None]
             # The same steps on real gateways: does the store do what the model did?
-            real = replay_trail(steps, processes, report.workdir / "real")
+            real = replay_trail(steps, processes, report.workdir / "real", trail_wakes(printed))
             verdict = (f"the real store differs from the model: {real.differences[0]}" if real.differences
                        else "the real store agrees with the model at every step")
+            if real.wake_differences:
+                verdict += f"; A's wakes differ: {real.wake_differences[0]}"
             verdict += f"; its protocol trace {real.trace} " + (
                 f"violates the spec: {real.trace_violation}" if real.trace_violation else "passes `sessionstate replay`")
             failures.append(f"spin, {processes} process(es): {report.failed.prop} failed; trail in {report.workdir}"

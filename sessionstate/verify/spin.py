@@ -175,6 +175,22 @@ def trail_actions(steps: list[str], processes: int) -> list[tuple[Action | None,
     return out
 
 
+def trail_wakes(steps: list[str]) -> list[list[tuple[int, int]]]:
+    """Per ``@ACT`` (as ``trail_actions`` lists them), the wakes the model sent in that step:
+    ``(watcher index, process)`` from the ``@WAKE`` lines printed before its ``@ACT`` (a wake
+    is printed inside its step, the step's ``@ACT`` at its end)."""
+    out: list[list[tuple[int, int]]] = []
+    pending: list[tuple[int, int]] = []
+    for line in steps:
+        if line.startswith("@WAKE"):
+            watcher, process = (int(x) for x in line.split()[1:3])
+            pending.append((watcher, process))
+        elif line.startswith("@ACT"):
+            out.append(pending)
+            pending = []
+    return out
+
+
 def _action(word: str, args: list[str], processes: int) -> Action | None:
     two = processes == 2
 
@@ -212,20 +228,30 @@ def _action(word: str, args: list[str], processes: int) -> Action | None:
 @dataclass
 class TrailReplay:
     """What a SPIN trail did on real gateways: per step, where the real durable positions
-    differ from the model's; the protocol trace (spec section 15) the gateways wrote, and what
-    the trace checker found in it."""
+    differ from the model's, and where the main-style watcher A's real wakes (which process
+    sent how many) differ from the model's; the protocol trace (spec section 15) the gateways
+    wrote, and what the trace checker found in it."""
 
     steps: int
     differences: list[str]
     trace: Path
     trace_violation: str | None
+    wake_differences: list[str] = field(default_factory=list)
+    model_wakes: int = 0  # A's wakes in the trail (so a test can tell a trail without any)
 
 
 def replay_trail(
-    steps: list[tuple[Action | None, tuple | None]], processes: int, directory: Path
+    steps: list[tuple[Action | None, tuple | None]], processes: int, directory: Path,
+    wakes_per_step: list[list[tuple[int, int]]] | None = None,
 ) -> TrailReplay:
     """Run a converted trail on real gateways sharing one SQLite file, each writing the
-    protocol trace; compare the durable positions with the model's after every step."""
+    protocol trace; compare the durable positions with the model's after every step and, with
+    ``wakes_per_step`` (``trail_wakes``), A's wakes too.
+
+    Time: the gateways' clock stands still except when the model's window passes (a ``None``
+    step), which moves it past the wake window and fires every gateway's due owed wakes, so a
+    window is open in the real store exactly while it is in the model. Only A's wakes are
+    compared: B is a sub-agent in the model but ``agent:b:main`` in the replay's keys."""
     from ..gateway import Gateway
     from . import replay
     from .trace_check import TraceChecker, Violation
@@ -235,8 +261,15 @@ def replay_trail(
     url = f"sqlite:///{directory / 'trail.db'}"
     trace = directory / "trail.jsonl"
 
-    def opened(server: bool) -> Gateway:
-        gw = Gateway.open(url, clock=lambda: replay.NOW, trace=trace)
+    now = [replay.NOW]
+    sent: list[int] = []  # the process index of each wake of A in the current step
+
+    def opened(server: bool, process: int = 0) -> Gateway:
+        def on_wake(watcher: str, reason: str) -> None:
+            if watcher == replay.KEYS["A"]:
+                sent.append(process)
+
+        gw = Gateway.open(url, clock=lambda: now[0], trace=trace, on_wake=on_wake)
         if server:
             with gw.locked():
                 gw.serving.register()
@@ -252,24 +285,42 @@ def replay_trail(
         gws = [first]
     else:
         first.close()
-        gws = [opened(True), opened(True)]
+        gws = [opened(True, 0), opened(True, 1)]
+        # The model starts with process 0 serving both watchers (claim[] = 0): without the
+        # claims both servers would serve them by pattern (R19).
+        for watcher in ("A", "B"):
+            gws[0].attach(replay.KEYS[watcher])
+        gws[1].sweep_changes()
     differences: list[str] = []
-    wakes = replay.ReplayWakes()  # wakes are not compared here; apply_real records them
+    wake_differences: list[str] = []
+    wakes = replay.ReplayWakes()  # apply_real's recorder; the gateways here report to `sent`
+    model_wakes = 0
     done = 0
     try:
         for index, (action, positions) in enumerate(steps):
-            if action is None:
-                continue  # the window passing: the real clock's business, nothing durable
-            done += 1
-            if action[0] == "restart":
+            sent.clear()
+            if action is None:  # the window passes: nothing durable but the owed wakes
+                now[0] += replay.STEP_SECONDS
+                for gw in gws:
+                    gw.fire_due_wakes()
+            elif action[0] == "restart":
+                done += 1
                 process = action[1] if processes == 2 else 0
                 gws[process].close()
-                gws[process] = opened(processes == 2)
+                gws[process] = opened(processes == 2, process)
             elif processes == 1:
+                done += 1
                 gws[0] = replay.apply_real(gws[0], url, action, wakes)
             else:
+                done += 1
                 replay.apply_real_process(gws, url, action, wakes)
-            if positions is None:
+            if wakes_per_step is not None and index < len(wakes_per_step):
+                want = sorted(q for w, q in wakes_per_step[index] if w == 0)
+                model_wakes += len(want)
+                if sorted(sent) != want:
+                    wake_differences.append(f"step {index + 1} ({action or 'the window passes'}): A woken by"
+                                            f" processes {sorted(sent)} for real, {want} in the model")
+            if positions is None or action is None:
                 continue
             for pair_index, (watcher, target) in enumerate(PAIRS):
                 gw = gws[0]
@@ -288,4 +339,4 @@ def replay_trail(
         TraceChecker().run([read_trace(trace)])
     except Violation as exc:
         violation = str(exc)
-    return TrailReplay(done, differences, trace, violation)
+    return TrailReplay(done, differences, trace, violation, wake_differences, model_wakes)

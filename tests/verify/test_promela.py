@@ -28,7 +28,7 @@ from sessionstate.statemachine.table import (
     TRANSITIONS,
     Transition,
 )
-from sessionstate.verify import promela
+from sessionstate.verify import promela, world
 from sessionstate.verify.promela import Mutation, generate
 from sessionstate.verify.spin import (
     BOUNDS,
@@ -38,6 +38,7 @@ from sessionstate.verify.spin import (
     spin_available,
     trail_actions,
     trail_steps,
+    trail_wakes,
 )
 
 REQUIRE_SPIN_ENV = "SESSIONSTATE_REQUIRE_SPIN"
@@ -70,6 +71,17 @@ def test_a_change_to_the_table_changes_the_model():
     assert "NEXT[PENDING_WITH_MORE * NTRIG + T_DRAIN] = CAUGHT_UP; EFF[PENDING_WITH_MORE * NTRIG + T_DRAIN] = E_SEED;" in model
     dropped = tuple(t for t in TRANSITIONS if (t.source, t.trigger) != (NOTICE_PENDING, DRAIN))
     assert "NOTICE_PENDING * NTRIG + T_DRAIN" not in generate(dropped)
+
+
+def test_the_ambient_pairs_come_from_the_explorers_world(monkeypatch):
+    """A's cursor on C is queue-only (R26) in the model because world.AMBIENT says so."""
+    model = generate()
+    ambient = [i for i, pair in enumerate(world.PAIRS) if pair in world.AMBIENT]
+    assert ambient == [world.PAIRS.index(("A", "C"))]
+    for i in range(len(world.PAIRS)):
+        assert f"AMB[{i}] = {int(i in ambient)};" in model
+    monkeypatch.setattr(promela, "AMBIENT", frozenset())
+    assert all(f"AMB[{i}] = 0;" in generate() for i in range(len(world.PAIRS)))
 
 
 def test_an_effect_without_an_inline_is_refused():
@@ -201,6 +213,8 @@ MUTATIONS = {
     "deliver_from_the_queue_without_the_cursor": (TRANSITIONS, Mutation(queue_only_drain=True), 2,
                                                   "assertion violated ((watched[pd]&&(L[pd]!=N[pd]))"),  # INV10
     "forget_the_owed_wake": (TRANSITIONS, Mutation(forget_owed_wake=True), 1, "acceptance cycle"),
+    # R26: A's ambient cursor on C wakes A (or is owed a wake) like an explicit one.
+    "ambient_wakes": (TRANSITIONS, Mutation(ambient_wakes=True), 1, "!(AMB["),  # INV12
 }
 
 
@@ -266,12 +280,30 @@ def test_a_trail_of_the_correct_model_replays_equal_on_real_gateways(processes, 
     report = run_spin(promela.SPEC_PATH.read_text() + WITNESS, processes, BOUNDS[processes],
                       properties=("WITNESS",), workdir=tmp_path / "spin")
     assert report.failed is not None, "SPIN found no run to the witness state"
-    steps = trail_actions(trail_steps(report), processes)
-    replayed = replay_trail(steps, processes, tmp_path / "real")
+    printed = trail_steps(report)
+    steps = trail_actions(printed, processes)
+    replayed = replay_trail(steps, processes, tmp_path / "real", trail_wakes(printed))
     assert replayed.steps >= 3
     assert replayed.differences == []
     assert replayed.trace_violation is None, replayed.trace_violation
     assert steps[-1][1] is not None and steps[-1][1][0] == (1, 2, 2)
+    # The trail wakes A (its first event, then R23's re-wake after the window): the real
+    # gateways send the same wakes from the same processes in the same steps.
+    assert replayed.model_wakes >= 2
+    assert replayed.wake_differences == []
+
+
+def test_a_forgotten_owed_wake_is_a_wake_the_real_gateway_sends(tmp_path):
+    """The model that drops a wake suppressed inside the window (LIV1's acceptance cycle):
+    replayed on the real gateway, the window's end fires the owed wake the model forgot."""
+    need_spin()
+    report = _mutant_report("forget_the_owed_wake", tmp_path / "spin")
+    printed = trail_steps(report)
+    replayed = replay_trail(trail_actions(printed, 1), 1, tmp_path / "real", trail_wakes(printed))
+    assert replayed.differences == []  # the positions agree: only the wake is missing
+    assert replayed.wake_differences, "the real gateway sent no wake the model did not"
+    assert "the window passes" in replayed.wake_differences[0]
+    assert "processes [0] for real, [] in the model" in replayed.wake_differences[0]
 
 
 # -- CI never passes with SPIN skipped ----------------------------------------------------------
