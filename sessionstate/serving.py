@@ -168,6 +168,12 @@ class Serving:
     def _claimed(self, key: str) -> None:
         self._mine.add(key)
         self._elsewhere.pop(key, None)
+        # R23: a process that starts serving the watcher queues its owed notices as lines that
+        # entered now. A line held from an earlier spell (this process had not yet swept the
+        # move away) may predate its own last wake, while the wake of the process that served
+        # the watcher since may have been lost: kept as it was, nothing would wake for it.
+        sink = self._sink
+        sink.queue.remove(key, [e.text for e in sink.queue.peek(key) if e.target is not None])
         self.reconcile([key])
 
     def detach(self, key: str) -> bool:

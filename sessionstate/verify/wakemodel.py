@@ -86,8 +86,11 @@ def advance(
     if restarted is not None:  # its timer and its own wakes died with it
         draft.owed[restarted] = set()
         draft.new[restarted] = set()
+    attached = (action[1], action[2]) if kind == "attach" else None  # (watcher, process)
     for process, after in enumerate(queues_after):
         entered = set(after) if process == restarted else after - queues_before[process]
+        if attached is not None and attached[1] == process:  # R23: its lines enter afresh
+            entered |= {n for n in after if n[0] == attached[0]}
         draft.new[process] = {n for n in draft.new[process] if n in after}
         draft.new[process] |= {n for n in entered if waking(n)}
         for watcher in sorted({n[0] for n in entered if waking(n)}):  # one wake per group (R12)

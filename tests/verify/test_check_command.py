@@ -18,7 +18,7 @@ def test_fast_profile_end_to_end_report():
     code, text = run(["--fast", "--depth", "3", "--processes-depth", "2", "--replay", "5", "--budget", "2",
                       "--crash-trials", "1", "--events", "100", "--restart-trials", "0"])
     assert code == 0, text
-    for needle in ("model check:", "states", "model check, two processes: 224 states",
+    for needle in ("model check:", "states", "model check, two processes: 225 states",
                    "two-process real-store replay: 5 traces on two gateways, all equal", "real-store replay: 5 traces", "fuzz: 2 examples",
                    "crash: 1 SIGKILL trials", "concurrency: 2 processes x 100 events", "all checks passed"):
         assert needle in text
