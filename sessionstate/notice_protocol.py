@@ -542,7 +542,14 @@ class NoticeProtocol:
                 self.store.set_provenance(watcher, *target, provenance, promote_only=record is not None)
                 if record is not None:  # a promotion: other processes' pumps hear of the pair
                     self.store.serving.note_cursor_changes([watcher], now)
+                    self.store.after_commit(lambda: self._promoted(watcher, target))
         return step.state == UNWATCHED
+
+    def _promoted(self, watcher: str, target: SessionRef) -> None:
+        """R26: a notice queued while the pair was ambient is not woken for at the promotion;
+        R23's heal takes it from here (a later material event wakes the now explicit pair)."""
+        if self.queue.holds_notice(watcher, target) and self.wakes_for(watcher, target):
+            self.rewaker.track_promoted(watcher, target)
 
     @locked
     def unwatch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:

@@ -39,6 +39,15 @@ class Rewaker:
             tracked.add(watcher)
             heapq.heappush(self._heaps.setdefault(target, []), (last, watcher))
 
+    def track_promoted(self, watcher: str, target: SessionRef) -> None:
+        """An ambient pair with a queued notice became explicit (R25, R26): no wake for the
+        notice now, but the next material event heals it as it would an explicit pair's."""
+        tracked = self._tracked.setdefault(target, set())
+        if watcher not in tracked:
+            tracked.add(watcher)
+            last = self._wakes.last(watcher)
+            heapq.heappush(self._heaps.setdefault(target, []), (float("-inf") if last is None else last, watcher))
+
     def on_material(self, target: SessionRef, actor_id: str | None, now: float) -> int:
         """A notifying event on ``target`` by ``actor_id``; returns how many watchers it woke."""
         heap = self._heaps.get(target)

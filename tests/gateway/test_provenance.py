@@ -179,6 +179,23 @@ def test_a_promoted_pair_wakes_from_its_next_notice_on(db_url):
         assert wakes == [(MAIN, f"session-state: {GROUP}")]
 
 
+def test_a_notice_queued_while_ambient_is_woken_for_by_the_next_material_event_after_a_promotion(db_url):
+    # R26 with R23's heal: no wake at the promotion itself, but the pending notice is not
+    # stranded either (found by the stateful test: promoted pair, pending notice, material
+    # event, no wake ever).
+    clock, wakes = Clock(), []
+    with open_gateway(db_url, clock, wakes) as gw:
+        gw.create_session(MAIN)
+        gw.create_session(GROUP)
+        gw.watch(MAIN, GROUP, ambient=True)
+        human(gw, GROUP)
+        gw.watch(MAIN, GROUP)
+        assert wakes == [] and len(gw.pending_system_events(MAIN)) == 1
+        clock.now += 60
+        human(gw, GROUP)  # coalesced into the pending notice: a heal, not a new line
+        assert wakes == [(MAIN, f"session-state: {GROUP}")]
+
+
 def test_a_gateway_without_on_wake_never_reads_the_provenance(db_url):
     with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
