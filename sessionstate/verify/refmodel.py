@@ -143,6 +143,7 @@ class Model:
     own_mark: dict[str, int] = field(default_factory=dict)
     entered: int = 0
     asking: dict[str, str] = field(default_factory=dict)  # lines queued together ask once
+    _group_heals: list[tuple[str, str]] = field(default_factory=list)  # within record(flush_wakes=False)
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -174,7 +175,11 @@ class Model:
         payload: dict[str, Any] | None = None,
         dedupe_key: str | None = None,
         occurred_at: float | None = None,
+        *,
+        flush_wakes: bool = True,
     ) -> int:
+        """One event. ``flush_wakes=False``: it is one of a group committed together (group
+        commit), whose lines ask for one wake per watcher when ``flush_wakes()`` ends it."""
         existing = self._dedupe(dedupe_key)
         if existing is not None:
             return existing
@@ -191,10 +196,21 @@ class Model:
                 cursor.material = seq
                 self._enqueue(watcher, target, cursor.last_seen)
                 self.owed.add((watcher, target, seq))
-                if pending:  # R23: a later material event re-wakes a watcher still pending
+                if pending and flush_wakes:  # R23: a later material event re-wakes a watcher still pending
                     self._wake(watcher, target, heal=True)
-            self._flush_wakes()
+                elif pending:  # in a group the heal follows the group's new lines, as after a commit
+                    self._group_heals.append((watcher, target))
+            if flush_wakes:
+                self._flush_wakes()
         return seq
+
+    def flush_wakes(self) -> None:
+        """The end of a group of events committed together (``record(flush_wakes=False)``):
+        the lines ask for their wakes, then the heals run (R12, R23)."""
+        self._flush_wakes()
+        heals, self._group_heals = self._group_heals, []
+        for watcher, target in heals:
+            self._wake(watcher, target, heal=True)
 
     def record_run_event(
         self,
