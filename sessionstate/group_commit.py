@@ -87,15 +87,7 @@ class GroupCommit(Generic[_E]):
         call holding its outcome."""
         waiters = [Waiter(events) for events in calls]
         with self._lock:
-            with self._state:
-                batch, self._queue = self._queue + waiters, []
-            try:
-                self._run(batch)
-            except BaseException as exc:
-                _fail_unanswered(batch, exc)
-                raise
-            finally:
-                self._release(batch, leader=False)
+            self._commit_with_queued(waiters)
         return waiters
 
     def idle(self) -> bool:
@@ -110,8 +102,14 @@ class GroupCommit(Generic[_E]):
 
     def _lead_here(self, events: Sequence[_E]) -> list[Any]:
         mine: Waiter[_E] = Waiter(events)
+        self._commit_with_queued([mine])
+        return mine.outcome()
+
+    def _commit_with_queued(self, waiters: list[Waiter[_E]]) -> None:
+        """Holding the write turn: commit ``waiters`` with every caller queued behind it, as
+        one group; a failure answers whoever is still unanswered."""
         with self._state:
-            batch, self._queue = self._queue + [mine], []
+            batch, self._queue = self._queue + waiters, []
         try:
             self._run(batch)
         except BaseException as exc:
@@ -119,7 +117,6 @@ class GroupCommit(Generic[_E]):
             raise
         finally:
             self._release(batch, leader=False)
-        return mine.outcome()
 
     def _release(self, batch: list[Waiter[_E]], *, leader: bool) -> None:
         """Mark ``batch`` done and wake exactly its waiters; a leader also hands the turn to
