@@ -538,7 +538,8 @@ class NoticeProtocol:
             positions = Positions(*record.positions) if record else None
             provenance = registered_provenance(record.provenance if record else None, requested)
             (step,) = self._fire_pairs([(watcher, target, positions)], SEED, version, now, provenance=provenance)
-            if record is None or provenance != record.provenance:
+            # A new row starts explicit (the column's default): only another provenance is written.
+            if provenance != (record.provenance if record else PROVENANCE_EXPLICIT):
                 self.store.set_provenance(watcher, *target, provenance, promote_only=record is not None)
                 if record is not None:  # a promotion: other processes' pumps hear of the pair
                     self.store.serving.note_cursor_changes([watcher], now)
