@@ -21,7 +21,6 @@ from typing import Callable
 log = logging.getLogger("sessionstate")
 
 DEFAULT_WAKE_WINDOW = 20.0
-WAKE_COALESCE_SECONDS = DEFAULT_WAKE_WINDOW  # the spec's default window (older name)
 # The timer never sleeps longer than this while something is owed, so a clock that jumps (or
 # a test's fake clock that is moved) is noticed within a second: LIV1's "at most 1 s late".
 TIMER_MAX_SLEEP_SECONDS = 1.0
@@ -117,7 +116,7 @@ class WakeCoalescer:
             if entry is None or entry[0] != due:
                 continue  # superseded by a wake or a later due time
             del self._owed[watcher]
-            if not self._holds_new(watcher):
+            if not self.holds_unwoken(watcher):
                 self.owed_cancelled += 1
                 continue
             try:
@@ -132,9 +131,6 @@ class WakeCoalescer:
     def holds_unwoken(self, watcher: str) -> bool:
         """Whether the watcher's queue here holds a waking line that entered after this
         process's own last wake of it (what an owed wake fires for, LIV1)."""
-        return self._holds_new(watcher)
-
-    def _holds_new(self, watcher: str) -> bool:
         if self._holds_waking_after is None:
             return True
         return self._holds_waking_after(watcher, self._own_mark.get(watcher, -1))
@@ -201,7 +197,6 @@ class WakeTimer:
         self._fire = fire
         self._cond = threading.Condition()
         self._stopped = False
-        self.rounds = 0
         self._thread = threading.Thread(target=self._run, name="sessionstate-wakes", daemon=True)
         self._thread.start()
 
@@ -231,7 +226,6 @@ class WakeTimer:
                 if delay > 0:
                     self._cond.wait(min(delay, TIMER_MAX_SLEEP_SECONDS))
                     continue
-            self.rounds += 1
             try:
                 self._fire()
             except Exception:  # e.g. the gateway closed under it; the next round retries
