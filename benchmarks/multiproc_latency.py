@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from sessionstate import Gateway
-from sessionstate.pump import MIN_POLL_SECONDS
+from sessionstate.services.change_pump import MIN_POLL_SECONDS
 from sessionstate.store.postgres_feed import PostgresChangeFeed
 from sessionstate.store.sqlite_feed import SqliteChangeFeed
 

@@ -37,7 +37,7 @@ import anyio.to_thread
 from .errors import StorageUnavailable
 from .gateway import Gateway
 from .store import DEFAULT_SYNCHRONOUS
-from .serving import SERVE_ALL
+from .services.claims import SERVE_ALL
 
 _T = TypeVar("_T")
 AsyncWakeHook = Callable[[str, str], Coroutine[Any, Any, None]]

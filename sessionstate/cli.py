@@ -99,10 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             if args.processes == 2:
-                from .demo_processes import run_demo_processes
+                from .demo.processes import run_demo_processes
 
                 return run_demo_processes(args.db, reuse=args.reuse)
-            from .demo import run_demo
+            from .demo.story import run_demo
 
             return run_demo(args.db, reuse=args.reuse)
         if args.command == "status":

@@ -27,22 +27,22 @@ from typing import Any
 from .config import normalize_url
 from .errors import InvalidArgument
 from .keys import SessionRef
-from .notice_protocol import Clock, NoticeProtocol, WakeHook
-from .notices import SystemEventQueue
+from .services.notice_protocol import Clock, NoticeProtocol, WakeHook
+from .services.notices import SystemEventQueue
 from .policy import ToolPolicy
-from .producers import Producers
+from .services.producers import Producers
 from .provenance import CursorPositions
-from .pump import ChangePump, start_pump
-from .registry import Registry
+from .services.change_pump import ChangePump, start_pump
+from .services.registry import Registry
 from .runner.base import AgentRunner
 from .runner.executor import RunExecutor
-from .runs import Runs
-from .serving import SERVE_ALL, Serving
+from .services.child_runs import Runs
+from .services.claims import SERVE_ALL, Serving
 from .statemachine import NOTIFYING_KINDS
 from .store import DEFAULT_SYNCHRONOUS, MessageRecord, MetaRecord, RunRecord, Store, open_store
-from .trace import Tracer, trace_path
-from .transcript_api import Transcripts
-from .wake import DEFAULT_WAKE_WINDOW
+from .services.trace import Tracer, trace_path
+from .services.transcripts import Transcripts
+from .services.wakes import DEFAULT_WAKE_WINDOW
 
 ToolLayer = Callable[["Gateway", str, str, "dict[str, Any] | None"], "dict[str, Any]"]
 _tool_layer: list[ToolLayer] = []  # the installed one; see install_tool_layer

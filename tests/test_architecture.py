@@ -95,9 +95,78 @@ def test_the_package_has_no_import_cycle():
 def test_the_runtime_does_not_import_the_tool_layer():
     graph = import_graph()
     runtime = [m for m in graph if not m.startswith(("sessionstate.tools", "sessionstate.mcp"))
-               and m not in ("sessionstate", "sessionstate.cli", "sessionstate.demo")]
+               and m not in ("sessionstate", "sessionstate.cli", "sessionstate.demo.story")]
     for module in runtime:
         assert not {m for m in graph[module] if m.startswith("sessionstate.tools")}, module
+
+
+# The layers, lowest first: a module may import its own layer and the ones below it.
+SHARED = {"keys", "validation", "config", "fencing", "policy", "timefmt", "provenance"}
+FACADE = {"gateway", "aio"}
+LAYERS = ("errors", "statemachine", "store", "shared", "runner", "services", "facade", "clients")
+# Modules above the facade that still reach a service directly (the facade is the only door:
+# this list only shrinks).
+DOOR_EXCEPTIONS = {
+    "sessionstate", "sessionstate.operator", "sessionstate.tail", "sessionstate.demo.story",
+    "sessionstate.verify.crash", "sessionstate.verify.replay", "sessionstate.verify.trace_check",
+    "sessionstate.verify.trace_read",
+}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "clients"  # the package's __init__ re-exports the public API
+    if parts[1] in ("errors", "statemachine", "store", "runner", "services"):
+        return parts[1]
+    if len(parts) == 2 and parts[1] in SHARED:
+        return "shared"
+    if len(parts) == 2 and parts[1] in FACADE:
+        return "facade"
+    return "clients"  # tools, mcp, upstream, verify, demo, cli, operator views
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} ({layer_of(module)}) imports {imported} ({layer_of(imported)})"
+        for module, imports in graph.items() for imported in imports
+        if LAYERS.index(layer_of(imported)) > LAYERS.index(layer_of(module))
+    )
+
+
+def door_violations(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} imports {imported}"
+        for module, imports in graph.items() if layer_of(module) == "clients" and module not in DOOR_EXCEPTIONS
+        for imported in imports if layer_of(imported) == "services"
+    )
+
+
+def test_every_module_has_its_layer():
+    graph = import_graph()
+    assert {layer_of(m) for m in graph} == set(LAYERS)
+    assert layer_of("sessionstate.services.notice_protocol") == "services"
+    assert layer_of("sessionstate.tools.dispatch") == "clients"
+
+
+def test_the_layer_check_can_fail():
+    graph = import_graph()
+    graph["sessionstate.store.sqlite"] = graph["sessionstate.store.sqlite"] | {"sessionstate.services.claims"}
+    graph["sessionstate.tools.dispatch"] = graph["sessionstate.tools.dispatch"] | {"sessionstate.services.registry"}
+    assert layer_violations(graph) == [
+        "sessionstate.store.sqlite (store) imports sessionstate.services.claims (services)"]
+    assert door_violations(graph) == ["sessionstate.tools.dispatch imports sessionstate.services.registry"]
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert layer_violations(import_graph()) == []
+
+
+def test_above_the_facade_nothing_reaches_a_service():
+    graph = import_graph()
+    assert door_violations(graph) == []
+    # no stale names: each exception still reaches a service
+    assert all(any(layer_of(i) == "services" for i in graph[m]) for m in DOOR_EXCEPTIONS)
 
 
 def test_the_store_imports_nothing_above_it():

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..gateway import Gateway
-from ..notices import notice_text
+from ..services.notices import notice_text
 from .scratch import scratch_database
 from .workload import SESSIONS
 

@@ -23,7 +23,7 @@ from collections.abc import Set
 from typing import cast
 
 from ..gateway import Gateway
-from ..notices import notice_text
+from ..services.notices import notice_text
 from .machinepath import SharedMachWorld
 from .modelcheck import apply
 from .refmodel import Notice, RefWorld

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from sessionstate import pump as pump_module
-from sessionstate.pump import ChangePump
+from sessionstate.services import change_pump as pump_module
+from sessionstate.services.change_pump import ChangePump
 
 HEARTBEAT = 0.3
 

@@ -15,8 +15,8 @@ import pytest
 
 from sessionstate import Gateway
 from sessionstate.cli import main
-from sessionstate.demo import run_demo
-from sessionstate.notices import notice_text
+from sessionstate.demo.story import run_demo
+from sessionstate.services.notices import notice_text
 from sessionstate.verify.trace_check import TraceChecker, Violation
 from sessionstate.verify.trace_read import read_trace
 from sessionstate.verify.workload import ensure_sessions
@@ -380,7 +380,7 @@ def test_the_spec_lists_exactly_the_ops_the_tracer_writes_and_the_checker_reads(
 
 
 def test_the_open_line_names_the_backend_and_hides_a_password():
-    from sessionstate.trace import Tracer
+    from sessionstate.services.trace import Tracer
 
     class Store:
         url = "postgresql://alice:secret@db.example/state"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import heapq
 from typing import Callable
 
-from .keys import SessionRef
-from .wake import WakeCoalescer
+from ..keys import SessionRef
+from .wakes import WakeCoalescer
 
 
 class Rewaker:

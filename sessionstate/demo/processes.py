@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 
-from .demo import MANAGER, WORKER, _heading, _json, _lines
-from .demo_db import demo_url, refuse_non_empty
-from .gateway import Gateway
-from .store.factory import is_postgres_url
+from .story import MANAGER, WORKER, _heading, _json, _lines
+from .database import demo_url, refuse_non_empty
+from ..gateway import Gateway
+from ..store.factory import is_postgres_url
 
 
 def _recorder(url: str) -> None:
@@ -74,7 +74,7 @@ def run_demo_processes(db: str | None, *, reuse: bool = False) -> int:
         print(f"   attached {MANAGER} (claim generation {generation}); its change pump {feed}")
 
         recorder = subprocess.Popen(
-            [sys.executable, "-m", "sessionstate.demo_processes", "--recorder", url],
+            [sys.executable, "-m", "sessionstate.demo.processes", "--recorder", url],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         try:

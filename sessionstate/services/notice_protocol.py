@@ -13,8 +13,8 @@ import time
 from collections.abc import Mapping, Sequence  # the ABCs: isinstance on typing's aliases is slow
 from typing import Any, Callable, Iterable, NamedTuple
 
-from .errors import InvalidArgument, SessionExists, StorageConflict, StorageError, StorageUnavailable, UnknownSession
-from .keys import (
+from ..errors import InvalidArgument, SessionExists, StorageConflict, StorageError, StorageUnavailable, UnknownSession
+from ..keys import (
     DEFAULT_AGENT_ID,
     SessionRef,
     check_key,
@@ -27,9 +27,9 @@ from .group_commit import GroupCommit, Waiter
 from .locking import locked
 from .notices import SystemEventQueue, notice_text, plan_drain
 from .reconcile import events_json
-from .statemachine import NOTIFYING_KINDS, Positions, derive_state, fire, fire_many
-from .statemachine.machine import states_written_by
-from .statemachine.table import (
+from ..statemachine import NOTIFYING_KINDS, Positions, derive_state, fire, fire_many
+from ..statemachine.machine import states_written_by
+from ..statemachine.table import (
     CAUGHT_UP,
     DELETE_SESSION,
     DRAIN,
@@ -44,8 +44,8 @@ from .statemachine.table import (
     UNWATCH,
     UNWATCHED,
 )
-from .store import CursorRecord, SessionRecord, Store
-from .validation import (
+from ..store import CursorRecord, SessionRecord, Store
+from ..validation import (
     MAX_LABEL_LENGTH,
     MAX_SUMMARY_LENGTH,
     MAX_SYSTEM_EVENT_CHARS,
@@ -59,7 +59,7 @@ from .validation import (
     check_timestamp,
     encode_payload,
 )
-from .provenance import (
+from ..provenance import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
     PROVENANCE_SPAWN,
@@ -68,9 +68,9 @@ from .provenance import (
     registered_provenance,
 )
 from .rewake import Rewaker
-from .serving import SERVE_ALL, Serving
+from .claims import SERVE_ALL, Serving
 from .trace import Tracer
-from .wake import DEFAULT_WAKE_WINDOW, WakeCoalescer, WakeTimer
+from .wakes import DEFAULT_WAKE_WINDOW, WakeCoalescer, WakeTimer
 
 log = logging.getLogger("sessionstate")
 

@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy.engine import make_url
 
-from .statemachine.machine import TRANSITION_TABLE
-from .statemachine.positions import derive_state
+from ..statemachine.machine import TRANSITION_TABLE
+from ..statemachine.positions import derive_state
 
 TRACE_VERSION = 1
 ENV_TRACE = "SESSIONSTATE_TRACE"

@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Protocol
 
-from .serving import HEARTBEAT_SECONDS, Serving
-from .store import ChangeFeed, Store
+from .claims import HEARTBEAT_SECONDS, Serving
+from ..store import ChangeFeed, Store
 
 
 class Pumped(Protocol):

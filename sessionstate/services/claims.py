@@ -16,12 +16,12 @@ import time
 import uuid
 from typing import Callable, Iterable, Protocol, Sequence
 
-from .errors import InvalidArgument, StorageError
-from .keys import SessionRef, check_key
+from ..errors import InvalidArgument, StorageError
+from ..keys import SessionRef, check_key
 from .notices import SystemEventQueue, notice_text
 from .rewake import Rewaker
-from .store import ChangeFeed, Store
-from .store.records import ChangeSet, PendingCursor
+from ..store import ChangeFeed, Store
+from ..store.records import ChangeSet, PendingCursor
 
 log = logging.getLogger("sessionstate")
 
@@ -66,7 +66,7 @@ class Serving:
         self._elsewhere: dict[str, str] = {}  # key -> the live server holding its claim
         self._matches: dict[str, bool] = {}
         self.sweeps = 0
-        from .statemachine import NOTIFYING_KINDS
+        from ..statemachine import NOTIFYING_KINDS
 
         self._kinds = tuple(sorted(NOTIFYING_KINDS))
 

@@ -14,18 +14,18 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from .errors import InvalidArgument, SessionStateError, UnknownSession
-from .fencing import fence_untrusted, quote_untrusted
-from .keys import SessionRef, check_key
+from ..errors import InvalidArgument, SessionStateError, UnknownSession
+from ..fencing import fence_untrusted, quote_untrusted
+from ..keys import SessionRef, check_key
 from .locking import locked
-from .runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
+from ..runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
 from .notice_protocol import NoticeProtocol
 from .registry import Registry
-from .runner.executor import RunExecutor
-from .runner.scripted import ScriptedRunner
-from .store import COMPLETED, FAILED, RunRecord, Store
-from .transcript_api import Transcripts
-from .validation import (
+from ..runner.executor import RunExecutor
+from ..runner.scripted import ScriptedRunner
+from ..store import COMPLETED, FAILED, RunRecord, Store
+from .transcripts import Transcripts
+from ..validation import (
     MAX_COUNT,
     MAX_ID_LENGTH,
     check_actor_type,

@@ -1,6 +1,6 @@
 """``sessionstate demo``: the protocol told as a story, on a real database file.
 
-The story is the same on every run: it starts on an empty database (demo_db.py), its clock
+The story is the same on every run: it starts on an empty database (database.py), its clock
 starts at a fixed instant and moves only where the story says time passes, and its ids are
 scripted, so two runs print the same lines but for the database's path."""
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .demo_db import demo_url, refuse_non_empty
-from .gateway import Gateway
-from .notice_protocol import DAY_SECONDS
+from .database import demo_url, refuse_non_empty
+from ..gateway import Gateway
+from ..services.notice_protocol import DAY_SECONDS
 
 MANAGER = "agent:main:main"
 WORKER = "agent:main:subagent:worker"
@@ -70,10 +70,10 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
     import uuid
     from pathlib import Path
 
-    from .upstream.adoption import Adopter, adopted_key
-    from .upstream.catalog import ClaudeJsonlSource, SessionCatalog
-    from .upstream.monitor import UpstreamMonitor
-    from .upstream.providers import ClaudeJsonlProvider
+    from ..upstream.adoption import Adopter, adopted_key
+    from ..upstream.catalog import ClaudeJsonlSource, SessionCatalog
+    from ..upstream.monitor import UpstreamMonitor
+    from ..upstream.providers import ClaudeJsonlProvider
 
     _heading(number, "An external Claude Code session is adopted; a human types into it upstream")
     thread = "d3m0c0de-0000-4000-8000-000000000001"
@@ -105,8 +105,8 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
 
 def _tools_step(gw: Gateway, number: int) -> None:
     """The agent-facing tools: spawn, send with watch and a reply-back loop, kill, announce."""
-    from .runner import Rule, ScriptedRunner
-    from .tools.policy import ToolPolicy
+    from ..runner import Rule, ScriptedRunner
+    from ..tools.policy import ToolPolicy
 
     _heading(number, "The session tools: spawn two children, a peer sends with watch:true, kill one, announce")
     peer = "agent:main:peer"
