@@ -48,3 +48,29 @@ def test_owed_wakes_script_reports_cost_idle_cpu_and_lateness():
     assert lines[0].startswith("append, 10 pending main-style watchers: owed ")
     assert lines[1].startswith("wake timer idle CPU: 10 owed an hour ahead ")
     assert lines[2].startswith("lateness of 10 owed at once: p50 ")
+
+
+def test_thread_scaling_script_reports_both_sides_per_thread_count():
+    done = subprocess.run(
+        [sys.executable, str(HERE / "thread_scaling.py"), "--rounds", "1", "--events", "16", "--threads", "1,2"],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [p["threads"] for p in report["points"]] == [1, 2]
+    for point in report["points"]:
+        assert point["serial"]["events_per_s"] > 0 and point["group"]["events_per_s"] > 0
+
+
+def test_batch_ceiling_script_sets_the_ceiling_against_the_target():
+    done = subprocess.run(
+        [sys.executable, str(HERE / "batch_ceiling.py"), "--rounds", "1", "--events", "16"],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["one_thread_us_per_event"]) == {"singles", "bursts_of_8"}
+    # the printed figures are rounded: the ceiling is one burst event's cost inverted, the target 3x serial
+    ceiling = 1e6 / report["one_thread_us_per_event"]["bursts_of_8"]
+    assert abs(report["ceiling_events_per_s"] - ceiling) <= 0.01 * ceiling
+    assert abs(report["target_events_per_s"] - 3 * report["eight_threads_events_per_s"]["serial"]) <= 3
