@@ -58,9 +58,6 @@ class SystemEventQueue:
         """Whether a line that asks for a wake entered the session's queue after ``mark``."""
         return any(e.wakes and e.entered > mark for e in self._queues.get(session_key, {}).values())
 
-    def take(self, session_key: str) -> list[QueuedEvent]:
-        return list(self._queues.pop(session_key, {}).values())
-
     def peek(self, session_key: str) -> list[QueuedEvent]:
         return list(self._queues.get(session_key, {}).values())
 
