@@ -1,4 +1,5 @@
-"""The ``sessionstate`` command line: demo, status, vacuum, diagram, model, schemas, mcp, check, replay."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, model, schemas, mcp, check,
+replay; and the operator commands of cli_operator.py (sessions, watchers, tail, prune)."""
 
 from __future__ import annotations
 
