@@ -1,4 +1,5 @@
-"""The ``sessionstate`` command line: demo, status, vacuum, diagram, model, schemas, mcp, check, replay."""
+"""The ``sessionstate`` command line: demo, status, vacuum, diagram, model, schemas, mcp, check,
+replay; and the operator commands of cli_operator.py (sessions, watchers, tail, prune)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from .config import default_url, normalize_url
+from .config import normalize_url
 from .errors import SessionStateError
 
 
@@ -235,10 +236,6 @@ def _diagram(args: argparse.Namespace) -> int:
         args.write.write_text(diagram_markdown(), encoding="utf-8")
         print(f"wrote {args.write}")
     return 0
-
-
-def describe_default_db() -> str:
-    return default_url()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,7 @@ Instruments (meter ``sessionstate``):
 
 Nothing is added to the record path itself: the gateway's bound methods are wrapped on this one
 instance (``detach()`` puts them back), so an uninstrumented gateway pays nothing. The wake
-counters come from the wake coalescer's two hooks (``on_fired``, ``on_owed``: wake.py), which
+counters come from the wake coalescer's two hooks (``on_fired``, ``on_owed``: services/wakes.py), which
 an uninstrumented gateway leaves as they were (``on_owed`` None: one check per owed wake).
 """
 
@@ -101,7 +101,7 @@ class GatewayMetrics:
         self._originals: list[tuple[object, str, object]] = []
         self._wrap()
 
-    # -- the wake coalescer's hooks (wake.py) ---------------------------------------------------
+    # -- the wake coalescer's hooks (services/wakes.py) -----------------------------------------
 
     def wake_owed(self, watcher: str, due: float) -> None:
         self.wakes_owed.add(1, {"watcher": watcher})

@@ -3,7 +3,9 @@ their positions, how far behind each is, how close its oldest unread event is to
 (the *lead*), the notice it is owed and its last wake; and what the next ``prune`` would remove.
 
 Read only, through the store's API (no SQL here), under the gateway's lock. Used by the operator
-commands (``sessionstate watchers``, ``prune``, ``tail``) and by the metrics (metrics.py).
+commands (cli_operator.py: a command that only looks opens its gateway through ``observe``;
+``watchers`` and ``prune`` read their views here), by ``sessionstate mcp`` for its ``--session`` argument and
+by the metrics (metrics.py).
 """
 
 from __future__ import annotations

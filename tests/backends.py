@@ -63,7 +63,9 @@ def postgres_required() -> bool:
     return os.environ.get(REQUIRE_PG_ENV) == "1" or os.environ.get("CI") == "true"
 
 
-def _admin_connection() -> Any:
+def admin_connection() -> Any:
+    """An autocommit psycopg connection to the server SESSIONSTATE_TEST_PG_URL names, outside
+    any store: for schemas, and for ending other backends as a server restart would."""
     import psycopg
     from sqlalchemy.engine import make_url
 
@@ -91,13 +93,13 @@ def postgres_database() -> Iterator[str]:
     from sqlalchemy.engine import make_url
 
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    with _admin_connection() as admin:
+    with admin_connection() as admin:
         admin.execute(f"CREATE SCHEMA {schema}")
     url = make_url(os.environ[PG_URL_ENV]).update_query_dict({"options": f"-csearch_path={schema}"})
     try:
         yield url.render_as_string(hide_password=False)
     finally:
-        with _admin_connection() as admin:
+        with admin_connection() as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 

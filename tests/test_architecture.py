@@ -1,5 +1,6 @@
 """The package's layering, read from its source: no import cycle; no object reaching
-another's private names; one import style; one lock; the store's connection stays inside it.
+another's private names, no module importing them; one import style; one lock; the store's
+connection stays inside it.
 
 Every import counts, also the ones under ``if TYPE_CHECKING:`` and inside functions: a layer
 that needs another only for its types still depends on it."""
@@ -271,6 +272,46 @@ def test_nothing_outside_the_store_reads_its_private_attributes():
     paths = outside_the_store()
     assert any(p.parent.name == "benchmarks" for p in paths) and any(p.parent.name == "tests" for p in paths)
     assert store_private_reads(paths) == []
+
+
+def private_imports(path: Path) -> list[str]:
+    """``from .x import _name``: a module taking another module's private name. Only our own
+    modules count: relative imports, and absolute ones of the package, the tests or a module
+    beside this one (the benchmarks' ``_support``); ``os._exit`` is the standard library's
+    documented API."""
+    tree = ast.parse(path.read_text(), str(path))
+    ours = {PACKAGE.name, "tests"} | {p.stem for p in path.parent.glob("*.py")}
+    return [
+        f"{_shown(path)}:{node.lineno}: {'.' * node.level}{node.module or ''} {alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in ours)
+        for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+
+
+def test_the_private_import_check_can_fail(tmp_path):
+    probe = PACKAGE / "_probe_private_import.py"
+    try:
+        probe.write_text("from os import _exit\nfrom .keys import __all__\n"
+                         "from .demo.story import MANAGER, _hidden\n\n\ndef f():\n    from . import _x\n")
+        assert private_imports(probe) == [
+            "sessionstate/_probe_private_import.py:3: .demo.story _hidden",
+            "sessionstate/_probe_private_import.py:7: . _x",
+        ]
+    finally:
+        probe.unlink()
+    (tmp_path / "helpers.py").write_text("")
+    test = tmp_path / "test_probe.py"
+    test.write_text("from tests.backends import _admin\nfrom sessionstate.keys import _split\n"
+                    "from helpers import _made\nfrom os import _exit\n")
+    assert [hit.rpartition(": ")[2] for hit in private_imports(test)] == [
+        "tests.backends _admin", "sessionstate.keys _split", "helpers _made"]
+
+
+def test_no_module_imports_another_ones_private_names():
+    """The package's modules, the tests and the benchmarks alike."""
+    paths = [p for root in (PACKAGE, ROOT / "tests", ROOT / "benchmarks") for p in sorted(root.rglob("*.py"))]
+    assert [hit for path in paths for hit in private_imports(path)] == []
 
 
 def test_one_import_style_inside_the_package():

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import time
 
-from .story import MANAGER, WORKER, _heading, _json, _lines
+from .narration import heading, show_json, show_lines
+from .story import MANAGER, WORKER
 from .database import demo_url, refuse_non_empty
 from ..gateway import Gateway
 from ..store.factory import is_postgres_url
@@ -65,7 +66,7 @@ def run_demo_processes(db: str | None, *, reuse: bool = False) -> int:
         for key in (WORKER, MANAGER):  # --reuse: a previous run's sessions
             if gw.session_exists(key):
                 gw.delete_session(key)
-        _heading(1, "Process 1 serves the manager; the manager spawns a worker")
+        heading(1, "Process 1 serves the manager; the manager spawns a worker")
         gw.create_session(MANAGER)
         gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
         generation = gw.attach(MANAGER)
@@ -78,30 +79,30 @@ def run_demo_processes(db: str | None, *, reuse: bool = False) -> int:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         try:
-            _heading(2, "Process 2 records twenty human messages into the worker")
+            heading(2, "Process 2 records twenty human messages into the worker")
             reply = _ask(recorder, "messages")
             print(f"   process 2 (pid {recorder.pid}) recorded {reply['recorded']} events;"
                   f" its own queue for the manager holds {len(reply['queued_here'])} line(s): it does not serve it")
             waited = _await_notice(gw)
             print(f"   process 1's pump brought the notice after {waited * 1000:.0f} ms")
-            _lines("manager's queue in process 1", gw.pending_system_events(MANAGER))
+            show_lines("manager's queue in process 1", gw.pending_system_events(MANAGER))
             print(f"   wakes sent: {len(wakes)}")
 
-            _heading(3, "The manager's turn in process 1: one notice, then reconcile")
-            _lines("drained", gw.drain_system_events(MANAGER))
+            heading(3, "The manager's turn in process 1: one notice, then reconcile")
+            show_lines("drained", gw.drain_system_events(MANAGER))
             print(f"   session_status of the worker, changesSince {spawn_version}:")
-            _json(gw.session_status(WORKER, changes_since=spawn_version))
+            show_json(gw.session_status(WORKER, changes_since=spawn_version))
             _await_notice(gw, 1.0)
-            _lines("the follow-up for the messages after the notice", gw.drain_system_events(MANAGER))
+            show_lines("the follow-up for the messages after the notice", gw.drain_system_events(MANAGER))
 
-            _heading(4, "Both processes drain the manager at once: the durable cursor decides")
+            heading(4, "Both processes drain the manager at once: the durable cursor decides")
             recorder.stdin.write("message-and-drain\n")  # type: ignore[union-attr]
             recorder.stdin.flush()  # type: ignore[union-attr]
             mine = gw.drain_system_events(MANAGER)
             theirs = json.loads(recorder.stdout.readline())["drained"]  # type: ignore[union-attr]
             mine += gw.drain_system_events(MANAGER)
-            _lines("delivered by process 1", mine)
-            _lines("delivered by process 2", theirs)
+            show_lines("delivered by process 1", mine)
+            show_lines("delivered by process 2", theirs)
             print(f"   lines delivered in total for the episode: {len(mine) + len(theirs)}")
         finally:
             recorder.stdin.close()  # type: ignore[union-attr]

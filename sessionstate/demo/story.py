@@ -7,9 +7,9 @@ scripted, so two runs print the same lines but for the database's path."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from .database import demo_url, refuse_non_empty
+from .narration import heading, show_json, show_lines
 from ..gateway import Gateway
 from ..services.notice_protocol import DAY_SECONDS
 
@@ -37,33 +37,6 @@ class DemoClock:
         return self.start + self.offset
 
 
-def _heading(number: int, text: str) -> None:
-    print(f"\n== {number}. {text}")
-
-
-def _lines(label: str, lines: list[str]) -> None:
-    print(f"   {label}: {len(lines)} line(s)")
-    for line in lines:
-        print(f"     | {line}")
-
-
-def _json(data: Any, *, keep_events: int = 4) -> None:
-    """Pretty JSON with one event per line, long event lists elided in the middle."""
-    shown = json.loads(json.dumps(data))
-    changes = shown.get("stateChanges")
-    events = changes.pop("events") if changes is not None else None
-    text = json.dumps(shown, indent=2)
-    if events is not None:
-        rows = [json.dumps(e) for e in events]
-        if len(rows) > keep_events:
-            rows = rows[:2] + [f'"... {len(rows) - keep_events} more ..."'] + rows[-(keep_events - 2):]
-        body = ",\n".join(f"      {r}" for r in rows)
-        listing = '"events": [\n' + body + "\n    ],\n    " if rows else '"events": [],\n    '
-        text = text.replace('"stateChanges": {\n    ', '"stateChanges": {\n    ' + listing, 1)
-    for line in text.splitlines():
-        print(f"     {line}")
-
-
 def _adopted_session_step(gw: Gateway, number: int) -> None:
     """An external Claude Code session is adopted; a human types into it upstream."""
     import tempfile
@@ -75,7 +48,7 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
     from ..upstream.monitor import UpstreamMonitor
     from ..upstream.providers import ClaudeJsonlProvider
 
-    _heading(number, "An external Claude Code session is adopted; a human types into it upstream")
+    heading(number, "An external Claude Code session is adopted; a human types into it upstream")
     thread = "d3m0c0de-0000-4000-8000-000000000001"
     with tempfile.TemporaryDirectory() as tmp:
         transcript = Path(tmp) / "-home-dev-gateway" / f"{thread}.jsonl"
@@ -98,9 +71,9 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
         with transcript.open("a", encoding="utf-8") as handle:
             handle.write(line("user", "hold on, use the staging database"))
         print(f"   monitor tick: {monitor.tick()}")
-        _lines("manager's queue", gw.drain_system_events(MANAGER))
+        show_lines("manager's queue", gw.drain_system_events(MANAGER))
         print(f"   session_status of the adopted session, changesSince {since}:")
-        _json(gw.session_status(adopted.session_key, changes_since=since))
+        show_json(gw.session_status(adopted.session_key, changes_since=since))
 
 
 def _tools_step(gw: Gateway, number: int) -> None:
@@ -108,7 +81,7 @@ def _tools_step(gw: Gateway, number: int) -> None:
     from ..runner import Rule, ScriptedRunner
     from ..tools.policy import ToolPolicy
 
-    _heading(number, "The session tools: spawn two children, a peer sends with watch:true, kill one, announce")
+    heading(number, "The session tools: spawn two children, a peer sends with watch:true, kill one, announce")
     peer = "agent:main:peer"
     children = [f"agent:main:subagent:demo-tool-{i}" for i in (1, 2)]
     for key in (*children, peer):  # a previous run's sessions
@@ -145,13 +118,13 @@ def _tools_step(gw: Gateway, number: int) -> None:
     print(f"   subagents list: {len(listed['recent'])} run(s)")
     for run in listed["recent"]:
         print(f"     | run {run['runId']} {run['label']}: {run['status']} {run.get('outcome', '')}")
-    _lines("manager's queue (the announce, on its stored route)", gw.drain_system_events(MANAGER))
+    show_lines("manager's queue (the announce, on its stored route)", gw.drain_system_events(MANAGER))
     rows = gw.call_tool(MANAGER, "sessions_list", {"includePreview": True})["sessions"]
     print(f"   sessions_list (includePreview): {len(rows)} session(s)")
     for row in rows:
         print(f"     | {row['key']:<36} {row['kind']:<8} v{row.get('stateVersion', '-')}  {row.get('preview') or ''}")
     gw.human_message(MANAGER, "a human steps in on telegram", channel="telegram", sender="ops-chat")
-    _lines("the peer watches the manager now; its queue", gw.drain_system_events(peer))
+    show_lines("the peer watches the manager now; its queue", gw.drain_system_events(peer))
 
 
 def run_demo(db: str | None, *, reuse: bool = False) -> int:
@@ -174,7 +147,7 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
         if gw.session_exists(key):
             gw.delete_session(key)
 
-    _heading(1, "A manager spawns a worker: the spawn edge seeds the manager's cursor")
+    heading(1, "A manager spawns a worker: the spawn edge seeds the manager's cursor")
     gw.create_session(MANAGER)
     gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
     spawn_version = gw.state_version(WORKER)
@@ -182,7 +155,7 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     assert cursor is not None  # the spawn edge seeded it
     print(f"   worker stateVersion {spawn_version}; manager cursor {tuple(cursor)}")
 
-    _heading(2, "A human steps into the worker over telegram, twenty times")
+    heading(2, "A human steps into the worker over telegram, twenty times")
     for turn in range(1, 21):
         clock.advance(0.5)
         gw.record_event(
@@ -191,34 +164,34 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
             dedupe_key=None,
         )
         if turn == 1:
-            _lines("manager's queue after the first message", gw.pending_system_events(MANAGER))
-    _lines("manager's queue after twenty messages", gw.pending_system_events(MANAGER))
+            show_lines("manager's queue after the first message", gw.pending_system_events(MANAGER))
+    show_lines("manager's queue after twenty messages", gw.pending_system_events(MANAGER))
     print(f"   wakes sent: {len(wakes)} (coalesced within 20 s)")
 
     clock.advance(60)
-    _heading(3, "The manager's turn: one notice, then reconcile with changesSince")
+    heading(3, "The manager's turn: one notice, then reconcile with changesSince")
     drained = gw.drain_system_events(MANAGER)
-    _lines("drained", drained)
+    show_lines("drained", drained)
     reply = gw.call_tool(MANAGER, "session_status", {"sessionKey": WORKER, "changesSince": spawn_version})
     print(f"   the manager's session_status call, changesSince {spawn_version}:")
-    _json(reply)
+    show_json(reply)
     follow_up = gw.pending_system_events(MANAGER)
     print("   events that landed after the notice was queued reopen exactly one follow-up:")
-    _lines("manager's queue", follow_up)
+    show_lines("manager's queue", follow_up)
     gw.drain_system_events(MANAGER)
     cursor = gw.cursor_positions(MANAGER, WORKER)
     assert cursor is not None
     print(f"   manager cursor now {tuple(cursor)}")
 
     clock.advance(60)
-    _heading(4, "The worker's goal changes, then the gateway restarts before the manager's turn")
+    heading(4, "The worker's goal changes, then the gateway restarts before the manager's turn")
     gw.record_event(WORKER, "goal_changed", actor_type="human", summary="goal updated")
     before = gw.pending_system_events(MANAGER)
-    _lines("queue before the restart", before)
+    show_lines("queue before the restart", before)
     gw.close()
     gw = Gateway.open(url, clock=clock, on_wake=on_wake)
     after = gw.pending_system_events(MANAGER)
-    _lines("queue after reopening (startup sweep)", after)
+    show_lines("queue after reopening (startup sweep)", after)
     print(f"   byte-identical after the restart: {before == after}")
     cursor = gw.cursor_positions(MANAGER, WORKER)
     assert cursor is not None
@@ -231,13 +204,13 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     clock.advance(60)
     _tools_step(gw, 6)
 
-    _heading(7, "Thirty-one days pass; pruning opens an exact history gap")
+    heading(7, "Thirty-one days pass; pruning opens an exact history gap")
     clock.offset += 31 * DAY_SECONDS
     counts = gw.prune()
     print(f"   pruned: {counts}")
     gap = gw.session_status(WORKER, changes_since=noticed_since)
     print(f"   session_status of the worker, changesSince {noticed_since} (the manager's last seen):")
-    _json(gap)
+    show_json(gap)
     print("   historyGap true: refresh the whole session instead of trusting a delta;")
     print(f"   stateVersion stays {gap['stateVersion']}: heads survive pruning.")
     gw.stop_runs()

@@ -1,9 +1,10 @@
 """Which sessions this gateway process serves, and keeping its queue in step with other
 processes' commits (spec section 6a, R18-R22).
 
-A ``Serving`` belongs to one notice protocol service (``NoticeProtocol.serving``). It answers ``serves(W)`` from memory (the hot path
-asks it for every notice), holds this server's claims, and runs the incremental sweep that
-the change pump (``pump.py``) triggers. Every method is called with the gateway lock held.
+A ``Serving`` belongs to one notice protocol service (``NoticeProtocol.serving``). It answers
+``serves(W)`` from memory (the hot path asks it for every notice), holds this server's claims,
+and runs the incremental sweep that the change pump (``change_pump.py``) triggers. Every
+method is called with the gateway lock held.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ sequence before the commit that holds its event.
 
 A thread that already holds the lock (inside ``Gateway.transaction()`` or ``locked()``)
 never queues: waiting for a leader that needs the lock this thread holds would never end.
-Inside a transaction it records in that transaction, as before; holding the lock outside one,
+Inside a transaction it records in that transaction; holding the lock outside one,
 it commits whatever is queued together with its own events.
 """
 

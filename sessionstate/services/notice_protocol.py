@@ -650,23 +650,20 @@ class NoticeProtocol:
         check_key(session_key)
         self.resolve_any_agent(session_key)
         check_text(text, "system event text", MAX_SYSTEM_EVENT_CHARS, allow_empty=False)
-        if not self.store.in_transaction:
-            return self._release_system_event(session_key, text)
-        # R9: inside a transaction the line waits for the outermost commit.
+        added = text not in {e.text for e in self.queue.peek(session_key)}
+        # R9: inside a transaction the line waits for the outermost commit (at once outside one).
         self.store.after_commit(lambda: self._release_system_event(session_key, text))
-        return text not in {e.text for e in self.queue.peek(session_key)}
+        return added
 
     def _announce(self, main: str, line: str) -> None:
         """R27: queue the announcement line for the main session's next turn; no wake (it is
         not a notice, and a gateway creating many sessions must not keep waking its main)."""
         self.queue.enqueue(main, line)
 
-    def _release_system_event(self, session_key: str, text: str) -> bool:
+    def _release_system_event(self, session_key: str, text: str) -> None:
         wakes = self.line_wakes(session_key, None)
-        added = self.queue.enqueue(session_key, text, wakes=wakes)
-        if added and wakes:
+        if self.queue.enqueue(session_key, text, wakes=wakes) and wakes:
             self.wakes.wake(session_key, "system-event")
-        return added
 
     # -- reconciliation ---------------------------------------------------------------------
 
@@ -868,11 +865,7 @@ class NoticeProtocol:
         # R9: after the outermost commit; dropped if it rolls back. The trace hears of every
         # commit's notices, none included (its batch waits for them).
         if notices or self.tracer is not None:
-            store = self.store
-            if store.in_transaction:
-                store.after_commit(lambda: self._release_notices(notices))
-            else:  # already committed (the common case, after a call's own transaction)
-                self._release_notices(notices)
+            self.store.after_commit(lambda: self._release_notices(notices))
 
     def _release_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
         serves = self.serving.serves
@@ -918,9 +911,10 @@ class NoticeProtocol:
     def _rewake(self, material: list[tuple[SessionRef, str | None]], now: float) -> None:
         """R23: material events re-wake pending main-style watchers whose window passed
         (after the outermost commit, R9)."""
-        if self.store.in_transaction:
-            self.store.after_commit(lambda: self._rewake(material, now))
-            return
         on_material = self.rewaker.on_material
-        for target, actor_id in material:
-            on_material(target, actor_id, now)
+
+        def rewake() -> None:
+            for target, actor_id in material:
+                on_material(target, actor_id, now)
+
+        self.store.after_commit(rewake)

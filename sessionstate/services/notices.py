@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-NOTICE_TEMPLATE = (
-    'Session "{target}" changed (other actor). Reconcile before acting: '
-    'session_status sessionKey "{target}" changesSince {since}.'
-)
-
 
 def notice_text(target_key: str, since: int) -> str:
-    # Same text as NOTICE_TEMPLATE (a test holds them equal); an f-string is the fast path.
+    # The spec's notice template (tests/protocol/test_spec_sync.py holds them equal), as an
+    # f-string: the fast path.
     return (
         f'Session "{target_key}" changed (other actor). Reconcile before acting: '
         f'session_status sessionKey "{target_key}" changesSince {since}.'
@@ -57,9 +53,6 @@ class SystemEventQueue:
     def holds_waking_after(self, session_key: str, mark: int) -> bool:
         """Whether a line that asks for a wake entered the session's queue after ``mark``."""
         return any(e.wakes and e.entered > mark for e in self._queues.get(session_key, {}).values())
-
-    def take(self, session_key: str) -> list[QueuedEvent]:
-        return list(self._queues.pop(session_key, {}).values())
 
     def peek(self, session_key: str) -> list[QueuedEvent]:
         return list(self._queues.get(session_key, {}).values())

@@ -233,7 +233,7 @@ class Tracer:
 
             setattr(queue, name, removing)
 
-        for name in ("remove", "withdraw_notice", "clear", "take"):
+        for name in ("remove", "withdraw_notice", "clear"):
             wrap(name)
 
     def reset(self, watcher: str) -> None:

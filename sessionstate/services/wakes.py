@@ -71,7 +71,6 @@ class WakeCoalescer:
         self.on_owed: Callable[[str, float], None] | None = None
         self.sent = 0
         self.dropped = 0  # asked inside the window (now owed)
-        self.owed_fired = 0
         self.owed_cancelled = 0  # fell due with nothing new held: the watcher drained meanwhile
 
     @property
@@ -157,7 +156,6 @@ class WakeCoalescer:
             self._own_mark[watcher] = self._queue_mark()
         self._owed.pop(watcher, None)
         self.sent += 1
-        self.owed_fired += owed
         if self.on_fired is not None:
             self.on_fired(watcher, now, due)
         try:

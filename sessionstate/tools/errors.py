@@ -10,21 +10,21 @@ from ..errors import SessionStateError
 
 
 class ToolArgumentError(SessionStateError):
-    """A tool call was refused before anything ran.
+    """A tool call's arguments do not match the tool's schema; refused before anything ran.
 
-    ``code`` is ``"invalid_argument"`` (the arguments do not match the tool's
-    schema) or ``"unknown_tool"`` (no tool of that name). ``message`` names the
-    offending field(s). ``field`` is the first offending field's path (such as
-    ``"kinds[1]"``), or ``None`` when the error concerns the call as a whole.
+    ``message`` names the offending field(s). ``field`` is the first offending field's path
+    (such as ``"kinds[1]"``), or ``None`` when the error concerns the call as a whole. (A tool
+    name that does not exist is ``sessionstate.UnknownTool``.)
     """
 
-    def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
+    code = "invalid_argument"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
-        self.code = code  # per instance: one class covers both schema codes
         self.field = field
 
     def __repr__(self) -> str:
-        return f"ToolArgumentError({self.code!r}, {self.message!r})"
+        return f"ToolArgumentError({self.message!r}, field={self.field!r})"
 
 
 class ToolNotAllowed(SessionStateError):

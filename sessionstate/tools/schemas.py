@@ -16,7 +16,7 @@ before the gateway looks at a single argument, so the schemas are the contract:
 
 ``validate_tool_args(name, args)`` returns a new dict with schema defaults filled in
 (top-level only: the schemas are flat) or raises ``ToolArgumentError`` whose message
-names every offending field.
+names every offending field (``UnknownTool`` for a name that is not a tool).
 
 Argument names chosen here where the reference is silent (documented per property):
 ``sessions_list.includeTitle`` / ``includePreview`` / ``recentMessages``,
@@ -38,7 +38,7 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, UnknownTool
 from .errors import ToolArgumentError
 from ..validation import check_json
 
@@ -348,19 +348,16 @@ def validate_tool_args(name: str, args: Mapping[str, Any] | None) -> dict[str, A
     them) and returned as ``int``; NaN and infinities are refused. For
     ``sessions_spawn`` a ``message`` given instead of ``task`` is returned as ``task``.
 
-    Raises ``ToolArgumentError("unknown_tool", ...)`` for an unknown tool and
-    ``ToolArgumentError("invalid_argument", ...)`` naming every offending field.
+    Raises ``UnknownTool`` for an unknown tool and ``ToolArgumentError`` naming every
+    offending field.
     """
     validator = _VALIDATORS.get(name) if isinstance(name, str) else None
     if validator is None:
-        raise ToolArgumentError(
-            "unknown_tool", f"unknown tool {name!r}; known tools: {', '.join(TOOL_SCHEMAS)}"
-        )
+        raise UnknownTool(f"unknown tool {name!r}; known tools: {', '.join(TOOL_SCHEMAS)}")
     if args is None:
         args = {}
     if not isinstance(args, Mapping):
         raise ToolArgumentError(
-            "invalid_argument",
             f"{name}: arguments: expected an object, got {_json_type(args)}",
             field="arguments",
         )
@@ -370,14 +367,14 @@ def validate_tool_args(name: str, args: Mapping[str, Any] | None) -> dict[str, A
         # surrogates in any string, non-JSON values and nesting deeper than MAX_JSON_DEPTH.
         check_json(args, "", max_bytes=MAX_ARGUMENT_BYTES)
     except InvalidArgument as exc:
-        raise ToolArgumentError("invalid_argument", f"{name}: {exc.message}") from None
+        raise ToolArgumentError(f"{name}: {exc.message}") from None
     problems = _problems(validator, args)
     if not problems:
         problems = _non_finite(args)
     if problems:
         fields = [field for field, _ in problems]
         detail = "; ".join(f"{field}: {text}" for field, text in problems)
-        raise ToolArgumentError("invalid_argument", f"{name}: {detail}", field=fields[0])
+        raise ToolArgumentError(f"{name}: {detail}", field=fields[0])
 
     result = copy.deepcopy(args)
     schema = TOOL_SCHEMAS[name]

@@ -1,7 +1,9 @@
-"""Gateway-independent parts of the upstream monitor.
+"""Upstream monitoring: sessions that live outside the gateway, adopted and watched.
 
-The monitor (owned by the gateway) asks a provider for new upstream activity
-since a link's marker, drops our own echoed prompts, and records what is left
-as ``human_direct_message``. This package holds the pieces that need no
-gateway: prompt normalisation and echo filtering, and the providers.
+``catalog`` lists the external sessions an operator could adopt; ``adoption`` adopts one (or
+continues it) with an upstream link; ``monitor`` asks each link's provider (``providers``) for
+new activity since its marker, drops our own echoed prompts (``echo``, ``normalize``) and
+records what is left as ``human_direct_message``; ``linking`` holds the link store and priming
+both share. The providers' parsing (``claude_lines``, ``json_stream``) needs no gateway.
+See docs/upstream.md.
 """

@@ -1,9 +1,11 @@
 """The session catalog: external sessions an operator could adopt.
 
 Listing is read-only and never touches the gateway: a catalog entry that is not adopted stays
-outside the mechanism (no session, no link, no checks, no events). Each kind of upstream has a
-small source; ``SessionCatalog`` merges them and isolates a failing source (logged, reported in
-``errors``) so one unmounted directory or offline node does not hide the rest.
+outside the mechanism (no session, no link, no checks, no events). A source lists one kind of
+upstream (``ClaudeJsonlSource``: a directory of Claude Code transcripts; an embedder writes its
+own ``CatalogSource`` for others); ``SessionCatalog`` merges them and isolates a failing source
+(logged, reported in ``errors``) so one unmounted directory or unreachable host does not hide
+the rest.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -58,18 +60,6 @@ class ClaudeJsonlSource:
                         title=project.name, updated_at=item.stat().st_mtime,
                     ))
         return sorted(found, key=lambda e: (-(e.updated_at or 0.0), e.thread_id))
-
-
-class PairedNodeSource:
-    """Threads of one paired node; ``list_threads`` is the node's own listing call."""
-
-    def __init__(self, list_threads: Callable[[], Iterable[str]], *, provider: str = "paired-node", host: str) -> None:
-        self.list_threads = list_threads
-        self.provider = provider
-        self.host = host
-
-    def entries(self) -> list[CatalogEntry]:
-        return [CatalogEntry(self.provider, str(t), self.host, title=f"{self.host}:{t}") for t in self.list_threads()]
 
 
 @dataclass(slots=True)

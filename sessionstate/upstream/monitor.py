@@ -44,11 +44,6 @@ MISSES_BEFORE_DROP = 3
 RecentUserMessages = Callable[[str], Sequence[str]]
 
 
-def no_recent_user_messages(session_key: str) -> Sequence[str]:
-    """For embedders whose gateway keeps no transcripts: no gateway-side messages known."""
-    return ()
-
-
 @dataclass(slots=True)
 class TickReport:
     """Counts of one tick (``UpstreamMonitor.totals`` sums them over all ticks)."""

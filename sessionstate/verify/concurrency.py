@@ -1,4 +1,7 @@
-"""Two gateway processes on one SQLite file, appending to overlapping sessions.
+"""Two gateway processes on one database, appending to overlapping sessions.
+
+The database is a temporary SQLite file, or a fresh one on the backend ``sessionstate check
+--db URL`` names (scratch.py).
 
 Checks: no sequence handed to both processes; every acknowledged event present with its
 session; each head equals the largest sequence of its session; no exception (``database is

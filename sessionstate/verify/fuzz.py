@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from .modelcheck import initial_node, step
-from .replay import KEYS, _apply_real, _open, _Wakes, differences
+from .replay import KEYS, ReplayWakes, apply_real, differences, open_replayed
 from .world import AMBIENT, PAIRS, Action, all_actions, describe, enabled
 
 
@@ -51,8 +51,8 @@ def run_example(seed: int, index: int, steps: int, max_retained: int, directory:
     rng = random.Random(f"{seed}:{index}")
     actions = all_actions()
     url = f"sqlite:///{directory / f'fuzz-{index}.db'}"
-    wakes = _Wakes()
-    gw = _open(url, wakes)
+    wakes = ReplayWakes()
+    gw = open_replayed(url, wakes)
     trace: list[Action] = []
     try:
         for key in KEYS.values():
@@ -68,7 +68,7 @@ def run_example(seed: int, index: int, steps: int, max_retained: int, directory:
             trace.append(action)
             node, messages = step(node, action)
             wakes.next_step()
-            gw = _apply_real(gw, url, action, wakes)
+            gw = apply_real(gw, url, action, wakes)
             messages += differences(gw, node.ref) + wakes.differences(node.ref, AMBIENT | node.ref.ambient_pairs())
             if messages:
                 return [f"{i + 1}. {describe(a)}" for i, a in enumerate(trace)] + messages

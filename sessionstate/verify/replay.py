@@ -35,7 +35,7 @@ NOW = 1_700_000_000.0  # nothing expires in a trace's minutes: retention is driv
 STEP_SECONDS = 60.0  # past the 20 s wake window (R12)
 
 
-class _Wakes:
+class ReplayWakes:
     """The clock every replayed gateway reads and the wakes they sent, as abstract pairs."""
 
     def __init__(self) -> None:
@@ -61,11 +61,14 @@ class _Wakes:
         return out
 
 
-def _open(url: str, wakes: _Wakes) -> Gateway:
+def open_replayed(url: str, wakes: ReplayWakes) -> Gateway:
+    """A gateway on ``url`` that reads the replay's clock and reports its wakes to it."""
     return Gateway.open(url, clock=wakes.clock, on_wake=wakes.on_wake)
 
 
-def _apply_real(gw: Gateway, url: str, action: Action, wakes: _Wakes) -> Gateway:
+def apply_real(gw: Gateway, url: str, action: Action, wakes: ReplayWakes) -> Gateway:
+    """Run one model-check action on the real gateway; returns the gateway to go on with (a
+    restart or crash closes ``gw`` and opens a new one). Also the SPIN trail replay's (spin.py)."""
     kind = action[0]
     if kind == "event":
         _, target, actor, notifying = action
@@ -80,7 +83,7 @@ def _apply_real(gw: Gateway, url: str, action: Action, wakes: _Wakes) -> Gateway
         gw.drain_system_events(KEYS[action[1]])
     elif kind in ("restart", "crash"):  # a crash is a restart to the protocol (its wake is lost)
         gw.close()
-        return _open(url, wakes)
+        return open_replayed(url, wakes)
     elif kind == "tick":  # the wake window passes (every step is past it): fire what is owed
         gw.fire_due_wakes()
     elif kind == "prune":
@@ -133,8 +136,8 @@ def replay_trace(trace: list[Action], directory: Path | None = None) -> list[str
     """Run ``trace`` on a fresh file; returns the first step's differences (empty when equal)."""
     with tempfile.TemporaryDirectory(prefix="sessionstate-replay-", dir=directory) as tmp:
         url = f"sqlite:///{Path(tmp) / 'state.db'}"
-        wakes = _Wakes()
-        gw = _open(url, wakes)
+        wakes = ReplayWakes()
+        gw = open_replayed(url, wakes)
         try:
             for key in KEYS.values():
                 gw.create_session(key)
@@ -145,7 +148,7 @@ def replay_trace(trace: list[Action], directory: Path | None = None) -> list[str
                 wakes.next_step()
                 ref.model.wake_requests = []
                 ambient = ref.ambient_pairs()
-                gw = _apply_real(gw, url, action, wakes)
+                gw = apply_real(gw, url, action, wakes)
                 apply(ref, action)
                 diff = differences(gw, ref) + wakes.differences(ref, ambient | ref.ambient_pairs())
                 if diff:
@@ -159,21 +162,21 @@ def replay_trace(trace: list[Action], directory: Path | None = None) -> list[str
 # -- two processes (spec section 6a) -----------------------------------------------------------
 
 
-def _open_server(url: str, wakes: _Wakes) -> Gateway:
+def _open_server(url: str, wakes: ReplayWakes) -> Gateway:
     """A gateway that is a server (claims, sweeps) without the pump thread: the replay sweeps
     when the trace says so."""
-    gw = _open(url, wakes)
+    gw = open_replayed(url, wakes)
     with gw.locked():
         gw.serving.register()
     return gw
 
 
-def _apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: _Wakes) -> list[str] | None:
+def apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: ReplayWakes) -> list[str] | None:
     """Run one two-process action on the real gateways; returns a drain's lines."""
     kind, process = action[0], process_of(action)
     gw = gws[0 if process is None else process]
     if kind == "event":
-        _apply_real(gw, url, action[:4], wakes)
+        apply_real(gw, url, action[:4], wakes)
     elif kind == "drain":
         return gw.drain_system_events(KEYS[action[1]])
     elif kind == "sweep":
@@ -188,9 +191,9 @@ def _apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: _Wa
         for each in gws:
             each.fire_due_wakes()
     elif kind in ("prune", "watch"):
-        _apply_real(gw, url, action, wakes)
+        apply_real(gw, url, action, wakes)
     else:  # reset, delete, unwatch: the same calls, in the named process
-        _apply_real(gw, url, action[:-1], wakes)
+        apply_real(gw, url, action[:-1], wakes)
     return None
 
 
@@ -215,8 +218,8 @@ def replay_two_process_trace(trace: list[Action], directory: Path | None = None)
     a drain's lines the ones the reference delivers (INV10). Returns the first differences."""
     with tempfile.TemporaryDirectory(prefix="sessionstate-replay-", dir=directory) as tmp:
         url = f"sqlite:///{Path(tmp) / 'state.db'}"
-        wakes = _Wakes()
-        first = _open(url, wakes)
+        wakes = ReplayWakes()
+        first = open_replayed(url, wakes)
         gws: list[Gateway] = []
         try:
             for key in KEYS.values():
@@ -230,7 +233,7 @@ def replay_two_process_trace(trace: list[Action], directory: Path | None = None)
             for index, action in enumerate(trace):
                 wakes.next_step()
                 ambient = ref.ambient_pairs()
-                lines = _apply_real_process(gws, url, action, wakes)
+                lines = apply_real_process(gws, url, action, wakes)
                 delivered = apply(ref, action)
                 apply(mach, action)
                 diff = differences(gws[0], ref, queues=False) + process_differences(gws, mach)
@@ -248,9 +251,3 @@ def replay_two_process_trace(trace: list[Action], directory: Path | None = None)
             for gw in gws:
                 gw.close()
     return []
-
-
-# The same actions on real gateways, for the SPIN trail replay (spin.py).
-apply_real = _apply_real
-apply_real_process = _apply_real_process
-ReplayWakes = _Wakes

@@ -149,11 +149,6 @@ def trail_steps(report: SpinReport) -> list[str]:
 NONE = 255
 
 
-def _process(value: str) -> int | None:
-    number = int(value)
-    return None if number == NONE else number
-
-
 def trail_actions(steps: list[str], processes: int) -> list[tuple[Action | None, tuple | None]]:
     """Each ``@ACT`` as the explorer's action (``None`` for the window passing, which the
     real gateway's clock does), with the positions the model printed after it: per pair,

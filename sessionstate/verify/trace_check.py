@@ -117,7 +117,6 @@ class TraceChecker:
         self.windows: dict[str, float] = {}
         self.unwoken: set[tuple[Proc, str]] = set()
         self._owed_fired_at: float | None = None
-        self.summary_wakes = 0
 
     # -- driving ------------------------------------------------------------------------------
 
@@ -284,7 +283,6 @@ class TraceChecker:
         times.append(at)
         self.windows[watcher] = window
         self.unwoken.discard((proc, watcher))
-        self.summary_wakes += 1
         if owed is True:
             due = float(d["due"])
             self._owed_fired_at = due if self._owed_fired_at is None else max(self._owed_fired_at, due)

@@ -14,7 +14,7 @@ import pytest
 
 from sessionstate import Gateway
 from sessionstate.services.notices import notice_text
-from tests.backends import _admin_connection
+from tests.backends import admin_connection
 
 W, T = "agent:a:main", "agent:b:main"
 # A liveness bound, generous for a loaded machine (the issue asks for 1 s once the server
@@ -32,7 +32,7 @@ def _backend_pid(gateway: Gateway, connection: str) -> int:
 
 
 def _terminate(pid: int) -> None:
-    with _admin_connection() as admin:
+    with admin_connection() as admin:
         assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
         deadline = time.monotonic() + 10
         while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():

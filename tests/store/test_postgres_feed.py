@@ -14,7 +14,7 @@ from sessionstate import Gateway
 from sessionstate.services.notices import notice_text
 from sessionstate.store.records import PendingCursor
 from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES, RESYNC_PAYLOAD, encode_changes
-from tests.backends import _admin_connection, postgres_database
+from tests.backends import admin_connection, postgres_database
 
 W, T = "agent:a:main", "agent:b:main"
 
@@ -68,7 +68,7 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server:
         with server.locked():
             server.serving.register()
-        with _admin_connection() as admin:  # the server ends every listening backend
+        with admin_connection() as admin:  # the server ends every listening backend
             ended = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
@@ -129,7 +129,7 @@ def test_the_pump_heals_a_lost_listening_connection(pg_url):
 
     url = populate(pg_url)
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, pump=True) as server:
-        with _admin_connection() as admin:
+        with admin_connection() as admin:
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"

@@ -15,7 +15,7 @@ from sessionstate.errors import StorageConflict, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord
 from sessionstate.store.factory import open_store
-from tests.backends import _admin_connection
+from tests.backends import admin_connection
 
 KEYS = ("agent:a:one", "agent:a:two")
 
@@ -40,7 +40,7 @@ def backend_pid(store) -> int:
 
 
 def terminate(pid: int) -> None:
-    with _admin_connection() as admin:
+    with admin_connection() as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
@@ -222,7 +222,7 @@ def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
     named = make_url(pg_url).update_query_dict({"application_name": "billing-gateway"})
     with Gateway.open(named.render_as_string(hide_password=False), pump=True) as gw:
         assert gw.store.setting("application_name") == "billing-gateway"
-        with _admin_connection() as admin:
+        with admin_connection() as admin:
             names = {row[0] for row in admin.execute(
                 "SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
                 ([gw.store.backend_pid(), gw.serving.feed.backend_pid()],),

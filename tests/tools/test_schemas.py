@@ -8,6 +8,7 @@ import math
 import pytest
 from jsonschema import Draft202012Validator
 
+from sessionstate import UnknownTool
 from sessionstate.tools.errors import ToolArgumentError
 from sessionstate.tools.schemas import (
     TOOL_SCHEMAS,
@@ -132,7 +133,7 @@ def test_unknown_key_message_lists_the_allowed_ones() -> None:
 
 @pytest.mark.parametrize("name", ["sessions_kill", "", None, 3, "SESSIONS_LIST"])
 def test_unknown_tool(name: object) -> None:
-    with pytest.raises(ToolArgumentError) as caught:
+    with pytest.raises(UnknownTool) as caught:
         validate_tool_args(name, {})  # type: ignore[arg-type]
     assert caught.value.code == "unknown_tool"
     assert "sessions_list" in caught.value.message
@@ -242,7 +243,7 @@ def test_export_schemas_round_trips(tmp_path) -> None:
 
 
 def test_error_is_a_plain_exception_with_code_and_message() -> None:
-    error = ToolArgumentError("invalid_argument", "limit: must be >= 1")
+    error = ToolArgumentError("limit: must be >= 1")
     assert isinstance(error, Exception)
     assert (error.code, error.message, str(error)) == (
         "invalid_argument", "limit: must be >= 1", "limit: must be >= 1")

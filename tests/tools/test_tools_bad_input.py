@@ -93,5 +93,5 @@ def test_tool_argument_error_is_a_session_state_error():
     from sessionstate import SessionStateError
     from sessionstate.tools.errors import ToolArgumentError
 
-    error = ToolArgumentError("invalid_argument", "limit: must be >= 1", field="limit")
+    error = ToolArgumentError("limit: must be >= 1", field="limit")
     assert isinstance(error, SessionStateError) and error.field == "limit" and error.code == "invalid_argument"
