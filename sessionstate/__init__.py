@@ -23,7 +23,7 @@ from .errors import (
 from .fencing import fence_untrusted, fenced_text, quote_untrusted
 from .gateway import Gateway
 from .keys import SessionRef
-from .services.notices import notice_text
+from .formats import notice_text
 from .provenance import PROVENANCES, CursorPositions
 from .statemachine import Positions
 from . import tools  # noqa: F401  (the tool layer installs Gateway.call_tool; imported last)

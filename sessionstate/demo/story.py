@@ -11,7 +11,7 @@ from typing import Any
 
 from .database import demo_url, refuse_non_empty
 from ..gateway import Gateway
-from ..services.notice_protocol import DAY_SECONDS
+from ..timefmt import DAY_SECONDS
 
 MANAGER = "agent:main:main"
 WORKER = "agent:main:subagent:worker"

@@ -18,7 +18,8 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from ..errors import InvalidArgument, StorageError
 from ..keys import SessionRef, check_key
-from .notices import SystemEventQueue, notice_text
+from ..formats import notice_text
+from .notices import SystemEventQueue
 from .rewake import Rewaker
 from ..store import ChangeFeed, Store
 from ..store.records import ChangeSet, PendingCursor

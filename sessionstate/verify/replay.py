@@ -23,7 +23,7 @@ from collections.abc import Set
 from typing import cast
 
 from ..gateway import Gateway
-from ..services.notices import notice_text
+from ..formats import notice_text
 from .machinepath import SharedMachWorld
 from .modelcheck import apply
 from .refmodel import Notice, RefWorld

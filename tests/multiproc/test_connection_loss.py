@@ -13,7 +13,7 @@ import time
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from tests.backends import _admin_connection
 
 W, T = "agent:a:main", "agent:b:main"

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 
 W, T, T2 = "agent:a:main", "agent:b:main", "agent:c:main"
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, UnknownSession
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from sessionstate.store import serving as serving_sql
 
 W, T, W2 = "agent:a:main", "agent:b:main", "agent:c:main"

@@ -196,7 +196,7 @@ def test_a_read_only_connection_opens_with_owed_notices_in_memory(pg_url):
     """Issue 20's read-only open on a server: transactions that default to read-only (a
     standby, or a role set so) answer status and changesSince; the startup sweep writes
     nothing (it failed the open before)."""
-    from sessionstate.services.notices import notice_text
+    from sessionstate import notice_text
 
     w, t = "agent:w:main", "agent:t:main"
     with Gateway.open(pg_url) as gw:

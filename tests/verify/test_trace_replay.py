@@ -16,7 +16,7 @@ import pytest
 from sessionstate import Gateway
 from sessionstate.cli import main
 from sessionstate.demo.story import run_demo
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from sessionstate.verify.trace_check import TraceChecker, Violation
 from sessionstate.verify.trace_read import read_trace
 from sessionstate.verify.workload import ensure_sessions
