@@ -83,8 +83,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_walker_sees_a_cycle_when_there_is_one():
     graph = import_graph()
-    assert "sessionstate.gateway" in graph["sessionstate.tools"]  # the tool layer uses the runtime
-    graph["sessionstate.gateway"] = graph["sessionstate.gateway"] | {"sessionstate.tools"}
+    assert "sessionstate.tools.dispatch" in graph["sessionstate.gateway"]  # the facade dispatches to the tools
+    graph["sessionstate.tools.context"] = graph["sessionstate.tools.context"] | {"sessionstate.gateway"}
     assert find_cycle(graph) is not None
 
 
@@ -92,29 +92,47 @@ def test_the_package_has_no_import_cycle():
     assert find_cycle(import_graph()) is None
 
 
-def test_the_runtime_does_not_import_the_tool_layer():
+def tool_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """The tools sit between the services and the facade and see only their host protocol
+    (tools/host.py): nothing below the facade imports them, and they import no service and
+    nothing above themselves (the gateway hands them their host with each call)."""
+    tools = {m for m in graph if layer_of(m) == "tools"}
+    return sorted(
+        [f"{m} imports {i}" for m in graph if LAYERS.index(layer_of(m)) < LAYERS.index("tools")
+         for i in graph[m] & tools]
+        + [f"{m} imports {i}" for m in tools for i in graph[m]
+           if layer_of(i) in ("services", "facade", "clients")]
+    )
+
+
+def test_the_tools_see_only_their_host():
     graph = import_graph()
-    runtime = [m for m in graph if not m.startswith(("sessionstate.tools", "sessionstate.mcp"))
-               and m not in ("sessionstate", "sessionstate.cli", "sessionstate.demo.story")]
-    for module in runtime:
-        assert not {m for m in graph[module] if m.startswith("sessionstate.tools")}, module
+    assert tool_layer_violations(graph) == []
+    graph["sessionstate.tools.context"] = graph["sessionstate.tools.context"] | {"sessionstate.gateway"}
+    graph["sessionstate.services.registry"] = graph["sessionstate.services.registry"] | {"sessionstate.tools.policy"}
+    assert tool_layer_violations(graph) == [
+        "sessionstate.services.registry imports sessionstate.tools.policy",
+        "sessionstate.tools.context imports sessionstate.gateway",
+    ]
 
 
 # The layers, lowest first: a module may import its own layer and the ones below it.
 SHARED = {"keys", "validation", "config", "fencing", "policy", "timefmt", "provenance", "formats"}
 FACADE = {"gateway", "aio"}
-LAYERS = ("errors", "statemachine", "store", "shared", "runner", "services", "facade", "clients")
+# The tools sit below the facade: the gateway hands them a host (tools/host.py) and they import
+# neither it nor a service.
+LAYERS = ("errors", "statemachine", "store", "shared", "runner", "services", "tools", "facade", "clients")
 def layer_of(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "clients"  # the package's __init__ re-exports the public API
-    if parts[1] in ("errors", "statemachine", "store", "runner", "services"):
+    if parts[1] in ("errors", "statemachine", "store", "runner", "services", "tools"):
         return parts[1]
     if len(parts) == 2 and parts[1] in SHARED:
         return "shared"
     if len(parts) == 2 and parts[1] in FACADE:
         return "facade"
-    return "clients"  # tools, mcp, upstream, verify, demo, cli, operator views
+    return "clients"  # mcp, upstream, verify, demo, cli, operator views, metrics
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -128,7 +146,7 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 def door_violations(graph: dict[str, set[str]]) -> list[str]:
     return sorted(
         f"{module} imports {imported}"
-        for module, imports in graph.items() if layer_of(module) == "clients"
+        for module, imports in graph.items() if layer_of(module) in ("tools", "clients")
         for imported in imports if layer_of(imported) == "services"
     )
 
@@ -137,7 +155,8 @@ def test_every_module_has_its_layer():
     graph = import_graph()
     assert {layer_of(m) for m in graph} == set(LAYERS)
     assert layer_of("sessionstate.services.notice_protocol") == "services"
-    assert layer_of("sessionstate.tools.dispatch") == "clients"
+    assert layer_of("sessionstate.tools.dispatch") == "tools"
+    assert layer_of("sessionstate.mcp.server") == "clients"
 
 
 def test_the_layer_check_can_fail():
@@ -153,7 +172,7 @@ def test_no_module_imports_a_layer_above_its_own():
     assert layer_violations(import_graph()) == []
 
 
-def test_above_the_facade_nothing_reaches_a_service():
+def test_outside_the_runtime_nothing_reaches_a_service():
     assert door_violations(import_graph()) == []
 
 

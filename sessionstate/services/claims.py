@@ -50,8 +50,10 @@ def check_patterns(patterns: object) -> tuple[str, ...]:
     if isinstance(patterns, str) or not isinstance(patterns, (list, tuple)):
         raise InvalidArgument("serve must be a list of session key patterns")
     for pattern in patterns:
-        if not isinstance(pattern, str) or not pattern or not pattern.isprintable():
-            raise InvalidArgument(f"serve pattern {pattern!r} must be a non-empty printable string")
+        if not isinstance(pattern, str):  # named by its type: the repr of a hostile object may not end
+            raise InvalidArgument(f"serve pattern must be a non-empty printable string, not {type(pattern).__name__}")
+        if not pattern or not pattern.isprintable():
+            raise InvalidArgument(f"serve pattern {pattern[:80]!r} must be a non-empty printable string")
     return tuple(patterns)
 
 

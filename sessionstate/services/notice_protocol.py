@@ -94,7 +94,7 @@ if (states_written_by(MATERIAL_EVENT) | states_written_by(SELF_EVENT)) - {CAUGHT
     raise ImportError("the transition table needs cursor writes the event hot path does not make")
 
 
-class _PreparedEvent(NamedTuple):
+class PreparedEvent(NamedTuple):
     # None until resolved inside the append's transaction (``requested`` names it): a
     # resolution that reads the database must fail as the append does (R15).
     target: SessionRef | None
@@ -107,6 +107,9 @@ class _PreparedEvent(NamedTuple):
     occurred_at: float | None
     dedupe_key: str | None
     requested: tuple[str, str | None]  # (session key, agent id) as the caller gave them
+
+
+_PreparedEvent = PreparedEvent  # the name this module's hot path uses
 
 
 class NoticeProtocol:

@@ -163,8 +163,7 @@ def _open_server(url: str, wakes: _Wakes) -> Gateway:
     """A gateway that is a server (claims, sweeps) without the pump thread: the replay sweeps
     when the trace says so."""
     gw = _open(url, wakes)
-    with gw.locked():
-        gw.serving.register()
+    gw.register_server()
     return gw
 
 

@@ -225,6 +225,6 @@ def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
         with _admin_connection() as admin:
             names = {row[0] for row in admin.execute(
                 "SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
-                ([gw.store.backend_pid(), gw.serving.feed.backend_pid()],),
+                ([gw.store.backend_pid(), gw.change_feed.backend_pid()],),
             ).fetchall()}
         assert names == {"billing-gateway"}  # the listening connection too
