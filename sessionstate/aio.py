@@ -274,46 +274,36 @@ class AsyncGateway:
         return await anyio.to_thread.run_sync(self.gateway.call_tool, caller_key, name, args)
 
 
-def _recording_call() -> Callable[..., Awaitable[Any]]:
-    """``record_event`` with ``Gateway.record_event``'s signature, not a copy of it: validated
-    on the loop (``Gateway.prepare_event``), committed in the worker's next group."""
-    method = Gateway.record_event
+def _mirror(name: str, call: Callable[..., Awaitable[Any]], how: str) -> Callable[..., Awaitable[Any]]:
+    """``call`` as ``Gateway.<name>``'s coroutine: its name, its signature (read from the
+    method, never written again here) and its doc, with ``how`` it runs."""
+    method = getattr(Gateway, name)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``Gateway.{name}`` {how}.\n\n{method.__doc__ or ''}"
+    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+    return call
 
-    async def record_event(self: AsyncGateway, *args: Any, **kwargs: Any) -> int | None:
-        event = self.gateway.prepare_event(*args, **kwargs)
-        (sequence,) = await self._submit(_Job(None, (event,)))
-        return sequence
 
-    record_event.__qualname__ = "AsyncGateway.record_event"
-    record_event.__doc__ = f"``Gateway.record_event``: validated here, committed in the worker's next group.\n\n{method.__doc__}"
-    record_event.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
-    return record_event
+async def _record_event(self: AsyncGateway, *args: Any, **kwargs: Any) -> int | None:
+    event = self.gateway.prepare_event(*args, **kwargs)  # validated on the loop: bad input raises here
+    (sequence,) = await self._submit(_Job(None, (event,)))
+    return sequence
 
 
 def _store_call(name: str) -> Callable[..., Awaitable[Any]]:
-    method = getattr(Gateway, name)
-
     async def call(self: AsyncGateway, *args: Any, **kwargs: Any) -> Any:
         bound = getattr(self.gateway, name)
         return await self._submit(_Job(lambda: bound(*args, **kwargs), None))
 
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"``Gateway.{name}`` on the store's worker thread.\n\n{method.__doc__ or ''}"
-    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
-    return call
+    return _mirror(name, call, "on the store's worker thread")
 
 
 def _pooled_call(name: str) -> Callable[..., Awaitable[Any]]:
-    method = getattr(Gateway, name)
-
     async def call(self: AsyncGateway, *args: Any, **kwargs: Any) -> Any:
         bound = getattr(self.gateway, name)
         return await anyio.to_thread.run_sync(lambda: bound(*args, **kwargs))
 
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"``Gateway.{name}`` in anyio's thread pool (it may wait).\n\n{method.__doc__ or ''}"
-    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
-    return call
+    return _mirror(name, call, "in anyio's thread pool (it may wait)")
 
 
 def public_methods() -> list[str]:
@@ -324,7 +314,8 @@ def public_methods() -> list[str]:
     )
 
 
-AsyncGateway.record_event = _recording_call()  # type: ignore[attr-defined]
+AsyncGateway.record_event = _mirror(  # type: ignore[attr-defined]
+    "record_event", _record_event, "validated here, committed in the worker's next group")
 for _name in public_methods():
     if _name in _NOT_WRAPPED or _name in vars(AsyncGateway):
         continue

@@ -12,7 +12,7 @@ Applications, the tools, the operator views, the replays and the tests call the 
 below; none of them holds a service. They share one store, whose ``transaction()`` is the one
 unit of work: it holds the one lock and releases every notice, queued line and wake only
 after the outermost commit (R9). The agent-facing tools (``sessionstate.tools``) are a layer
-below this one: they see the small ``tools.host.ToolHost`` protocol, which ``ToolHost`` here
+below this one: they see the small ``tools.host.ToolHost`` protocol, which
 ``GatewayToolHost`` here fills from the public methods and the few service calls only the
 tools make.
 """
@@ -428,10 +428,7 @@ class Gateway:
         """``record_event``'s arguments validated alone (pure: no lock, no store; bad input
         raises). For callers that validate on one thread and commit on another
         (``sessionstate.aio``): hand the result to ``record_prepared``."""
-        try:
-            return self._protocol.prepare_event(*args, **kwargs)
-        except TypeError as exc:  # missing or unknown argument names, as record_events says
-            raise InvalidArgument(str(exc)) from None
+        return self._protocol.prepare_event(*args, **kwargs)
 
     def prepare_events(self, events: Sequence[Mapping[str, Any]]) -> list[PreparedEvent]:
         """``record_events``' validation alone, as ``prepare_event``."""

@@ -300,3 +300,32 @@ def test_the_reference_model_imports_nothing_from_the_package():
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {("." * node.level) + (node.module or "") for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported == {"__future__", "dataclasses", "datetime", "typing"}
+
+
+def host_calls(sources: list[str]) -> set[str]:
+    """The attributes the tools take of their host: ``gw.<name>`` and ``ctx.gw.<name>``."""
+    names = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Attribute):
+                owner = node.value
+                if (isinstance(owner, ast.Name) and owner.id == "gw") or (
+                        isinstance(owner, ast.Attribute) and owner.attr == "gw"):
+                    names.add(node.attr)
+    return names
+
+
+def host_members(source: str) -> set[str]:
+    (host,) = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "ToolHost"]
+    return {item.name for item in host.body if isinstance(item, ast.FunctionDef)} | {
+        item.target.id for item in host.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+
+
+def test_the_tool_host_names_exactly_what_the_tools_call():
+    tools = PACKAGE / "tools"
+    sources = [p.read_text() for p in sorted(tools.glob("*.py")) if p.name != "host.py"]
+    members = host_members((tools / "host.py").read_text())
+    assert host_calls(sources) == members
+    # the check can fail: a call the protocol does not name, and a member nobody calls
+    assert host_calls(sources + ["def f(ctx):\n    ctx.gw.registry.meta_of(1)\n"]) - members == {"registry"}
+    assert "steer_run" in members - host_calls([s for s in sources if "steer_run" not in s])

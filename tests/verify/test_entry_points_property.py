@@ -107,7 +107,8 @@ CALLS: dict[str, Call] = {
         st.sampled_from(["session_key", "kind", "actor_type", "summary", "payload", "occurred_at", "bogus"]), junk), max_size=3)), "events")),
     "prepare_event": lambda gw, x: gw.prepare_event(
         d(x, key, "key"), d(x, st.one_of(st.sampled_from(["goal_changed", "human_direct_message"]), junk), "kind"),
-        **kw(x, actor_type=junk, summary=junk, actor_id=key, agent_id=key, payload=junk, occurred_at=junk, bogus=junk)),
+        actor_type=d(x, junk, "actor"), summary=d(x, junk, "summary"),
+        **kw(x, actor_id=key, agent_id=key, payload=junk, occurred_at=junk)),
     "prepare_events": lambda gw, x: gw.prepare_events(d(x, st.one_of(junk, st.lists(st.dictionaries(
         st.sampled_from(["session_key", "kind", "actor_type", "summary", "payload", "bogus"]), junk), max_size=3)), "events")),
     "record_prepared": lambda gw, x: gw.record_prepared(d(x, st.one_of(junk, st.lists(st.lists(junk, max_size=2), max_size=2)), "calls")),
