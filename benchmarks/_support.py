@@ -231,7 +231,7 @@ def make_pending(db: sqlite3.Connection, target: str = TARGET, skip: str | None 
 
 
 def clear_queue(gw: Gateway) -> None:
-    gw.queue._queues.clear()  # benchmark setup only: forget queued notices
+    gw.forget_queued()  # benchmark setup only: forget queued notices
 
 
 # -- timing write locks from outside -------------------------------------------------------

@@ -109,8 +109,7 @@ def test_sweep_project(benchmark, sweep_template, tmp_path):
         with gw.store.transaction():
             db.execute("DELETE FROM session_watch_cursors")
             db.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?, ?)", before)
-        for session in gw.queue.sessions():
-            gw.queue.clear(session)
+        gw.forget_queued()
         state["gw"] = gw
 
     def sweep():

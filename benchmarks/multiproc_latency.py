@@ -166,16 +166,19 @@ def latency(mode: str, episodes: int, directory: Path, pg_url: str | None = None
             setup.create_session(T)
             setup.watch(W, T)
         b = Gateway.open(url, serve=[W], pump=True)
-        enqueue = b.queue.enqueue
 
-        def noting(*args, **kwargs):  # type: ignore[no-untyped-def]
-            added = enqueue(*args, **kwargs)
-            if added:
+        class Noting:  # a GatewayObserver that hears only the queued notice
+            def queued(self) -> None:
                 stamp.append(time.time())
                 arrived.set()
-            return added
 
-        b.queue.enqueue = noting  # type: ignore[method-assign]
+            def recorded(self, *args: object) -> None: ...
+            def spawned(self) -> None: ...
+            def drained(self, count: int) -> None: ...
+            def wake_fired(self, *args: object) -> None: ...
+            def wake_owed(self, *args: object) -> None: ...
+
+        b.observe(Noting())
         reset = lambda: b.drain_system_events(W)  # noqa: E731
         stop = b.close
     elif pg_url is not None:

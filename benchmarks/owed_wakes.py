@@ -75,7 +75,7 @@ def append_cost(directory: Path, watchers: int, rounds: int = 2_000) -> dict[str
     for gw in (owed_gw, plain_gw):
         gw.record_event(T1, KIND, actor_type="human", summary="first")   # woken (owed_gw)
         gw.record_event(T2, KIND, actor_type="human", summary="second")  # inside the window: owed
-    assert len(owed_gw.protocol.wakes.owed()) == watchers and not plain_gw.protocol.wakes.owed()
+    assert len(owed_gw.diagnostics().owed_wakes) == watchers and not plain_gw.diagnostics().owed_wakes
     raw_db, raw_record = raw_side(directory / "raw.db")
     sides = {
         "owed": lambda: owed_gw.record_event(T1, KIND, actor_type="human", summary="more"),
@@ -105,20 +105,21 @@ def cpu_seconds() -> float:
 
 
 def idle_cpu(directory: Path, watchers: int, seconds: float = 10.0) -> dict[str, float]:
-    gw = build(f"sqlite:///{directory / 'idle.db'}", watchers, on_wake=lambda w, r: None, clock=time.time,
-               window=3600.0)
+    ahead = [0.0]  # moved past the owed wakes to empty their heap
+    gw = build(f"sqlite:///{directory / 'idle.db'}", watchers, on_wake=lambda w, r: None,
+               clock=lambda: time.time() + ahead[0], window=3600.0)
     gw.record_event(T1, KIND, actor_type="human", summary="first")
     gw.record_event(T2, KIND, actor_type="human", summary="second")  # owed an hour ahead
-    assert len(gw.protocol.wakes.owed()) == watchers and gw.protocol.wakes.timer is not None
+    assert len(gw.diagnostics().owed_wakes) == watchers and gw.diagnostics().wake_timer_running
     time.sleep(1.0)
     before = cpu_seconds()
     time.sleep(seconds)
     owed_share = (cpu_seconds() - before) / seconds
     for i in range(watchers):  # drained: the owed wakes will find nothing; empty the heap
         gw.drain_system_events(watcher(i))
-    with gw.locked():
-        gw.protocol.wakes.fire_due(NOW * 10)  # pop everything (all cancelled: nothing held)
-    assert not gw.protocol.wakes.owed()
+    ahead[0] = 7200.0
+    gw.fire_due_wakes()  # pop everything (all cancelled: nothing held)
+    assert not gw.diagnostics().owed_wakes
     time.sleep(1.0)
     before = cpu_seconds()
     time.sleep(seconds)
@@ -136,7 +137,7 @@ def lateness(directory: Path, watchers: int, window: float = 2.0) -> dict[str, f
         gw.drain_system_events(watcher(i))
     fired.clear()
     gw.record_event(T2, KIND, actor_type="human", summary="second")  # inside the window: owed
-    due = gw.protocol.wakes.owed()
+    due = gw.diagnostics().owed_wakes
     assert len(due) == watchers
     deadline = time.monotonic() + window + 30
     while len(fired) < watchers and time.monotonic() < deadline:

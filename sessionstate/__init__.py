@@ -22,18 +22,20 @@ from .errors import (
     UnsupportedBackend,
 )
 from .fencing import fence_untrusted, fenced_text, quote_untrusted
-from .gateway import Gateway
+from .gateway import Diagnostics, Gateway, GatewayObserver
 from .keys import SessionRef
-from .services.notices import notice_text
+from .formats import notice_text
 from .provenance import PROVENANCES, CursorPositions
 from .statemachine import Positions
-from . import tools  # noqa: F401  (the tool layer installs Gateway.call_tool; imported last)
-from .aio import AsyncGateway  # after the tool layer: it mirrors Gateway's methods
+from .aio import AsyncGateway
+
 
 __all__ = [
     "AsyncGateway",
     "CursorPositions",
+    "Diagnostics",
     "Gateway",
+    "GatewayObserver",
     "InvalidArgument",
     "InvalidDatabaseUrl",
     "PROVENANCES",

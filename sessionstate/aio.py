@@ -6,7 +6,7 @@ arguments, results and typed errors. No store work runs on the event loop:
 - Recording validates on the loop (pure checks, microseconds; bad input raises at once, as
   in the sync API) and hands the prepared events to the store's worker thread. That thread
   takes every request queued by then and commits all the recordings among them as one group
-  (``NoticeProtocol.record_prepared``: one transaction, each caller its own result, none
+  (``Gateway.record_prepared``: one transaction, each caller its own result, none
   before the commit), then wakes all their tasks with one call into the loop.
 - Every other store call runs on the same worker thread, one at a time, in arrival order.
 - Calls that may wait for seconds (``call_tool``: ``sessions_send`` waits for a reply;
@@ -101,7 +101,7 @@ class _StoreWorker:
         recordings = [job for job in batch if job.events is not None]
         if recordings:
             try:
-                waiters = self._gateway.protocol.record_prepared([job.events for job in recordings])  # type: ignore[misc]
+                waiters = self._gateway.record_prepared([job.events for job in recordings])  # type: ignore[misc]
             except BaseException as exc:  # an interrupt: every recording hears of it
                 for job in recordings:
                     job.error = exc
@@ -123,7 +123,7 @@ class _StoreWorker:
 def _work_alone(gateway: Gateway, job: _Job) -> None:
     try:
         if job.events is not None:
-            (waiter,) = gateway.protocol.record_prepared([job.events])
+            (waiter,) = gateway.record_prepared([job.events])
             job.result, job.error = waiter.result, waiter.error
         elif job.call is not None:
             job.result = job.call()
@@ -264,32 +264,9 @@ class AsyncGateway:
 
     # -- recording --------------------------------------------------------------------------
 
-    async def record_event(
-        self,
-        session_key: str,
-        kind: str,
-        *,
-        actor_type: str,
-        summary: str,
-        actor_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        payload: dict[str, Any] | None = None,
-        dedupe_key: str | None = None,
-        occurred_at: float | None = None,
-    ) -> int | None:
-        """``Gateway.record_event``: validated here, committed in the worker's next group."""
-        event = self.gateway.protocol.prepare_event(
-            session_key, kind, actor_type=actor_type, summary=summary, actor_id=actor_id,
-            agent_id=agent_id, run_id=run_id, payload=payload, dedupe_key=dedupe_key,
-            occurred_at=occurred_at,
-        )
-        (sequence,) = await self._submit(_Job(None, (event,)))
-        return sequence
-
     async def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
         """``Gateway.record_events``: validated here, committed together in the next group."""
-        prepared = self.gateway.protocol.prepare_events(events)
+        prepared = self.gateway.prepare_events(events)
         return await self._submit(_Job(None, prepared))
 
     async def call_tool(self, caller_key: str, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -297,30 +274,36 @@ class AsyncGateway:
         return await anyio.to_thread.run_sync(self.gateway.call_tool, caller_key, name, args)
 
 
-def _store_call(name: str) -> Callable[..., Awaitable[Any]]:
+def _mirror(name: str, call: Callable[..., Awaitable[Any]], how: str) -> Callable[..., Awaitable[Any]]:
+    """``call`` as ``Gateway.<name>``'s coroutine: its name, its signature (read from the
+    method, never written again here) and its doc, with ``how`` it runs."""
     method = getattr(Gateway, name)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``Gateway.{name}`` {how}.\n\n{method.__doc__ or ''}"
+    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+    return call
 
+
+async def _record_event(self: AsyncGateway, *args: Any, **kwargs: Any) -> int | None:
+    event = self.gateway.prepare_event(*args, **kwargs)  # validated on the loop: bad input raises here
+    (sequence,) = await self._submit(_Job(None, (event,)))
+    return sequence
+
+
+def _store_call(name: str) -> Callable[..., Awaitable[Any]]:
     async def call(self: AsyncGateway, *args: Any, **kwargs: Any) -> Any:
         bound = getattr(self.gateway, name)
         return await self._submit(_Job(lambda: bound(*args, **kwargs), None))
 
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"``Gateway.{name}`` on the store's worker thread.\n\n{method.__doc__ or ''}"
-    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
-    return call
+    return _mirror(name, call, "on the store's worker thread")
 
 
 def _pooled_call(name: str) -> Callable[..., Awaitable[Any]]:
-    method = getattr(Gateway, name)
-
     async def call(self: AsyncGateway, *args: Any, **kwargs: Any) -> Any:
         bound = getattr(self.gateway, name)
         return await anyio.to_thread.run_sync(lambda: bound(*args, **kwargs))
 
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"``Gateway.{name}`` in anyio's thread pool (it may wait).\n\n{method.__doc__ or ''}"
-    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
-    return call
+    return _mirror(name, call, "in anyio's thread pool (it may wait)")
 
 
 def public_methods() -> list[str]:
@@ -331,6 +314,8 @@ def public_methods() -> list[str]:
     )
 
 
+AsyncGateway.record_event = _mirror(  # type: ignore[attr-defined]
+    "record_event", _record_event, "validated here, committed in the worker's next group")
 for _name in public_methods():
     if _name in _NOT_WRAPPED or _name in vars(AsyncGateway):
         continue

@@ -20,17 +20,15 @@ Instruments (meter ``sessionstate``):
   Kafka's ``records-lead-min``; at 0 a ``historyGap`` is next), read from the database at each
   collection (operator.py).
 
-Nothing is added to the record path itself: the gateway's bound methods are wrapped on this one
-instance (``detach()`` puts them back), so an uninstrumented gateway pays nothing. The wake
-counters come from the wake coalescer's two hooks (``on_fired``, ``on_owed``: services/wakes.py), which
-an uninstrumented gateway leaves as they were (``on_owed`` None: one check per owed wake).
+The counts come through ``Gateway.observe`` (``GatewayMetrics`` is the observer): nothing is
+added to the record path of a gateway nobody observes, and ``detach()`` takes it all back
+(services/observing.py).
 """
 
 from __future__ import annotations
 
-import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .operator import all_pairs
@@ -44,7 +42,6 @@ METER_NAME = "sessionstate"
 LATE_WAKE_SECONDS = 1.0
 # Lateness buckets in seconds: on time is well under a second, a stalled timer shows in tens.
 LATENESS_BUCKETS = (0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-_CLASS_METHOD = object()
 
 _instrumented: "weakref.WeakKeyDictionary[Gateway, GatewayMetrics]" = weakref.WeakKeyDictionary()
 
@@ -98,10 +95,9 @@ class GatewayMetrics:
         meter.create_observable_gauge(
             "sessionstate.watcher.lead", callbacks=[self._observe_lead], unit="{event}",
             description="fewest events before one of the watcher's unread events is pruned")
-        self._originals: list[tuple[object, str, object]] = []
-        self._wrap()
+        self._detach: Callable[[], None] | None = gateway.observe(self)
 
-    # -- the wake coalescer's hooks (services/wakes.py) -----------------------------------------
+    # -- the wake coalescer's hooks (wake.py) ---------------------------------------------------
 
     def wake_owed(self, watcher: str, due: float) -> None:
         self.wakes_owed.add(1, {"watcher": watcher})
@@ -118,95 +114,27 @@ class GatewayMetrics:
         if lateness > LATE_WAKE_SECONDS:
             self.wakes_fired_late.add(1, attributes)
 
+    # -- the rest of what the gateway reports (services/observing.py's GatewayObserver) -------
+
+    def recorded(self, kinds: Sequence[str], sequences: Sequence[int | None], seconds: float) -> None:
+        self.append_duration.record(seconds)
+        self._count_recorded(kinds, sequences)
+
+    def spawned(self) -> None:  # the spawn edge's child_spawned event
+        self.events_recorded.add(1, {"kind": "child_spawned"})
+
+    def queued(self) -> None:
+        self.notices_queued.add(1)
+
+    def drained(self, count: int) -> None:
+        self.notices_drained.add(count)
+
     def detach(self) -> None:
         """Stop counting: the gateway's own methods back (the gauges read nothing more)."""
-        for owner, name, original in reversed(self._originals):
-            if original is _CLASS_METHOD:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        self._originals.clear()
+        if self._detach is not None:
+            self._detach()
+            self._detach = None
         _instrumented.pop(self.gateway, None)
-
-    # -- the wrapped methods ------------------------------------------------------------------
-
-    def _replace(self, owner: object, name: str, make: Callable[[Any], Callable[..., Any]]) -> None:
-        # What the instance itself held (_CLASS_METHOD: nothing, the class's method showed).
-        self._originals.append((owner, name, vars(owner).get(name, _CLASS_METHOD)))
-        setattr(owner, name, make(getattr(owner, name)))
-
-    def _wrap(self) -> None:
-        gw = self.gateway
-        protocol = gw.protocol
-
-        def recording(original: Callable[..., int | None]) -> Callable[..., int | None]:
-            def record_event(*args: Any, **kwargs: Any) -> int | None:
-                kind = args[1] if len(args) > 1 else kwargs.get("kind", "")
-                start = time.perf_counter()
-                sequence = original(*args, **kwargs)
-                self.append_duration.record(time.perf_counter() - start)
-                self._count_recorded([kind], [sequence])
-                return sequence
-            return record_event
-
-        def recording_batch(original: Callable[..., list[int | None]]) -> Callable[..., list[int | None]]:
-            def record_events(events: Any) -> list[int | None]:
-                events = list(events)
-                start = time.perf_counter()
-                sequences = original(events)
-                self.append_duration.record(time.perf_counter() - start)
-                self._count_recorded([e.get("kind", "") if hasattr(e, "get") else "" for e in events], sequences)
-                return sequences
-            return record_events
-
-        def creating(original: Callable[..., None]) -> Callable[..., None]:
-            def create_session(*args: Any, **kwargs: Any) -> None:
-                original(*args, **kwargs)
-                if kwargs.get("parent") is not None:  # the spawn edge's child_spawned event
-                    self.events_recorded.add(1, {"kind": "child_spawned"})
-            return create_session
-
-        def queueing(original: Callable[..., bool]) -> Callable[..., bool]:
-            def enqueue(session_key: str, text: str, target: Any = None, **options: Any) -> bool:
-                added = original(session_key, text, target, **options)  # options: the queue's own (wakes=)
-                if added and target is not None:  # a stale notice (plain lines carry no target)
-                    self.notices_queued.add(1)
-                return added
-            return enqueue
-
-        def draining(original: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
-            def drain_system_events(session_key: str) -> list[str]:
-                notices = {e.text for e in protocol.queue.peek(session_key) if e.target is not None}
-                lines = original(session_key)
-                delivered = sum(1 for line in lines if line in notices)
-                if delivered:
-                    self.notices_drained.add(delivered)
-                return lines
-            return drain_system_events
-
-        def chained(hook: Callable[..., None]) -> Callable[[Any], Callable[..., None]]:
-            def make(original: Callable[..., None] | None) -> Callable[..., None]:
-                if original is None:
-                    return hook
-
-                def both(*args: Any) -> None:  # the protocol's own hook (the trace) first
-                    original(*args)
-                    hook(*args)
-                return both
-            return make
-
-        # The gateway binds the protocol's record methods onto itself (the event path skips
-        # its frame): both bindings are replaced, so every caller is counted.
-        self._replace(protocol, "record_event", recording)
-        self._replace(protocol, "record_events", recording_batch)
-        self._replace(gw, "record_event", lambda _original: protocol.record_event)
-        self._replace(gw, "record_events", lambda _original: protocol.record_events)
-        self._replace(protocol, "create_session", creating)
-        self._replace(protocol.queue, "enqueue", queueing)
-        self._replace(protocol, "drain_system_events", draining)
-        # Every on_wake call, at once or owed, passes on_fired (wake.WakeCoalescer._attempt).
-        self._replace(protocol.wakes, "on_fired", chained(self.wake_fired))
-        self._replace(protocol.wakes, "on_owed", chained(self.wake_owed))
 
     def _count_recorded(self, kinds: Iterable[str], sequences: Iterable[int | None]) -> None:
         for kind, sequence in zip(kinds, sequences):
@@ -219,7 +147,7 @@ class GatewayMetrics:
 
     def _per_watcher(self) -> dict[str, tuple[int, int | None]]:
         """watcher -> (most unread events, fewest events of lead) over its pairs."""
-        if self.gateway.closed or not self._originals:
+        if self.gateway.closed or self._detach is None:
             return {}
         found: dict[str, tuple[int, int | None]] = {}
         for pair in all_pairs(self.gateway):

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import UnknownSession
 from .keys import DEFAULT_AGENT_ID, check_key, is_agent_qualified
-from .services.notice_protocol import DAY_SECONDS
-from .services.notices import notice_text
+from .timefmt import DAY_SECONDS
+from .formats import notice_text
 from .statemachine.table import CAUGHT_UP
 from .statemachine.positions import derive_state
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .services.notices import notice_text
+from .formats import notice_text
 from .statemachine import NOTIFYING_KINDS
 from .timefmt import iso_millis
 

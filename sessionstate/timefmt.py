@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import time
 
+DAY_SECONDS = 86_400.0
+
 _PREFIX_CACHE: dict[int, str] = {}
 _PREFIX_CACHE_LIMIT = 4096
 # ".000Z" .. ".999Z", indexed by the millisecond within the second.

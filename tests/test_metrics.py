@@ -165,7 +165,7 @@ def test_an_owed_wake_is_counted_once(timed, monkeypatch):
     assert gw.drain_system_events(MANAGER)
     clock.now = start + 35
     human(gw)                                   # owed, due at t=50
-    slot = gw.protocol.wakes.take_slot
+    slot = gw.store.serving.take_wake_slot  # R23's durable slot, read by the owed wake
     failures = iter([StorageError("slot unreadable")])
 
     def flaky(*args):
@@ -173,10 +173,10 @@ def test_an_owed_wake_is_counted_once(timed, monkeypatch):
             raise failure
         return slot(*args)
 
-    monkeypatch.setattr(gw.protocol.wakes, "take_slot", flaky)
+    monkeypatch.setattr(gw.store.serving, "take_wake_slot", flaky)
     clock.now = start + 50
     gw.fire_due_wakes()                         # the slot fails: owed again at t=51
-    assert len(wakes) == 2 and gw.protocol.wakes.owed() == {MANAGER: start + 51}
+    assert len(wakes) == 2 and gw.diagnostics().owed_wakes == {MANAGER: start + 51}
     clock.now = start + 51
     gw.fire_due_wakes()
     found = collected(reader)
@@ -186,17 +186,21 @@ def test_an_owed_wake_is_counted_once(timed, monkeypatch):
 
 
 def test_detach(timed):
-    gw, metrics, reader, _, _ = timed
-    wakes = gw.protocol.wakes
+    """After ``detach`` nothing is counted any more: no recording (through any path), no
+    queued or drained notice, no wake sent or owed."""
+    gw, metrics, reader, clock, wakes = timed
     assert metrics_of(gw) is metrics and instrument(gw) is metrics
-    before = collected(reader)["sessionstate.events.recorded"]  # the fixture's child_spawned
+    counted = lambda: {k: v for k, v in collected(reader).items() if not k.startswith("sessionstate.watcher.")}  # noqa: E731
+    before = counted()
     metrics.detach()
     assert metrics_of(gw) is None
-    assert wakes.on_owed is None and wakes.on_fired == gw.protocol._trace_wake  # the protocol's own
-    gw.create_session(PEER)
-    human(gw, PEER)
-    assert collected(reader)["sessionstate.events.recorded"] == before  # no longer counted
-    assert "record_event" not in vars(gw.protocol)  # the class's method again
+    gw.create_session(PEER, kind="subagent", parent=MANAGER)  # a spawn edge: child_spawned
+    human(gw, PEER)                              # queued for the manager, woken at once
+    gw.record_events([dict(session_key=PEER, kind="goal_changed", actor_type="human", summary="g")])
+    human(gw, PEER)                              # inside the window: owed
+    assert gw.drain_system_events(MANAGER)
+    assert wakes and gw.diagnostics().owed_wakes  # the gateway still woke and owes
+    assert counted() == before
 
 
 def test_importing_sessionstate_never_imports_opentelemetry():

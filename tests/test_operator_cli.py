@@ -16,7 +16,7 @@ import pytest
 
 from sessionstate import Gateway
 from sessionstate.cli import main
-from sessionstate.services.notice_protocol import DAY_SECONDS
+from sessionstate.timefmt import DAY_SECONDS
 from sessionstate.operator import observe
 
 MANAGER, WORKER = "agent:main:main", "agent:main:subagent:worker"

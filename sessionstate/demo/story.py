@@ -11,7 +11,7 @@ import json
 from .database import demo_url, refuse_non_empty
 from .narration import heading, show_json, show_lines
 from ..gateway import Gateway
-from ..services.notice_protocol import DAY_SECONDS
+from ..timefmt import DAY_SECONDS
 
 MANAGER = "agent:main:main"
 WORKER = "agent:main:subagent:worker"

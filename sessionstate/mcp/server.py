@@ -40,7 +40,6 @@ from mcp.shared.exceptions import MCPError
 
 from ..aio import AsyncGateway
 from ..errors import InvalidArgument, SessionStateError
-from ..tools.dispatch import allowed_tools
 from .results import tool_listing, tool_result
 from .uris import notices_uri
 
@@ -120,8 +119,7 @@ class SessionToolServer:
     # -- the gateway, called in worker threads ----------------------------------------------
 
     def allowed_tools(self) -> list[str]:
-        with self.gateway.locked():
-            return allowed_tools(self.gateway, self.session_key)
+        return self.gateway.allowed_tools(self.session_key)
 
     def _owed_and_pending(self) -> list[str]:
         self.gateway.queue_owed_notices(self.session_key)

@@ -21,10 +21,12 @@ from ..store import ChangeFeed, Store
 
 
 class Pumped(Protocol):
-    """What the pump needs of the gateway it serves (``Gateway`` satisfies it)."""
+    """What the pump needs of the gateway it serves (the gateway hands it a ``_Pumped`` view)."""
 
     store: Store
-    closed: bool
+
+    @property
+    def closed(self) -> bool: ...
 
     @property
     def serving(self) -> Serving: ...

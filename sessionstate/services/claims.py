@@ -19,7 +19,8 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from ..errors import InvalidArgument, StorageError
 from ..keys import SessionRef, check_key
-from .notices import SystemEventQueue, notice_text
+from ..formats import notice_text
+from .notices import SystemEventQueue
 from .rewake import Rewaker
 from ..store import ChangeFeed, Store
 from ..store.records import ChangeSet, PendingCursor
@@ -50,8 +51,10 @@ def check_patterns(patterns: object) -> tuple[str, ...]:
     if isinstance(patterns, str) or not isinstance(patterns, (list, tuple)):
         raise InvalidArgument("serve must be a list of session key patterns")
     for pattern in patterns:
-        if not isinstance(pattern, str) or not pattern or not pattern.isprintable():
-            raise InvalidArgument(f"serve pattern {pattern!r} must be a non-empty printable string")
+        if not isinstance(pattern, str):  # named by its type: the repr of a hostile object may not end
+            raise InvalidArgument(f"serve pattern must be a non-empty printable string, not {type(pattern).__name__}")
+        if not pattern or not pattern.isprintable():
+            raise InvalidArgument(f"serve pattern {pattern[:80]!r} must be a non-empty printable string")
     return tuple(patterns)
 
 

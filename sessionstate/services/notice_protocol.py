@@ -25,8 +25,10 @@ from ..keys import (
 from .announce_created import announcement_target, created_line
 from .group_commit import GroupCommit, Waiter
 from .locking import locked
-from .notices import SystemEventQueue, notice_text, plan_drain
+from ..formats import notice_text
+from .notices import SystemEventQueue, plan_drain
 from .reconcile import events_json
+from ..timefmt import DAY_SECONDS
 from ..statemachine import NOTIFYING_KINDS, Positions, derive_state, fire, fire_many
 from ..statemachine.machine import states_written_by
 from ..statemachine.table import (
@@ -74,7 +76,6 @@ from .wakes import DEFAULT_WAKE_WINDOW, WakeCoalescer, WakeTimer
 
 log = logging.getLogger("sessionstate")
 
-DAY_SECONDS = 86_400.0
 OCCURRED_AT_WINDOW = DAY_SECONDS  # R16
 CHANGES_PAGE = 200
 APPEND_ATTEMPTS = 3  # a burst that rolled back whole (conflict, lost connection) runs again
@@ -93,7 +94,7 @@ if (states_written_by(MATERIAL_EVENT) | states_written_by(SELF_EVENT)) - {CAUGHT
     raise ImportError("the transition table needs cursor writes the event hot path does not make")
 
 
-class _PreparedEvent(NamedTuple):
+class PreparedEvent(NamedTuple):
     # None until resolved inside the append's transaction (``requested`` names it): a
     # resolution that reads the database must fail as the append does (R15).
     target: SessionRef | None
@@ -106,6 +107,9 @@ class _PreparedEvent(NamedTuple):
     occurred_at: float | None
     dedupe_key: str | None
     requested: tuple[str, str | None]  # (session key, agent id) as the caller gave them
+
+
+_PreparedEvent = PreparedEvent  # the name this module's hot path uses
 
 
 class NoticeProtocol:

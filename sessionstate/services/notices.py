@@ -1,4 +1,4 @@
-"""The in-memory system event queue and the exact stale-notice text.
+"""The in-memory system event queue (the stale notice's exact text: ``formats.notice_text``).
 
 The queue is per session, ordered, and deduplicated on exact text: re-enqueueing a notice
 whose text is already queued is a no-op (R5). It is not durable on purpose; the startup sweep
@@ -9,14 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-
-def notice_text(target_key: str, since: int) -> str:
-    # The spec's notice template (tests/protocol/test_spec_sync.py holds them equal), as an
-    # f-string: the fast path.
-    return (
-        f'Session "{target_key}" changed (other actor). Reconcile before acting: '
-        f'session_status sessionKey "{target_key}" changesSince {since}.'
-    )
+from ..formats import notice_text
 
 
 class QueuedEvent(NamedTuple):

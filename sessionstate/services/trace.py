@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy.engine import make_url
 
+from ..formats import TRACE_VERSION
 from ..statemachine.machine import TRANSITION_TABLE
 from ..statemachine.positions import derive_state
 
-TRACE_VERSION = 1
 ENV_TRACE = "SESSIONSTATE_TRACE"
 
 PositionsLike = tuple[int, int, int]

@@ -1,14 +1,12 @@
 """Agent-facing session tools: argument schemas, the history sanitiser and the dispatcher
 behind ``Gateway.call_tool``.
 
-The tool layer sits above the runtime: it uses the gateway's services through their public
-methods and installs its ``call_tool`` into the gateway when imported (``sessionstate``
-imports it), so the runtime never imports the tools.
+The tools sit between the services and the facade: they call only what ``host.ToolHost``
+names, which the gateway hands them with each call, and import neither the gateway nor a
+service (tests/test_architecture.py holds both).
 """
 
-from ..gateway import install_tool_layer
 from .dispatch import call_tool
+from .host import ToolHost
 
-install_tool_layer(call_tool)
-
-__all__ = ["call_tool"]
+__all__ = ["ToolHost", "call_tool"]

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument, UnknownSession
 from ..keys import SessionRef, agent_of, is_agent_qualified
 from ..policy import ToolPolicy, can_see
 from ..store import MetaRecord
 from .errors import Forbidden
-
-if TYPE_CHECKING:
-    from ..gateway import Gateway
+from .host import ToolHost
 
 # Thread-scoped chat sessions are not targets: the parent channel's session is.
 THREAD_KEY = re.compile(r":thread:[^:]+\Z")
@@ -23,15 +20,15 @@ THREAD_KEY = re.compile(r":thread:[^:]+\Z")
 
 @dataclass(frozen=True)
 class ToolContext:
-    gw: "Gateway"
+    gw: ToolHost
     caller: SessionRef
     meta: MetaRecord
     policy: ToolPolicy
 
     @classmethod
-    def open(cls, gw: "Gateway", caller_key: str) -> "ToolContext":
+    def open(cls, gw: ToolHost, caller_key: str) -> "ToolContext":
         caller = gw.resolve(caller_key)
-        return cls(gw, caller, gw.registry.meta_of(caller), gw.tool_policy)
+        return cls(gw, caller, gw.meta_of(caller), gw.tool_policy)
 
     @property
     def key(self) -> str:
@@ -42,7 +39,7 @@ class ToolContext:
         return self.policy.effective_visibility(self.meta.sandboxed)
 
     def visible(self, target: SessionRef) -> bool:
-        return can_see(self.policy, self.caller, self.meta.sandboxed, target, self.gw.registry.parent_of)
+        return can_see(self.policy, self.caller, self.meta.sandboxed, target, self.gw.parent_of)
 
     def require_visible(self, target: SessionRef) -> SessionRef:
         if not self.visible(target):

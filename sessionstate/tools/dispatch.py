@@ -8,7 +8,7 @@ before the tool writes anything.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..errors import InvalidArgument, SessionStateError
 from . import (
@@ -22,10 +22,8 @@ from . import (
 )
 from .context import ToolContext
 from .errors import ToolNotAllowed
+from .host import ToolHost
 from .schemas import validate_tool_args
-
-if TYPE_CHECKING:
-    from ..gateway import Gateway
 
 log = logging.getLogger("sessionstate")
 
@@ -46,14 +44,14 @@ def error_result(code: str, message: str) -> dict[str, Any]:
     return {"status": "error", "error": {"code": code, "message": message}}
 
 
-def allowed_tools(gw: "Gateway", caller_key: str) -> list[str]:
+def allowed_tools(gw: ToolHost, caller_key: str) -> list[str]:
     """The tools the caller may call now (in the schemas' order)."""
     ctx = ToolContext.open(gw, caller_key)
     allowed = ctx.policy.allowed_tools(ctx.caller[1], ctx.meta.spawn_depth)
     return [name for name in TOOLS if name in allowed]
 
 
-def call_tool(gw: "Gateway", caller_key: str, name: str, args: dict[str, Any] | None) -> dict[str, Any]:
+def call_tool(gw: ToolHost, caller_key: str, name: str, args: dict[str, Any] | None) -> dict[str, Any]:
     try:
         clean = validate_tool_args(name, args)
         if not isinstance(caller_key, str):

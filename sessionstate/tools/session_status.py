@@ -35,13 +35,13 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 def card(ctx: ToolContext, target: tuple[str, str]) -> dict[str, Any]:
     gw = ctx.gw
     now = gw.clock()
-    session = gw.registry.session_record(target)
+    session = gw.session_record(target)
     assert session is not None  # resolved under the same lock
-    meta = gw.registry.meta_of(target)
-    count, last_message_at = gw.transcripts.stats(target)
+    meta = gw.meta_of(target)
+    count, last_message_at = gw.message_stats(target)
     updated = max(session.updated_at, meta.last_activity_at or 0.0, last_message_at or 0.0)
     child_runs = gw.runs_of_child(target)
-    active = gw.runs.active_by_requester(target)
+    active = gw.active_runs_of(target)
     task = run_json(child_runs[0], now) if child_runs else None
     fields: dict[str, Any] = {
         "agentId": target[1],

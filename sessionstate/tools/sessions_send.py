@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InvalidArgument, SessionStateError
 from ..fencing import fence_untrusted
 from ..keys import is_agent_qualified
 from ..runner.base import REPLY_SKIP, RunContext, TurnRequest, TurnResult
 from .context import ToolContext
+from .host import ToolHost
 
-if TYPE_CHECKING:
-    from ..gateway import Gateway
 
 log = logging.getLogger("sessionstate")
 MAX_REPLY_BACK_TURNS = 5
@@ -43,7 +42,7 @@ def frame(sender: str, text: str) -> str:
     return fence_untrusted(text, f"Inter-session message from {sender} via sessions_send; isUser=false")
 
 
-def deliver(gw: "Gateway", sender: str, receiver: SessionRef, text: str, exchange_id: str) -> str:
+def deliver(gw: ToolHost, sender: str, receiver: SessionRef, text: str, exchange_id: str) -> str:
     prompt = frame(sender, text)
     gw.append_message(
         receiver[0], "user", prompt, agent_id=receiver[1], actor_type="agent", actor_id=sender,
@@ -66,7 +65,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             result["watched"] = _watch(gw, ctx.key, target)
         elif "watch" in args:  # given as false: still say whether the sender watches it
             result["watched"] = _watches(gw, ctx.key, target)
-        meta = gw.registry.meta_of(target)
+        meta = gw.meta_of(target)
     done = threading.Event()
     outcome: dict[str, Any] = {}
     gw.run_executor.start(
@@ -81,7 +80,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return {**outcome, **result}
 
 
-def _watch(gw: "Gateway", sender: str, target: SessionRef) -> bool:
+def _watch(gw: ToolHost, sender: str, target: SessionRef) -> bool:
     """True when the sender watches the receiver after the call (new or existing cursor)."""
     if not is_agent_qualified(sender):
         return False  # R3: such sessions get changesSince, not notices
@@ -89,12 +88,12 @@ def _watch(gw: "Gateway", sender: str, target: SessionRef) -> bool:
     return True
 
 
-def _watches(gw: "Gateway", sender: str, target: SessionRef) -> bool:
+def _watches(gw: ToolHost, sender: str, target: SessionRef) -> bool:
     """True when the sender already holds a cursor on the receiver (a spawn edge, an earlier watch)."""
     return is_agent_qualified(sender) and gw.cursor_positions(sender, target[0], target_agent_id=target[1]) is not None
 
 
-def _turn(gw: "Gateway", session: SessionRef, purpose: str, prompt: str, sender: str, model: str | None, rctx: RunContext) -> TurnResult:
+def _turn(gw: ToolHost, session: SessionRef, purpose: str, prompt: str, sender: str, model: str | None, rctx: RunContext) -> TurnResult:
     request = TurnRequest(session[0], session[1], purpose, prompt, sender_key=sender, model=model)  # type: ignore[arg-type]
     return gw.runner.run_turn(request, rctx)
 
@@ -104,7 +103,7 @@ def _is_reply(text: str | None) -> bool:
 
 
 def _exchange(
-    gw: "Gateway", sender: SessionRef, target: SessionRef, prompt: str, model: str | None,
+    gw: ToolHost, sender: SessionRef, target: SessionRef, prompt: str, model: str | None,
     rctx: RunContext, outcome: dict[str, Any], done: threading.Event,
 ) -> None:
     try:
@@ -128,7 +127,7 @@ def _exchange(
         log.info("reply-back loop %s -> %s stopped: %s", sender[0], target[0], exc)
 
 
-def _reply_back(gw: "Gateway", sender: SessionRef, target: SessionRef, reply: str, rctx: RunContext) -> int:
+def _reply_back(gw: ToolHost, sender: SessionRef, target: SessionRef, reply: str, rctx: RunContext) -> int:
     """Alternate sender and target, at most 5 turns; REPLY_SKIP from either ends it."""
     speaker, listener, incoming = sender, target, reply
     exchange = f"reply-back-{gw.new_id()}"

@@ -45,14 +45,14 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         with gw.transaction():
             gw.create_session(child[0], kind="acp" if runtime == "acp" else "subagent",
                               parent=ctx.caller[0], label=args.get("label"), run_id=run_id)
-            gw.registry.insert_meta(MetaRecord(
+            gw.insert_meta(MetaRecord(
                 child[0], child[1], session_id, channel=ctx.meta.channel, model=args.get("model"),
                 thinking=args.get("thinking"), runtime=runtime, sandboxed=sandboxed, spawn_depth=depth,
                 last_activity_at=now,
             ))
-            gw.runs.insert(record)
+            gw.insert_run(record)
             if context == "fork":
-                for message in gw.transcripts.recent(ctx.caller, FORK_MESSAGES):
+                for message in gw.recent_messages(ctx.caller, FORK_MESSAGES):
                     gw.append_message(
                         child[0], message.role, message.text, agent_id=child[1], actor_type=message.actor_type,
                         actor_id=message.actor_id, tool_calls=message.tool_calls, tool_result=message.tool_result,

@@ -24,7 +24,7 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         if action == "list":
             return _list(ctx)
         if action == "kill" and args["target"] == "all":
-            runs = [r for r in gw.runs.active_by_requester(ctx.caller) if ctx.visible((r.child_key, r.child_agent_id))]
+            runs = [r for r in gw.active_runs_of(ctx.caller) if ctx.visible((r.child_key, r.child_agent_id))]
         else:
             runs = [_find(ctx, args["target"])]
             if runs[0].status != "running":

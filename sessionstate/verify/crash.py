@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..gateway import Gateway
-from ..services.notices import notice_text
+from ..formats import notice_text
 from .scratch import scratch_database
 from .workload import SESSIONS
 

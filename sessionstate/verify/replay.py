@@ -23,7 +23,7 @@ from collections.abc import Set
 from typing import cast
 
 from ..gateway import Gateway
-from ..services.notices import notice_text
+from ..formats import notice_text
 from .machinepath import SharedMachWorld
 from .modelcheck import apply
 from .refmodel import Notice, RefWorld
@@ -166,8 +166,7 @@ def _open_server(url: str, wakes: ReplayWakes) -> Gateway:
     """A gateway that is a server (claims, sweeps) without the pump thread: the replay sweeps
     when the trace says so."""
     gw = open_replayed(url, wakes)
-    with gw.locked():
-        gw.serving.register()
+    gw.register_server()
     return gw
 
 

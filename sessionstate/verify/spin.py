@@ -266,8 +266,7 @@ def replay_trail(
 
         gw = Gateway.open(url, clock=lambda: now[0], trace=trace, on_wake=on_wake)
         if server:
-            with gw.locked():
-                gw.serving.register()
+            gw.register_server()
         return gw
 
     first = opened(False)

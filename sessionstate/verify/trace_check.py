@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ProtocolError
-from ..services.notices import notice_text
+from ..formats import notice_text
 from ..provenance import PROVENANCE_AMBIENT, PROVENANCES
 from ..statemachine import NOTIFYING_KINDS, Positions, derive_state, fire
 from ..statemachine.machine import DERIVED_EFFECTS, TRANSITION_TABLE

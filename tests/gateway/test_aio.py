@@ -157,7 +157,7 @@ def _loop_gaps(db_url: str, loop_backend: str, *, block: bool = False) -> dict[s
             stats.update(
                 max_cpu_gap=max(cpu_gaps), max_wall_gap=max(wall_gaps), ticks=len(cpu_gaps),
                 worst_tick=cpu_gaps.index(max(cpu_gaps)),
-                batches=gw.gateway.protocol.group.batches,
+                batches=gw.gateway.diagnostics().group_batches,
             )
 
     try:

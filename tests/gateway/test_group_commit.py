@@ -69,10 +69,10 @@ class Outcomes:
 def _wait_queued(gw: Gateway, count: int) -> None:
     deadline = threading.Event()
     for _ in range(int(WAIT * 1000)):
-        if gw.protocol.group.queued() >= count:
+        if gw.diagnostics().group_queued >= count:
             return
         deadline.wait(0.001)
-    raise AssertionError(f"only {gw.protocol.group.queued()} of {count} callers queued")
+    raise AssertionError(f"only {gw.diagnostics().group_queued} of {count} callers queued")
 
 
 @contextmanager
@@ -120,7 +120,7 @@ def test_concurrent_callers_share_one_transaction(gw):
         del store.transaction
     assert not outcomes.errors
     assert commits == [0], "seven callers, one transaction, nobody answered before its commit"
-    assert gw.protocol.group.batches == 1
+    assert gw.diagnostics().group_batches == 1
     singles = [outcomes.results[f"t{i}"] for i in range(6)]
     burst = outcomes.results["burst"]
     assert burst == list(range(burst[0], burst[0] + 3)), "a burst stays together and in order"
@@ -163,7 +163,7 @@ def test_bad_input_raises_at_once_without_waiting_for_the_turn(gw):
             [dict(session_key=CHILD, kind="goal_changed", **EVENT), dict(session_key=CHILD, kind="x", **EVENT)]))
         burst.join(WAIT)
         assert not burst.is_alive()
-        assert gw.protocol.group.queued() == 0
+        assert gw.diagnostics().group_queued == 0
     assert isinstance(outcomes.errors["bad"], InvalidArgument)
     assert isinstance(outcomes.errors["bad_burst"], InvalidArgument)
 
@@ -209,7 +209,7 @@ def test_dedupe_and_self_suppression_inside_one_batch(gw, wakes):
     assert not outcomes.errors
     assert outcomes.results["d1"] == outcomes.results["d2"]
     assert gw.state_version(CHILD) == before + 2
-    assert gw.protocol.group.batches == 1
+    assert gw.diagnostics().group_batches == 1
     # MANAGER saw no event of its own: one coalesced notice from the first.
     assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, before)]
     assert any(w == MANAGER for w, _ in wakes)
@@ -223,7 +223,7 @@ def test_a_caller_inside_its_own_transaction_never_waits_for_a_batch(gw):
         thread = outcomes.run("queued", lambda: gw.record_event(CHILD, "goal_changed", **EVENT))
         _wait_queued(gw, 1)
         mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
-        assert gw.protocol.group.queued() == 1
+        assert gw.diagnostics().group_queued == 1
     thread.join(WAIT)
     assert isinstance(mine, int) and isinstance(outcomes.results["queued"], int)
 
@@ -256,11 +256,11 @@ def test_a_lock_holder_outside_a_transaction_commits_the_queue_with_its_own(gw):
         threads = [outcomes.run(f"t{i}", lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)]
         _wait_queued(gw, 3)
         mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
-        assert gw.protocol.group.queued() == 0
+        assert gw.diagnostics().group_queued == 0
     for thread in threads:
         thread.join(WAIT)
     assert not outcomes.errors and isinstance(mine, int)
-    assert gw.protocol.group.batches == 1
+    assert gw.diagnostics().group_batches == 1
     assert sorted(outcomes.results.values()) == sorted({*outcomes.results.values()})
 
 
@@ -301,4 +301,4 @@ def test_free_running_callers_lock_holders_and_transactions_together_never_hang(
         assert not thread.is_alive(), "a caller never returned"
     assert not outcomes.errors
     assert gw.store.event_count() - before == sum(outcomes.results.values())
-    assert gw.protocol.group.idle(), "the write turn was left with a leader nobody is"
+    assert gw.diagnostics().group_idle, "the write turn was left with a leader nobody is"

@@ -63,7 +63,7 @@ def test_a_notice_inside_the_window_is_woken_when_the_window_ends(gw, clock, wak
     assert gw.drain_system_events(MANAGER)  # t=5: the turn drains
     clock.now = start + 10
     human(gw)                              # t=10: queued inside the window: owed at t=20
-    assert len(wakes) == 1 and gw.protocol.wakes.owed() == {MANAGER: start + 20}
+    assert len(wakes) == 1 and gw.diagnostics().owed_wakes == {MANAGER: start + 20}
     clock.now = start + 15
     assert gw.fire_due_wakes() == 0        # not due yet
     clock.now = start + 20
@@ -87,7 +87,7 @@ def test_a_watcher_that_drained_meanwhile_is_not_woken(gw, clock, wakes):
     clock.now = start + 21
     gw.fire_due_wakes()
     assert len(wakes) == 1
-    assert gw.protocol.wakes.owed_cancelled == 1
+    assert gw.diagnostics().owed_wakes_cancelled == 1
 
 
 def test_no_two_wakes_within_a_window(gw, clock, wakes):
@@ -118,7 +118,7 @@ def test_lines_queued_together_ask_for_one_wake(gw, clock, wakes):
         {"session_key": CHILD, "kind": "human_direct_message", "actor_type": "human", "summary": "a"},
         {"session_key": OTHER, "kind": "human_direct_message", "actor_type": "human", "summary": "b"},
     ])
-    assert len(wakes) == 1 and gw.protocol.wakes.owed() == {}
+    assert len(wakes) == 1 and gw.diagnostics().owed_wakes == {}
     clock.now += 21
     gw.fire_due_wakes()
     assert len(wakes) == 1  # both lines entered before the wake
@@ -129,7 +129,7 @@ def test_a_sub_agent_watcher_owes_nothing(gw, clock, wakes):
     gw.watch(SUB_WATCHER, CHILD)
     human(gw)
     assert [w for w in wakes if w[0] == SUB_WATCHER] == []
-    assert SUB_WATCHER not in gw.protocol.wakes.owed()
+    assert SUB_WATCHER not in gw.diagnostics().owed_wakes
 
 
 def test_the_window_is_configurable(db_url, clock, wakes):
@@ -142,7 +142,7 @@ def test_the_window_is_configurable(db_url, clock, wakes):
         gw.drain_system_events(MANAGER)
         clock.now = start + 1
         human(gw)
-        assert gw.protocol.wakes.owed() == {MANAGER: start + 3.0}
+        assert gw.diagnostics().owed_wakes == {MANAGER: start + 3.0}
         clock.now = start + 3
         gw.fire_due_wakes()
         gw.drain_system_events(MANAGER)
@@ -180,4 +180,4 @@ def test_the_timer_fires_an_owed_wake_by_itself(db_url, pump):
         assert arrived.wait(window + 10), "the owed wake never fired"
         lateness = woken[1] - (woken[0] + window)
         assert lateness >= -0.01           # never inside the window (WAKE1)
-        assert gw.protocol.wakes.timer is not None
+        assert gw.diagnostics().wake_timer_running

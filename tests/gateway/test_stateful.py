@@ -153,7 +153,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
             with self.gw.locked():
                 for thread in threads:
                     thread.start()
-                while self.gw.protocol.group.queued() < size:
+                while self.gw.diagnostics().group_queued < size:
                     time.sleep(0.0005)
             for thread in threads:
                 thread.join(30)
@@ -276,13 +276,13 @@ class GatewayVersusModel(RuleBasedStateMachine):
     @invariant()
     def inv2_one_notice_per_pair(self) -> None:
         for watcher in self.model.sessions:
-            targets = [t for t in self.gw.queue.peek(watcher) if t.target is not None]
+            targets = [t for t in self.gw.queued_events(watcher) if t.target is not None]
             assert len(targets) == len({t.target for t in targets}), targets
 
     @invariant()
     def inv3_byte_stable_notice(self) -> None:
         for watcher in self.model.sessions:
-            for entry in self.gw.queue.peek(watcher):
+            for entry in self.gw.queued_events(watcher):
                 if entry.target is None:
                     continue
                 pair = (watcher, entry.target[0])
@@ -317,7 +317,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
                 assert watcher in self.model.owed_wakes, watcher
                 due = self.model.owed_wakes[watcher][0]
                 assert self.model.now < due <= self.model.last_wake[watcher] + 20.0, (watcher, due)
-        assert self.gw.protocol.wakes.owed() == {w: due for w, (due, _) in self.model.owed_wakes.items()}
+        assert self.gw.diagnostics().owed_wakes == {w: due for w, (due, _) in self.model.owed_wakes.items()}
 
     @invariant()
     def inv5_no_self_or_log_only_notices(self) -> None:
@@ -330,7 +330,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
         for (watcher, target), cursor in self.model.cursors.items():
             positions = self.gw.cursor_positions(watcher, target)
             owed = positions is not None and positions.material > positions.last_seen
-            queued = any(e.target and e.target[0] == target for e in self.gw.queue.peek(watcher))
+            queued = any(e.target and e.target[0] == target for e in self.gw.queued_events(watcher))
             assert owed == queued, (watcher, target, positions)
 
     @invariant()

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from tests.backends import admin_connection
 
 W, T = "agent:a:main", "agent:b:main"
@@ -25,7 +25,7 @@ SERVED_WITHIN_SECONDS = 2.5
 def _backend_pid(gateway: Gateway, connection: str) -> int:
     if connection == "main":
         return gateway.store.backend_pid()
-    feed = gateway.serving.feed
+    feed = gateway.change_feed
     pid = feed.backend_pid() if feed is not None else None
     assert pid is not None
     return pid
@@ -85,7 +85,7 @@ def test_a_sweep_that_fails_on_a_dead_main_connection_is_redone_in_full(pg_url):
         setup.watch(W, T)
     with Gateway.open(pg_url, serve=[]) as recorder, Gateway.open(pg_url) as server:
         with server.locked():
-            server.serving.register()
+            server.register_server()
         _terminate(_backend_pid(server, "main"))
         assert recorder.record_event(T, "human_direct_message", actor_type="human", summary="x") is not None
         with pytest.raises(StorageUnavailable):

@@ -4,7 +4,7 @@ process; the queue left behind matches the cursor (INV2, INV4)."""
 from __future__ import annotations
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 
 W, T = "agent:a:main", "agent:b:main"
 

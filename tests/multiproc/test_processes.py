@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 
 W, T = "agent:a:main", "agent:b:main"
 DRAINS = 1000

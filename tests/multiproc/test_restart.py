@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from sessionstate.verify.pgserver import ThrowawayServer, server_binaries
 from tests.backends import postgres_required
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 
 W, T, T2 = "agent:a:main", "agent:b:main", "agent:c:main"
 
@@ -87,7 +87,7 @@ def world(url: str) -> Iterator[tuple[Gateway, Gateway, Gateway, list, list]]:
             Gateway.open(url, serve=[]) as observer:
         for gateway in (listener, observer):
             with gateway.locked():
-                gateway.serving.register()  # its change feed is open from here on
+                gateway.register_server()  # its change feed is open from here on
         yield recorder, listener, observer, recorder_wakes, listener_wakes
 
 
@@ -103,7 +103,7 @@ def test_a_rolled_back_change_never_rides_along_with_the_next_commit(db_url, mon
         listener.sweep_changes()
         assert listener.pending_system_events(W) == expected
         # Nothing notified: the feed's change set names the later commit's event alone.
-        feed = observer.serving.feed
+        feed = observer.change_feed
         assert feed is not None
         with observer.locked():
             feed.sync()
@@ -130,8 +130,8 @@ def test_a_rolled_back_attach_leaves_the_claim_where_it_was(db_url):
             with other.transaction():
                 other.attach(W)
                 raise Boom
-        assert other.serving.attached() == []
-        assert other.store.serving.claimant(W)[0] == holder.serving.server_id
+        assert other.attached_sessions() == []
+        assert other.store.serving.claimant(W)[0] == holder.diagnostics().server_id
         assert human(other, T, "the later commit") is not None
         holder.sweep_changes()
         other.sweep_changes()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, UnknownSession
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from sessionstate.store import serving as serving_sql
 
 W, T, W2 = "agent:a:main", "agent:b:main", "agent:c:main"
@@ -96,9 +96,9 @@ def test_a_crashed_servers_sessions_are_taken_over(url):
         assert a.pending_system_events(W) == []
         # b stops heartbeating (as a crashed process does): its heartbeat ages past the lease.
         with a.locked(), a.store.transaction():
-            assert a.store.serving.heartbeat(b.serving.server_id, 0.0)
+            assert a.store.serving.heartbeat(b.diagnostics().server_id, 0.0)
         with a.locked():
-            a.serving.heartbeat()  # finds b dead and releases its claims
+            a.heartbeat()  # finds b dead and releases its claims
         a.sweep_changes()
         assert a.serves(W)
         assert a.pending_system_events(W) == [notice_text(T, 0)]
@@ -140,8 +140,8 @@ def test_closing_drops_the_server_and_its_claims(url):
     with Gateway.open(url, pump=True) as gw:
         gw.attach(W)
         with gw.locked():
-            assert gw.store.serving.all_claims() == {W: gw.serving.server_id}
-            assert gw.store.serving.dead_servers(float("inf")) == [gw.serving.server_id]
+            assert gw.store.serving.all_claims() == {W: gw.diagnostics().server_id}
+            assert gw.store.serving.dead_servers(float("inf")) == [gw.diagnostics().server_id]
     with Gateway.open(url) as gw, gw.locked():
         assert gw.store.serving.all_claims() == {}
         assert gw.store.serving.dead_servers(float("inf")) == []
@@ -175,7 +175,7 @@ def test_a_first_open_on_a_new_database_does_not_warn_of_a_lost_feed(db_url, cap
 def test_a_feed_that_really_lost_track_still_warns(url, caplog):
     with Gateway.open(url) as gw:
         gw.sweep_changes()  # opens the feed
-        gw.serving.feed.lost()
+        gw.change_feed.lost()
         with caplog.at_level("WARNING", logger="sessionstate"):
             gw.sweep_changes()
     assert LOST_TRACK in caplog.text

@@ -55,8 +55,8 @@ class GatewaysVersusModel(GatewayVersusModel):
             serve=[],
         )
         with gw.locked():
-            gw.serving.register()
-            gw.serving.serve(["*"])
+            gw.register_server()
+            gw.serve(["*"])
         gw.startup_sweep()
         return gw
 
@@ -120,20 +120,17 @@ class GatewaysVersusModel(GatewayVersusModel):
         process finds its heartbeat older than the lease (R20) and releases them."""
         note(f"kill process {index}; its lease runs out")
         dead = self.gws[index]
-        dead_id = dead.serving.server_id
+        dead_id = dead.diagnostics().server_id
 
         def kill(gw: Gateway) -> None:
-            gw.protocol.stop_wakes()  # its wake timer dies with it
-            if gw.serving.feed is not None:
-                gw.serving.feed.close()
-            gw.store.close()  # no unregister: what an ended process leaves behind
+            gw.close(unregister=False)  # its threads die with it; its server row and claims stay
 
         def take_over() -> None:
             survivor = self.gws[(index + 1) % len(PROCESSES)]
             with survivor.locked():
                 with survivor.store.transaction():
                     assert survivor.store.serving.heartbeat(dead_id, 0.0)  # its heartbeat aged
-                survivor.serving.heartbeat()
+                survivor.heartbeat()
                 assert dead_id not in survivor.store.serving.all_claims().values()
 
         self._replace(index, kill, after=take_over)
@@ -163,14 +160,14 @@ class GatewaysVersusModel(GatewayVersusModel):
     def inv2_one_notice_per_pair(self) -> None:  # type: ignore[override]
         for gw in self.gws.values():
             for watcher in self.model.sessions:
-                targets = [t.target for t in gw.queue.peek(watcher) if t.target is not None]
+                targets = [t.target for t in gw.queued_events(watcher) if t.target is not None]
                 assert len(targets) == len(set(targets)), targets
 
     @invariant()
     def inv3_byte_stable_notice(self) -> None:  # type: ignore[override]
         for gw in self.gws.values():
             for watcher in self.model.sessions:
-                for entry in gw.queue.peek(watcher):
+                for entry in gw.queued_events(watcher):
                     if entry.target is not None:
                         pair = (watcher, entry.target[0])
                         assert self.pending_texts.setdefault(pair, entry.text) == entry.text, pair
@@ -193,9 +190,9 @@ class GatewaysVersusModel(GatewayVersusModel):
     @invariant()
     def liv1_no_stranded_notice(self) -> None:  # type: ignore[override]
         for index, gw in self.gws.items():
-            owed = gw.protocol.wakes.owed()
+            owed = gw.diagnostics().owed_wakes
             for watcher in self.model.sessions:
-                if agent_of(watcher) and ":subagent:" not in watcher and gw.protocol.wakes.holds_unwoken(watcher):
+                if agent_of(watcher) and ":subagent:" not in watcher and watcher in gw.diagnostics().unwoken:
                     assert gw.serves(watcher), (index, watcher)
                     assert watcher in owed, (index, watcher)
                     assert self.model.now < owed[watcher] <= self.model.now + 20.0, (index, watcher, owed)
@@ -208,7 +205,7 @@ class GatewaysVersusModel(GatewayVersusModel):
             owed = positions is not None and positions.material > positions.last_seen
             for gw in self.gws.values():
                 if gw.serves(watcher):
-                    queued = any(e.target and e.target[0] == target for e in gw.queue.peek(watcher))
+                    queued = any(e.target and e.target[0] == target for e in gw.queued_events(watcher))
                     assert owed == queued, (watcher, target, positions)
 
     @invariant()
@@ -218,7 +215,7 @@ class GatewaysVersusModel(GatewayVersusModel):
             assert servers, watcher  # every process serves "*" unless another holds the claim
             for gw in self.gws.values():
                 if not gw.serves(watcher):
-                    assert not any(e.target for e in gw.queue.peek(watcher)), watcher
+                    assert not any(e.target for e in gw.queued_events(watcher)), watcher
 
 
 globals().update(stateful_test_cases(GatewaysVersusModel, "GatewaysVersusModel"))

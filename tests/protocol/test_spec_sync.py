@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from sessionstate.statemachine import EVENT_KINDS, STATES, TRANSITION_TABLE, TRANSITIONS, TRIGGERS
 from sessionstate.statemachine.table import EFFECTS
 from tests.protocol.spec_tables import kind_rows, notice_template, table_rows, transition_rows

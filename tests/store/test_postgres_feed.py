@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionstate import Gateway
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from sessionstate.store.records import PendingCursor
 from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES, RESYNC_PAYLOAD, encode_changes
 from tests.backends import admin_connection, postgres_database
@@ -36,8 +36,8 @@ def human(gw: Gateway) -> int:
 def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
     url = populate(pg_url)
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
-        server.serving.register()
-        feed = server.serving.feed
+        server.register_server()
+        feed = server.change_feed
         sequence = human(recorder)  # freezes W's cursor on T: found through the event
         feed.sync()
         assert feed.take() == ([PendingCursor(W, T, "b", 0)], [], [(T, "b", None)], False)
@@ -50,8 +50,8 @@ def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
 def test_a_rolled_back_transaction_notifies_nothing(pg_url):
     url = populate(pg_url)
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
-        server.serving.register()
-        feed = server.serving.feed
+        server.register_server()
+        feed = server.change_feed
 
         class Boom(Exception):
             pass
@@ -67,7 +67,7 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
     url = populate(pg_url)
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server:
         with server.locked():
-            server.serving.register()
+            server.register_server()
         with admin_connection() as admin:  # the server ends every listening backend
             ended = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -76,7 +76,7 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
         assert ended and all(row[0] for row in ended)
         human(recorder)  # its notification reaches nobody
         assert server.sweep_changes() == 1  # reconnects, resynchronises, queues the notice
-        assert server.serving.feed.reconnects == 1
+        assert server.change_feed.reconnects == 1
         assert server.pending_system_events(W) == [notice_text(T, 0)]
 
 
@@ -85,10 +85,10 @@ def test_two_schemas_do_not_hear_each_other(pg_url):
     with postgres_database() as other_url:
         populate(other_url)
         with Gateway.open(url) as server, Gateway.open(other_url, serve=[]) as elsewhere, server.locked():
-            server.serving.register()
+            server.register_server()
             human(elsewhere)
-            server.serving.feed.sync()
-            assert server.serving.feed.take() == ([], [], [], False)
+            server.change_feed.sync()
+            assert server.change_feed.take() == ([], [], [], False)
 
 
 def test_payloads_stay_under_the_limit_and_lose_nothing():
@@ -139,4 +139,4 @@ def test_the_pump_heals_a_lost_listening_connection(pg_url):
         while not server.pending_system_events(W) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert server.pending_system_events(W) == [notice_text(T, 0)]
-        assert server.serving.feed.reconnects >= 1
+        assert server.change_feed.reconnects >= 1

@@ -196,7 +196,7 @@ def test_a_read_only_connection_opens_with_owed_notices_in_memory(pg_url):
     """Issue 20's read-only open on a server: transactions that default to read-only (a
     standby, or a role set so) answer status and changesSince; the startup sweep writes
     nothing (it failed the open before)."""
-    from sessionstate.services.notices import notice_text
+    from sessionstate import notice_text
 
     w, t = "agent:w:main", "agent:t:main"
     with Gateway.open(pg_url) as gw:
@@ -225,6 +225,6 @@ def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
         with admin_connection() as admin:
             names = {row[0] for row in admin.execute(
                 "SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
-                ([gw.store.backend_pid(), gw.serving.feed.backend_pid()],),
+                ([gw.store.backend_pid(), gw.change_feed.backend_pid()],),
             ).fetchall()}
         assert names == {"billing-gateway"}  # the listening connection too

@@ -241,7 +241,7 @@ def _owing_with_more_behind(path: Path) -> None:
 def test_a_read_only_database_owing_notices_opens_with_them_in_memory(tmp_path, immutable, how, capsys):
     """Issue 20: the startup sweep wrote, so the open failed with StorageUnavailable."""
     from sessionstate.cli import main as cli
-    from sessionstate.services.notices import notice_text
+    from sessionstate import notice_text
 
     path = tmp_path / "state.db"
     _owing_with_more_behind(path)
@@ -249,7 +249,7 @@ def test_a_read_only_database_owing_notices_opens_with_them_in_memory(tmp_path, 
         gw = Gateway.open(str(path))  # its sweep wrote; another process records more
         with Gateway.open(str(path)) as other:
             assert other.record_event(PEER, "goal_changed", actor_type="human", summary="later") is not None
-        gw.queue.clear(MAIN)
+        gw.forget_queued(MAIN)
         gw.store.pragma("query_only", 1)
         before = full_dump(gw)
         assert gw.startup_sweep() == 1

@@ -84,7 +84,7 @@ def test_kill_by_a_requester_key_spawned_again_as_a_leaf_is_refused(backend: Bac
 def refused_and_still_running(machine: ToolsVersusModel) -> None:
     assert machine.gw.session_meta(child("c1")).spawn_depth == 3
     assert "run-t0002" in machine.active_runs  # the prediction: refused, not killed
-    assert "run-t0002" in {run.run_id for run in machine.gw.runs.active_by_requester((child("c1"), "a"))}
+    assert "run-t0002" in {run.run_id for run in machine.gw.active_runs() if (run.requester_key, run.requester_agent_id) == (child("c1"), "a")}
 
 
 def test_a_wake_before_reset_does_not_count_against_a_later_ambient_cursor(backend: Backend) -> None:

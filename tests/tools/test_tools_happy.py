@@ -402,10 +402,10 @@ def test_spawn_depth_gates_leaves_and_orchestrators(db_url):
 
 
 def test_every_tool_has_a_published_schema(gw):
-    from sessionstate.tools.dispatch import TOOLS, allowed_tools
+    from sessionstate.tools.dispatch import TOOLS
 
     assert list(TOOLS) == list(TOOL_SCHEMAS)
-    assert allowed_tools(gw, MANAGER) == list(TOOL_SCHEMAS)
+    assert gw.allowed_tools(MANAGER) == list(TOOL_SCHEMAS)
 
 
 # -- Python API: producers and recent user messages -------------------------------------------------

@@ -25,10 +25,11 @@ def world(tmp_path: Path, db_url: str) -> World:
 
 def start_run(world: World, child: str) -> str:
     now = world.gw.clock()
-    world.gw.runs.insert(RunRecord(
-        "run-1", MANAGER, "main", child, "main", "subagent", "keep working", None, None, None, False,
-        "isolated", None, "running", None, None, None, None, 0, now, None,
-    ))
+    with world.gw.transaction() as store:  # the run's row as sessions_spawn writes it
+        store.runs.insert(RunRecord(
+            "run-1", MANAGER, "main", child, "main", "subagent", "keep working", None, None, None, False,
+            "isolated", None, "running", None, None, None, None, 0, now, None,
+        ))
     return "run-1"
 
 

@@ -105,6 +105,18 @@ CALLS: dict[str, Call] = {
         **kw(x, actor_id=key, agent_id=key, run_id=junk, payload=junk, dedupe_key=junk, occurred_at=junk)),
     "record_events": lambda gw, x: gw.record_events(d(x, st.one_of(junk, st.lists(st.dictionaries(
         st.sampled_from(["session_key", "kind", "actor_type", "summary", "payload", "occurred_at", "bogus"]), junk), max_size=3)), "events")),
+    "prepare_event": lambda gw, x: gw.prepare_event(
+        d(x, key, "key"), d(x, st.one_of(st.sampled_from(["goal_changed", "human_direct_message"]), junk), "kind"),
+        actor_type=d(x, junk, "actor"), summary=d(x, junk, "summary"),
+        **kw(x, actor_id=key, agent_id=key, payload=junk, occurred_at=junk)),
+    "prepare_events": lambda gw, x: gw.prepare_events(d(x, st.one_of(junk, st.lists(st.dictionaries(
+        st.sampled_from(["session_key", "kind", "actor_type", "summary", "payload", "bogus"]), junk), max_size=3)), "events")),
+    "record_prepared": lambda gw, x: gw.record_prepared(d(x, st.one_of(junk, st.lists(st.lists(junk, max_size=2), max_size=2)), "calls")),
+    "observe": lambda gw, x: gw.observe(d(x, junk, "observer")),
+    "allowed_tools": lambda gw, x: gw.allowed_tools(d(x, key, "caller")),
+    "queued_events": lambda gw, x: gw.queued_events(d(x, key, "key")),
+    "forget_queued": lambda gw, x: gw.forget_queued(d(x, maybe(junk), "key")),
+    "serve": lambda gw, x: gw.serve(d(x, st.one_of(junk, st.lists(junk, max_size=2)), "patterns")),
     "watch": lambda gw, x: gw.watch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key, ambient=junk)),
     "watchers_of": lambda gw, x: gw.watchers_of(d(x, key, "t"), **kw(x, target_agent_id=key)),
     "unwatch": lambda gw, x: gw.unwatch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key)),
@@ -151,7 +163,8 @@ CALLS: dict[str, Call] = {
 }
 # Public methods without input to vary (lifecycle, context managers, no-argument reads and
 # maintenance); Gateway.open is covered by the storage tests' arbitrary-URL property.
-NO_INPUT = {"open", "close", "locked", "transaction", "new_id", "prune", "startup_sweep", "active_runs", "sweep_changes", "fire_due_wakes"}
+NO_INPUT = {"open", "close", "locked", "transaction", "new_id", "prune", "startup_sweep", "active_runs", "sweep_changes",
+            "fire_due_wakes", "diagnostics", "register_server", "heartbeat", "attached_sessions"}
 
 
 def public_methods() -> set[str]:

@@ -16,7 +16,7 @@ import pytest
 from sessionstate import Gateway
 from sessionstate.cli import main
 from sessionstate.demo.story import run_demo
-from sessionstate.services.notices import notice_text
+from sessionstate import notice_text
 from sessionstate.verify.trace_check import TraceChecker, Violation
 from sessionstate.verify.trace_read import read_trace
 from sessionstate.verify.workload import ensure_sessions
@@ -121,7 +121,7 @@ def test_a_run_inside_one_extension_transaction_writes_nothing_when_rolled_back(
 def test_tracing_is_off_without_a_path(tmp_path, monkeypatch):
     monkeypatch.delenv("SESSIONSTATE_TRACE", raising=False)
     with Gateway.open(tmp_path / "s.db") as gw:
-        assert gw.protocol.tracer is None
+        assert not gw.diagnostics().tracing
         assert "transaction" not in vars(gw.store)  # the store's transactions are not wrapped
 
 
