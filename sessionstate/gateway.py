@@ -112,8 +112,8 @@ class Gateway:
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
         trace: str | os.PathLike[str] | None = None,
-        record_created: bool = False,
-        notify_on_create: bool = False,
+        record_created: bool = True,
+        notify_on_create: bool = True,
         wake_window: float = DEFAULT_WAKE_WINDOW,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
@@ -128,7 +128,8 @@ class Gateway:
         protocol trace to that file (spec section 15). R27: ``record_created`` logs a
         ``created`` event for each new session; ``notify_on_create`` tells an agent's main
         session, in one line for its next turn, about each session created for that agent (not
-        about itself, nor about sub-agents it spawned). Both are off by default in this release.
+        about itself, nor about sub-agents it spawned). Both are on by default; ``record_created``
+        is off only for checkers whose model has no ``created`` event.
         ``wake_window``: the seconds within which a watcher is woken at most once, across
         processes (R12, R23; 20 by default); a wake suppressed by it is owed and fired by the
         gateway's wake timer when it ends.

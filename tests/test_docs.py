@@ -67,13 +67,15 @@ def test_status_command(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "sessionstate.cli", "status", *a, "--db", str(db)],
                                     capture_output=True, text=True, timeout=60)
     human = run("agent:main:main", "--changes-since", "0")
-    assert human.returncode == 0 and "stateVersion 1" in human.stdout and "goal updated" in human.stdout
+    # 1 is the session's own `created` (R27), 2 the goal change.
+    assert human.returncode == 0 and "stateVersion 2" in human.stdout and "goal updated" in human.stdout
     with Gateway.open(str(db)) as gw:
         gw.create_session("agent:main:group:g")
         gw.watch("agent:main:main", "agent:main:group:g", ambient=True)
     watched = run("agent:main:group:g")
-    assert "watched by agent:main:main (ambient): last seen 0, notified 0, material 0" in watched.stdout
+    # The watch starts at the group's head: its `created` (R27), sequence 3.
+    assert "watched by agent:main:main (ambient): last seen 3, notified 3, material 3" in watched.stdout
     as_json = run("agent:main:main", "--json")
-    assert as_json.returncode == 0 and '"stateVersion": 1' in as_json.stdout
+    assert as_json.returncode == 0 and '"stateVersion": 2' in as_json.stdout
     unknown = run("agent:main:ghost")
     assert unknown.returncode == 2 and "unknown_session" in unknown.stderr

@@ -56,7 +56,7 @@ def test_sessions_create_then_list(db_url):
     assert listed.returncode == 0 and listed.stdout.strip().splitlines()[-1] == "2 session(s)"
     rows = [json.loads(line) for line in cli("sessions", "list", "--json", "--db", db_url).stdout.splitlines()]
     assert [(r["key"], r["kind"], r["parent"], r["stateVersion"]) for r in rows] == [
-        (MANAGER, "main", None, 0), (WORKER, "subagent", MANAGER, 1)]
+        (MANAGER, "main", None, 1), (WORKER, "subagent", MANAGER, 3)]  # each `created` (R27), then the spawn
     with Gateway.open(db_url, create=False) as gw:
         assert gw.cursor_positions(MANAGER, WORKER) is not None  # the spawn edge seeded it
 
@@ -130,14 +130,16 @@ def test_prune_shows_what_would_go_then_does_it(aged):
         before = gw.store.dump()
     dry = cli("prune", "--db", aged)
     assert dry.returncode == 0, dry.stderr
-    assert "events: 5 retained; would remove 4 (4 past the retention window, 0 over the row cap)" in dry.stdout
+    # Old: both sessions' `created` (R27), the spawn and three human turns; fresh: its
+    # `created` and one turn.
+    assert "events: 8 retained; would remove 6 (6 past the retention window, 0 over the row cap)" in dry.stdout
     assert f"{MANAGER} -> {WORKER}" in dry.stdout and "dry run: nothing changed" in dry.stdout
     with Gateway.open(aged, create=False) as gw:
         assert gw.store.dump() == before
     plan = json.loads(cli("prune", "--json", "--db", aged, "--max-rows", "0").stdout)["plan"]
-    assert plan["eventsOverRowCap"] == 5 and plan["eventsToRemove"] == 5
+    assert plan["eventsOverRowCap"] == 8 and plan["eventsToRemove"] == 8
     done = cli("prune", "--apply", "--db", aged)
-    assert done.returncode == 0 and "pruned: {'events': 4" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "pruned: {'events': 6" in done.stdout, done.stdout + done.stderr
     after = json.loads(cli("watchers", MANAGER, "--json", "--db", aged).stdout)
     assert after["historyGap"] is True
     again = cli("prune", "--db", aged)

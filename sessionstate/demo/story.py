@@ -154,6 +154,10 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     cursor = gw.cursor_positions(MANAGER, WORKER)
     assert cursor is not None  # the spawn edge seeded it
     print(f"   worker stateVersion {spawn_version}; manager cursor {tuple(cursor)}")
+    # R27: each new session logs `created` first (log-only), so the spawn is not sequence 1.
+    log = gw.session_status(WORKER, changes_since=0)["stateChanges"]["events"]
+    print("   worker's log: " + ", ".join(f"{e['sequence']} {e['kind']}" for e in log)
+          + f" (sequences are global: {gw.state_version(MANAGER)} is the manager's created)")
 
     heading(2, "A human steps into the worker over telegram, twenty times")
     for turn in range(1, 21):

@@ -152,10 +152,10 @@ class NoticeProtocol:
         # replaced a tracked one must not inherit its entry).
         self.rewaker = Rewaker(self.wakes, lambda w, t: self.queue.holds_notice(w, t) and self.wakes_for(w, t))
         self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
-        # R27, both off by default in this release (see Gateway.open): log `created` for every
-        # new session; announce it to the agent's main session.
-        self.record_created = False
-        self.notify_on_create = False
+        # R27, both on by default (see Gateway.open): log `created` for every new session;
+        # announce it to the agent's main session.
+        self.record_created = True
+        self.notify_on_create = True
 
         # Concurrent record_event/record_events calls share a transaction (spec R9).
         self.group: GroupCommit[_PreparedEvent] = GroupCommit(

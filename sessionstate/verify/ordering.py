@@ -8,7 +8,8 @@ sequence they have seen). Checks (spec section 16, C1 and C2):
 - no reader ever misses an event that commits below a sequence it had already seen for that
   session (it would have been skipped for good);
 - every page is ascending and above its ``changesSince``;
-- no event lost or doubled: the log holds exactly the acknowledged appends, each sequence once;
+- no event lost or doubled: the log holds exactly the acknowledged appends, each sequence once,
+  and each session's one `created` (R27), its first event;
 - each head equals its session's newest sequence (INV7);
 - every cursor ends consistent: L <= N <= M, L = N implies N = M (INV1), and a caught-up
   cursor has no notifying event by another actor above L on its target (INV6);
@@ -160,7 +161,12 @@ def check_outcome(url: str, writers: int, writes: list[dict[str, Any]], reads: l
         for seq, (i, session) in owner.items():
             if in_log.get(seq) != session:
                 out.append(f"acknowledged event {seq} of {session} (writer {i}) is {in_log.get(seq)!r} in the log")
-        extra = sorted(set(in_log) - set(owner))
+        # R27: each session's own `created` (log-only) comes first, written by the preparation.
+        created = {seq for events in log.values() for seq, kind, _ in events if kind == "created"}
+        for key, events in log.items():
+            if [kind for _, kind, _ in events].count("created") != 1 or events[0][1] != "created":
+                out.append(f"{key} does not open with exactly one created event (R27)")
+        extra = sorted(set(in_log) - set(owner) - created)
         if extra:
             out.append(f"{len(extra)} event(s) in the log nobody acknowledged: {extra[:10]}")
         for r, result in enumerate(reads):

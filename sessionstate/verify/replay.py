@@ -62,8 +62,12 @@ class ReplayWakes:
 
 
 def open_replayed(url: str, wakes: ReplayWakes) -> Gateway:
-    """A gateway on ``url`` that reads the replay's clock and reports its wakes to it."""
-    return Gateway.open(url, clock=wakes.clock, on_wake=wakes.on_wake)
+    """A gateway on ``url`` that reads the replay's clock and reports its wakes to it.
+
+    The small world has no `created` event and no announcement line (R27): without them the
+    real gateway's sequence numbers and queues are the model's."""
+    return Gateway.open(url, clock=wakes.clock, on_wake=wakes.on_wake, record_created=False,
+                        notify_on_create=False)
 
 
 def apply_real(gw: Gateway, url: str, action: Action, wakes: ReplayWakes) -> Gateway:

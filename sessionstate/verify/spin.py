@@ -264,7 +264,9 @@ def replay_trail(
             if watcher == replay.KEYS["A"]:
                 sent.append(process)
 
-        gw = Gateway.open(url, clock=lambda: now[0], trace=trace, on_wake=on_wake)
+        # The Promela model has no `created` event nor announcement line (R27).
+        gw = Gateway.open(url, clock=lambda: now[0], trace=trace, on_wake=on_wake, record_created=False,
+                          notify_on_create=False)
         if server:
             gw.register_server()
         return gw

@@ -153,7 +153,8 @@ def _loop_gaps(db_url: str, loop_backend: str, *, block: bool = False) -> dict[s
                     tasks.start_soon(heartbeat)
                 stop.set()
             spawned = len(targets)  # each spawn recorded child_spawned
-            assert await gw.run(gw.gateway.store.event_count) == EVENTS + spawned
+            created = 1 + len(targets)  # and each new session its `created` (R27)
+            assert await gw.run(gw.gateway.store.event_count) == EVENTS + spawned + created
             stats.update(
                 max_cpu_gap=max(cpu_gaps), max_wall_gap=max(wall_gaps), ticks=len(cpu_gaps),
                 worst_tick=cpu_gaps.index(max(cpu_gaps)),

@@ -25,7 +25,7 @@ def kinds(gw: Gateway, key: str) -> list[str]:
 
 
 def test_created_is_logged_once_before_the_spawn_edge_and_notifies_nobody(db_url):
-    with Gateway.open(db_url, record_created=True) as gw:
+    with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
         gw.create_session(CHILD, kind="subagent", parent=MAIN, run_id="r1")
         assert "created" not in NOTIFYING_KINDS
@@ -41,14 +41,28 @@ def test_created_is_logged_once_before_the_spawn_edge_and_notifies_nobody(db_url
         assert again == event["sequence"] and kinds(gw, MAIN) == ["created"]
 
 
-def test_without_record_created_nothing_is_logged(db_url):
+def test_both_are_on_by_default_and_shift_the_numbers_a_user_sees(db_url):
     with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
+        assert gw.state_version(MAIN) == 1 and kinds(gw, MAIN) == ["created"]
+        gw.create_session(CHILD, kind="subagent", parent=MAIN, run_id="r1")
+        # The spawn edge seeds MAIN's cursor after the child's own `created`: at 3, not 1.
+        assert kinds(gw, CHILD) == ["created", "child_spawned"]
+        assert gw.cursor_positions(MAIN, CHILD) == (3, 3, 3)
+        gw.create_session(GROUP, kind="group")
+        assert gw.pending_system_events(MAIN) == [created_line(GROUP, "group", None)]
+
+
+def test_without_record_created_nothing_is_logged(db_url):
+    with Gateway.open(db_url, record_created=False, notify_on_create=False) as gw:
+        gw.create_session(MAIN)
+        gw.create_session(GROUP)
         assert gw.state_version(MAIN) == 0 and kinds(gw, MAIN) == []
+        assert gw.pending_system_events(MAIN) == []
 
 
 def test_a_deleted_and_recreated_key_is_logged_again(db_url):
-    with Gateway.open(db_url, record_created=True) as gw:
+    with Gateway.open(db_url) as gw:
         gw.create_session(GROUP)
         gw.delete_session(GROUP)
         gw.create_session(GROUP)
@@ -56,7 +70,7 @@ def test_a_deleted_and_recreated_key_is_logged_again(db_url):
 
 
 def test_the_main_session_hears_of_new_sessions_of_its_agent_only(db_url):
-    with Gateway.open(db_url, notify_on_create=True) as gw:
+    with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
         assert gw.pending_system_events(MAIN) == []  # not about itself
         gw.create_session(GROUP, kind="group", label=LABEL)
@@ -75,16 +89,16 @@ def test_the_main_session_hears_of_new_sessions_of_its_agent_only(db_url):
 
 def test_the_announcement_is_not_kept_across_a_restart_and_wakes_nobody(db_url):
     wakes: list[tuple[str, str]] = []
-    with Gateway.open(db_url, notify_on_create=True, on_wake=lambda w, r: wakes.append((w, r))) as gw:
+    with Gateway.open(db_url, on_wake=lambda w, r: wakes.append((w, r))) as gw:
         gw.create_session(MAIN)
         gw.create_session(GROUP)
         assert len(gw.pending_system_events(MAIN)) == 1 and wakes == []
-    with Gateway.open(db_url, notify_on_create=True) as gw:
+    with Gateway.open(db_url) as gw:
         assert gw.pending_system_events(MAIN) == []
 
 
 def test_a_rolled_back_creation_announces_nothing(db_url):
-    with Gateway.open(db_url, notify_on_create=True) as gw:
+    with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
         with pytest.raises(RuntimeError):
             with gw.transaction():

@@ -30,7 +30,9 @@ def wakes() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def gw(db_url, wakes):
-    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, on_wake=lambda w, r: wakes.append((w, r)))
+    # R27's announcement of PEER in MANAGER's queue is noise for these notices.
+    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, on_wake=lambda w, r: wakes.append((w, r)),
+                           notify_on_create=False)
     gateway.create_session(MANAGER)
     gateway.create_session(PEER)
     gateway.create_session(CHILD, kind="subagent", parent=MANAGER)

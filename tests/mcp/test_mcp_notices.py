@@ -27,6 +27,12 @@ def open_pair(url: str) -> Gateway:
     return gw
 
 
+def spawn_seed(gw: Gateway) -> int:
+    """Where the spawn edge seeded MANAGER's cursor: CHILD's child_spawned, after both sessions'
+    own `created` (R27), so 3 and not 1."""
+    return gw.state_version(CHILD)
+
+
 def human_steps_in(gw: Gateway) -> None:
     gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="human message via telegram")
 
@@ -116,9 +122,10 @@ def test_a_handshake_era_subscriber_gets_resources_updated(gw):
             result = await client.read_resource(server.notices_uri)
             return result.contents[0].text  # type: ignore[union-attr]
 
+    seed = spawn_seed(gw)
     text = anyio.run(main)
     assert updates[0] == server.notices_uri
-    assert text == notice_text(CHILD, 1)
+    assert text == notice_text(CHILD, seed)
 
 
 def test_a_subscriber_refused_for_another_uri(gw):
@@ -154,6 +161,7 @@ def test_a_listen_stream_gets_resource_updated_and_follow_ups(gw):
                         break
         return texts
 
+    seed = spawn_seed(gw)
     first, follow_up = with_client(server, body)
-    assert first == notice_text(CHILD, 1)
+    assert first == notice_text(CHILD, seed)
     assert follow_up.startswith(f'Session "{CHILD}" changed')

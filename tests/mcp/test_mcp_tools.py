@@ -10,6 +10,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolRequest, CallToolRequestParams, CallToolResult
 
 from sessionstate.mcp import SessionToolServer
+from sessionstate.services.announce_created import created_line
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
@@ -126,6 +127,8 @@ def test_malformed_arguments_are_error_results_and_change_nothing(gw, tool):
     server = SessionToolServer(gw, MANAGER)
     sets = [args for args in malformed_sets(tool) if isinstance(args, dict)]
     before = full_dump(gw)
+    queued = gw.pending_system_events(MANAGER)
+    assert queued == [created_line(PEER, "main", "peer desk")]  # R27's announcement, nothing else
 
     async def calls(client: Client) -> list[CallToolResult]:
         return [await client.call_tool(tool, args) for args in sets]
@@ -135,7 +138,7 @@ def test_malformed_arguments_are_error_results_and_change_nothing(gw, tool):
         assert result.is_error and answer["error"]["code"] == "invalid_argument", (repr(args)[:200], answer)
         assert answer == gw.call_tool(MANAGER, tool, on_the_wire(args))
     assert full_dump(gw) == before
-    assert gw.pending_system_events(MANAGER) == []
+    assert gw.pending_system_events(MANAGER) == queued
 
 
 def on_the_wire(value):

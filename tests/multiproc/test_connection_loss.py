@@ -17,6 +17,9 @@ from sessionstate import notice_text
 from tests.backends import admin_connection
 
 W, T = "agent:a:main", "agent:b:main"
+# Each session logs its own `created` first (R27): W is 1, T is 2, so a watch of T made after
+# both starts at 2, and its first notice says changesSince 2.
+SEED = 2
 # A liveness bound, generous for a loaded machine (the issue asks for 1 s once the server
 # is back; the pump retries a failed sweep after 0.25 s).
 SERVED_WITHIN_SECONDS = 2.5
@@ -63,11 +66,11 @@ def test_a_pumped_gateway_queues_and_wakes_after_losing_a_connection(pg_url, con
         _terminate(_backend_pid(serving, connection))
         first = recorder.record_event(T, "human_direct_message", actor_type="human", summary="one")
         assert first is not None
-        took = _await_notice(serving, wakes, notice_text(T, 0))
-        assert serving.pending_system_events(W) == [notice_text(T, 0)] and W in wakes
+        took = _await_notice(serving, wakes, notice_text(T, SEED))
+        assert serving.pending_system_events(W) == [notice_text(T, SEED)] and W in wakes
         assert took < SERVED_WITHIN_SECONDS, f"queued {took:.2f} s after the commit"
         # Healed for good: the next episode is queued too (its wake waits for R23's window).
-        assert serving.drain_system_events(W) == [notice_text(T, 0)]
+        assert serving.drain_system_events(W) == [notice_text(T, SEED)]
         second = recorder.record_event(T, "human_direct_message", actor_type="human", summary="two")
         assert second is not None
         _await_notice(serving, None, notice_text(T, first))
@@ -91,4 +94,4 @@ def test_a_sweep_that_fails_on_a_dead_main_connection_is_redone_in_full(pg_url):
         with pytest.raises(StorageUnavailable):
             server.sweep_changes()
         assert server.sweep_changes() == 1
-        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.pending_system_events(W) == [notice_text(T, SEED)]

@@ -7,6 +7,9 @@ from sessionstate import Gateway
 from sessionstate import notice_text
 
 W, T = "agent:a:main", "agent:b:main"
+# Each session logs its own `created` first (R27): W is 1, T is 2, so a watch of T made after
+# both starts at 2, and its first notice says changesSince 2.
+SEED = 2
 
 
 def _human(gw: Gateway, summary: str = "hi") -> int:
@@ -16,16 +19,16 @@ def _human(gw: Gateway, summary: str = "hi") -> int:
 
 
 def test_two_servers_of_one_watcher_deliver_one_line_per_target(db_url):
-    """The reported bug: one drain returned changesSince 1 and changesSince 2 for one target and
+    """The reported bug: one drain returned two lines (two changesSince) for one target and
     left a stale line queued while the cursor was caught up."""
     url = db_url
     with Gateway.open(url) as a:
         a.create_session(W)
         a.create_session(T)
         a.watch(W, T)
-        first = _human(a)                          # a queues "changesSince 0"
+        first = _human(a)                          # a queues "changesSince 2" (SEED)
         with Gateway.open(url) as b:               # b's startup sweep queues it too
-            assert b.drain_system_events(W) == [notice_text(T, 0)]
+            assert b.drain_system_events(W) == [notice_text(T, SEED)]
             second = _human(a)                     # a freezes again: "changesSince <first>"
             third = _human(b)                      # raises the material watermark only
             lines = a.drain_system_events(W)
@@ -47,7 +50,7 @@ def test_a_drain_delivers_what_the_cursor_owes_when_nothing_is_queued_here(db_ur
         a.watch(W, T)
         _human(a)
         assert b.pending_system_events(W) == []
-        assert b.drain_system_events(W) == [notice_text(T, 0)]
+        assert b.drain_system_events(W) == [notice_text(T, SEED)]
         assert a.drain_system_events(W) == []      # a's queued line was stale: dropped
         assert a.pending_system_events(W) == []
 
@@ -61,4 +64,4 @@ def test_plain_lines_keep_their_place(db_url):
         a.enqueue_system_event(W, "announcement one")
         _human(a)
         a.enqueue_system_event(W, "announcement two")
-        assert a.drain_system_events(W) == ["announcement one", notice_text(T, 0), "announcement two"]
+        assert a.drain_system_events(W) == ["announcement one", notice_text(T, SEED), "announcement two"]

@@ -14,6 +14,9 @@ from sessionstate import Gateway
 from sessionstate import notice_text
 
 W, T = "agent:a:main", "agent:b:main"
+# Each session logs its own `created` first (R27): W is 1, T is 2, so a watch of T made after
+# both starts at 2, and its first notice says changesSince 2.
+SEED = 2
 DRAINS = 1000
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +42,7 @@ def test_a_records_b_serves_and_each_episode_is_delivered_once(db_url):
             first = a.record_event(T, "human_direct_message", actor_type="human", summary="hello")
             assert a.pending_system_events(W) == []  # a does not serve W
             arrived = read(b)
-            assert arrived["pending"] == [notice_text(T, 0)]
+            assert arrived["pending"] == [notice_text(T, SEED)]
             assert arrived["wakes"] == [[W, f"session-state: {T}"]]
 
             b.stdin.write("go\n")  # type: ignore[union-attr]
@@ -65,5 +68,5 @@ def test_a_records_b_serves_and_each_episode_is_delivered_once(db_url):
     # the seed to the newest event with nothing owed at the end.
     assert len(delivered) == len(set(delivered))
     assert final == (recorded[-1],) * 3
-    assert min(delivered) == 0 and set(delivered) - {0} <= set(recorded)
+    assert min(delivered) == SEED and set(delivered) - {SEED} <= set(recorded)
     assert len(delivered) >= 2 and len(theirs) == DRAINS

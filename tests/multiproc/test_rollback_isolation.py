@@ -18,6 +18,9 @@ from sessionstate import Gateway
 from sessionstate import notice_text
 
 W, T, T2 = "agent:a:main", "agent:b:main", "agent:c:main"
+# Each session logs its own `created` first (R27): W 1, T 2, T2 3; a watch made after them
+# starts at its target's created.
+SEED_T, SEED_T2 = 2, 3
 
 
 class Boom(Exception):
@@ -97,7 +100,7 @@ def test_a_rolled_back_change_never_rides_along_with_the_next_commit(db_url, mon
         ROLLBACKS[rollback](recorder, monkeypatch)
         if rollback != "savepoint":  # the savepoint's outer transaction committed this already
             assert human(recorder, T2, "the later commit") is not None
-        expected = [notice_text(T2, 0)]
+        expected = [notice_text(T2, SEED_T2)]
         # Nothing queued for the rolled-back event, here or in the listener's incremental sweep.
         assert recorder.pending_system_events(W) == expected
         listener.sweep_changes()
@@ -113,8 +116,8 @@ def test_a_rolled_back_change_never_rides_along_with_the_next_commit(db_url, mon
         # Nothing woken for the rolled-back target, in either gateway (one wake for the later
         # event: the durable slot of R23 holds the other gateway's back).
         assert recorder_wakes + listener_wakes == [(W, f"session-state: {T2}")]
-        assert recorder.cursor_positions(W, T) == (0, 0, 0)
-        assert recorder.state_version(T) == 0
+        assert recorder.cursor_positions(W, T) == (SEED_T,) * 3
+        assert recorder.state_version(T) == SEED_T  # its created only
 
 
 def test_a_rolled_back_attach_leaves_the_claim_where_it_was(db_url):
@@ -135,5 +138,5 @@ def test_a_rolled_back_attach_leaves_the_claim_where_it_was(db_url):
         assert human(other, T, "the later commit") is not None
         holder.sweep_changes()
         other.sweep_changes()
-        assert holder.pending_system_events(W) == [notice_text(T, 0)]
+        assert holder.pending_system_events(W) == [notice_text(T, SEED_T)]
         assert other.pending_system_events(W) == []

@@ -13,6 +13,9 @@ from sessionstate import notice_text
 from sessionstate.store import serving as serving_sql
 
 W, T, W2 = "agent:a:main", "agent:b:main", "agent:c:main"
+# Each session logs its own `created` first (R27): W is 1, T is 2, so a watch of T made after
+# both starts at 2, and its first notice says changesSince 2.
+SEED = 2
 
 
 def populate(url: str) -> str:
@@ -21,6 +24,7 @@ def populate(url: str) -> str:
             gw.create_session(key)
         gw.watch(W, T)
         gw.watch(W2, T)
+        assert gw.cursor_positions(W, T).last_seen == SEED
     return url
 
 
@@ -46,7 +50,7 @@ def test_a_process_queues_only_for_the_sessions_it_serves(url):
         human(recorder)
         assert recorder.pending_system_events(W) == [] and recorder.pending_system_events(W2) == []
         server.sweep_changes()
-        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.pending_system_events(W) == [notice_text(T, SEED)]
         assert server.pending_system_events(W2) == []  # not served here
 
 
@@ -54,8 +58,8 @@ def test_the_sweep_withdraws_a_notice_acknowledged_elsewhere(url):
     with Gateway.open(url, serve=[]) as other, Gateway.open(url) as server:
         human(other)
         server.sweep_changes()
-        assert server.pending_system_events(W) == [notice_text(T, 0)]
-        assert other.drain_system_events(W) == [notice_text(T, 0)]  # R21: any process drains
+        assert server.pending_system_events(W) == [notice_text(T, SEED)]
+        assert other.drain_system_events(W) == [notice_text(T, SEED)]  # R21: any process drains
         server.sweep_changes()
         assert server.pending_system_events(W) == []  # INV4 in the serving process
         assert server.drain_system_events(W) == []
@@ -66,7 +70,7 @@ def test_the_sweep_queues_a_follow_up_made_by_another_process(url):
         first = human(other)
         server.sweep_changes()
         human(other)  # pending: raises M only
-        assert other.drain_system_events(W) == [notice_text(T, 0)]  # acks to `first`, follow-up
+        assert other.drain_system_events(W) == [notice_text(T, SEED)]  # acks to `first`, follow-up
         server.sweep_changes()
         assert server.pending_system_events(W) == [notice_text(T, first)]
 
@@ -75,14 +79,14 @@ def test_last_attach_wins_and_the_loser_stops_serving(url):
     with Gateway.open(url, pump=True) as a, Gateway.open(url, pump=True) as b:
         assert a.attach(W) == 1
         human(a)
-        assert a.pending_system_events(W) == [notice_text(T, 0)]
+        assert a.pending_system_events(W) == [notice_text(T, SEED)]
         b.sweep_changes()
         assert not b.serves(W) and b.pending_system_events(W) == []
         assert b.attach(W) == 2  # the last attach wins; b queues the owed notice (R18)
-        assert b.pending_system_events(W) == [notice_text(T, 0)]
+        assert b.pending_system_events(W) == [notice_text(T, SEED)]
         a.sweep_changes()
         assert not a.serves(W) and a.pending_system_events(W) == []
-        assert b.drain_system_events(W) == [notice_text(T, 0)]
+        assert b.drain_system_events(W) == [notice_text(T, SEED)]
         assert b.detach(W) and not b.detach(W)
         a.sweep_changes()
         assert a.serves(W)  # back to its pattern
@@ -101,7 +105,7 @@ def test_a_crashed_servers_sessions_are_taken_over(url):
             a.heartbeat()  # finds b dead and releases its claims
         a.sweep_changes()
         assert a.serves(W)
-        assert a.pending_system_events(W) == [notice_text(T, 0)]
+        assert a.pending_system_events(W) == [notice_text(T, SEED)]
 
 
 def test_a_sweep_behind_a_trimmed_change_log_resynchronises(sqlite_url, monkeypatch):
@@ -112,7 +116,7 @@ def test_a_sweep_behind_a_trimmed_change_log_resynchronises(sqlite_url, monkeypa
         first = human(other)
         human(other)
         server.sweep_changes()
-        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.pending_system_events(W) == [notice_text(T, SEED)]
         other.drain_system_events(W)   # follow-up since `first`
         other.watch(W, W2)             # more change rows: the ack's row is trimmed
         other.unwatch(W, W2)
@@ -154,7 +158,7 @@ def test_the_pump_thread_brings_another_process_notice(url):
         deadline = time.monotonic() + 30  # a bound for a stuck pump, not a timing assertion
         while not server.pending_system_events(W) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.pending_system_events(W) == [notice_text(T, SEED)]
         assert server._pump.changes >= 1
 
 

@@ -53,6 +53,8 @@ class GatewaysVersusModel(GatewayVersusModel):
             on_wake=lambda w, r: self.wake_times.append((w, self.model.now)),
             max_rows=MAX_ROWS,
             serve=[],
+            record_created=self.record_created,
+            notify_on_create=False,  # as the one-process machine: the model has no announcement line
         )
         with gw.locked():
             gw.register_server()

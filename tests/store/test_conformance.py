@@ -434,4 +434,4 @@ def test_a_second_connection_sees_committed_events(db_url):
         seq = gw.record_event(A, "goal_changed", actor_type="human", summary="goal set")
         assert other.state_version(A) == seq
         page = other.session_status(A, changes_since=0)["stateChanges"]["events"]
-        assert [e["sequence"] for e in page] == [seq]
+        assert [(e["sequence"], e["kind"]) for e in page] == [(seq - 1, "created"), (seq, "goal_changed")]  # R27

@@ -30,6 +30,7 @@ from sessionstate import (
     UnsupportedBackend,
     notice_text,
 )
+from sessionstate.services.announce_created import created_line
 from sessionstate.store import bootstrap, migrations, schema
 from sessionstate.store.migrations import Migration, steps_between
 
@@ -66,16 +67,16 @@ def test_an_in_memory_gateway_keeps_the_whole_contract(url):
         gw.create_session(PEER)
         assert gw.watch(MAIN, PEER) is True
         sequence = gw.record_event(PEER, "goal_changed", actor_type="human", summary="goal")
-        assert sequence == 1
-        assert gw.drain_system_events(MAIN) == [notice_text(PEER, 0)]
-        assert gw.session_status(PEER, changes_since=0)["stateChanges"]["events"][0]["summary"] == "goal"
-        assert gw.call_tool(MAIN, "session_status", {"sessionKey": PEER})["stateVersion"] == 1
+        assert sequence == 3  # a new database numbers from 1: MAIN's and PEER's `created` (R27) first
+        assert gw.drain_system_events(MAIN) == [created_line(PEER, "main", None), notice_text(PEER, 2)]
+        assert gw.session_status(PEER, changes_since=2)["stateChanges"]["events"][0]["summary"] == "goal"
+        assert gw.call_tool(MAIN, "session_status", {"sessionKey": PEER})["stateVersion"] == 3
         # One connection, usable from the runner threads the gateway starts.
         seen: list[int] = []
         thread = threading.Thread(target=lambda: seen.append(gw.state_version(PEER)))
         thread.start()
         thread.join()
-        assert seen == [1]
+        assert seen == [3]
 
 
 # -- item 4: URLs and locations ---------------------------------------------------------------
@@ -265,7 +266,7 @@ def test_migrations_run_in_order_in_one_transaction_and_are_logged(tmp_path, mon
             with raw(path) as db:  # a second connection: the store's own is private
                 names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
             assert gw.store.pragma("user_version") == 3
-            assert gw.session_status(MAIN)["stateVersion"] == 1  # data kept
+            assert gw.session_status(MAIN)["stateVersion"] == 2  # data kept: its `created` (R27), the goal
     assert applied == [2, 3] and {"probe_v2", "probe_v3"} <= names
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
         "migrating schema version 1 -> 2: probe table 2",

@@ -17,6 +17,8 @@ from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES, RESYNC_PAYLOAD, 
 from tests.backends import admin_connection, postgres_database
 
 W, T = "agent:a:main", "agent:b:main"
+# W's and T's own `created` (R27) are sequences 1 and 2: W's watch of T starts at T's head.
+SEED = 2
 
 
 def populate(url: str) -> str:
@@ -24,6 +26,7 @@ def populate(url: str) -> str:
         gw.create_session(W)
         gw.create_session(T)
         gw.watch(W, T)
+        assert gw.cursor_positions(W, T).last_seen == SEED
     return url
 
 
@@ -40,7 +43,7 @@ def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
         feed = server.change_feed
         sequence = human(recorder)  # freezes W's cursor on T: found through the event
         feed.sync()
-        assert feed.take() == ([PendingCursor(W, T, "b", 0)], [], [(T, "b", None)], False)
+        assert feed.take() == ([PendingCursor(W, T, "b", SEED)], [], [(T, "b", None)], False)
         recorder.drain_system_events(W)  # the ack is a cursor change outside the hot path
         feed.sync()
         assert feed.take() == ([], [W], [], False)
@@ -77,7 +80,7 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
         human(recorder)  # its notification reaches nobody
         assert server.sweep_changes() == 1  # reconnects, resynchronises, queues the notice
         assert server.change_feed.reconnects == 1
-        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.pending_system_events(W) == [notice_text(T, SEED)]
 
 
 def test_two_schemas_do_not_hear_each_other(pg_url):
@@ -138,5 +141,5 @@ def test_the_pump_heals_a_lost_listening_connection(pg_url):
         deadline = time.monotonic() + 30  # a bound for a stuck pump, not a timing assertion
         while not server.pending_system_events(W) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert server.pending_system_events(W) == [notice_text(T, 0)]
+        assert server.pending_system_events(W) == [notice_text(T, SEED)]
         assert server.change_feed.reconnects >= 1

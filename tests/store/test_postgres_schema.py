@@ -111,7 +111,7 @@ def test_a_database_created_before_the_stamp_is_adopted_as_version_3(pg_url, cap
     assert stamp(pg_url) is None and UNSTAMPED_VERSION == 3
     with caplog.at_level(logging.WARNING, logger="sessionstate"):
         with Gateway.open(pg_url) as gw:
-            assert gw.session_status(MAIN)["stateVersion"] == 1  # data kept
+            assert gw.session_status(MAIN)["stateVersion"] == 2  # data kept: its `created` (R27), the goal
     assert stamp(pg_url) == schema.SCHEMA_VERSION
     # Only the steps after version 3 run (none while 3 is the current version).
     assert migrated(caplog) == [m for m in migrations.MIGRATIONS if m.version > UNSTAMPED_VERSION]
@@ -122,7 +122,7 @@ def test_an_older_stamp_runs_the_numbered_migrations_in_order(pg_url, caplog):
     set_stamp(pg_url, 1)
     with caplog.at_level(logging.WARNING, logger="sessionstate"):
         with Gateway.open(pg_url) as gw:
-            assert gw.session_status(MAIN)["stateVersion"] == 1
+            assert gw.session_status(MAIN)["stateVersion"] == 2  # its `created` (R27), the goal
     assert migrated(caplog) == list(migrations.MIGRATIONS)
     assert stamp(pg_url) == schema.SCHEMA_VERSION
     assert not has_index(pg_url, PUMP_INDEX)  # version 2 added it, version 3 dropped it

@@ -21,6 +21,7 @@ KEEP = 1_000
 
 
 def fill(gw: Gateway, count: int = EVENTS) -> None:
+    """MAIN with ``count`` compacted events after its own `created` (R27): ``count + 1`` rows."""
     gw.create_session(MAIN)
     burst = [dict(session_key=MAIN, kind="compacted", actor_type="system", summary="s" * 120)] * 500
     for _ in range(count // len(burst)):
@@ -50,11 +51,11 @@ def test_prune_reclaims_pages_and_the_file_shrinks(tmp_path):
         gw.store.pragma("wal_checkpoint")  # PASSIVE suffices: nothing else has the file open
         full = file_bytes(path)
         counts = gw.prune()
-        assert counts["events"] == EVENTS - KEEP
+        assert counts["events"] == EVENTS + 1 - KEEP
         assert counts["pages_reclaimed"] > 0
         assert gw.store.pragma("freelist_count") == 0
         assert gw.store.integrity_check() == "ok"
-        assert gw.state_version(MAIN) == EVENTS  # heads survive
+        assert gw.state_version(MAIN) == EVENTS + 1  # heads survive
     # Closing checkpoints the WAL: the file is the kept rows' size, not the full one's.
     assert file_bytes(path) < full / 4, (full, file_bytes(path))
 
@@ -94,7 +95,7 @@ def test_an_older_file_reclaims_nothing_until_vacuumed_once(tmp_path):
     assert file_bytes(path) < pruned / 4, (pruned, file_bytes(path))
     with Gateway.open(str(path), max_rows=KEEP // 2) as gw:
         assert gw.store.pragma("auto_vacuum") == AUTO_VACUUM_INCREMENTAL
-        assert gw.session_status(MAIN)["stateVersion"] == EVENTS
+        assert gw.session_status(MAIN)["stateVersion"] == EVENTS + 1
         assert gw.prune()["pages_reclaimed"] > 0
 
 
@@ -114,7 +115,7 @@ def test_the_vacuum_command_runs_on_every_backend_and_keeps_every_row(db_url):
     assert run.stdout.startswith("vacuumed ") and " MB -> " in run.stdout
     with Gateway.open(db_url) as gw:
         assert gw.store.dump() == before
-        assert gw.state_version(MAIN) == 2_000
+        assert gw.state_version(MAIN) == 2_000 + 1
 
 
 def test_the_vacuum_command_creates_no_database(backend: Backend):

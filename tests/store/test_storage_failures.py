@@ -78,12 +78,19 @@ def immutable() -> Iterator[Callable[[Path], None]]:
         subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
+# Each session logs its own `created` first (R27): MAIN 1, PEER 2, THIRD 3; MAIN's watch of
+# PEER starts at PEER's head, 2; PEER's goal is 4.
+WATCH_SEED = 2
+GOAL = 4
+
+
 def populated(url: str) -> tuple[Gateway, Any]:
     gw, runner = open_gateway(url, policy=ToolPolicy(visibility="agent"))
     for key in (MAIN, PEER, THIRD):
         gw.create_session(key)
     gw.watch(MAIN, PEER)
-    gw.record_event(PEER, "goal_changed", actor_type="human", summary="before")
+    assert gw.cursor_positions(MAIN, PEER).last_seen == WATCH_SEED
+    assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="before") == GOAL
     return gw, runner
 
 
@@ -120,9 +127,9 @@ def test_a_full_disk_says_storage_full_and_changes_nothing(small_disk):
         assert result["status"] == "error" and result["error"]["code"] == "storage_full", result
         assert str(path) in result["error"]["message"]
         assert full_dump(gw) == before
-        assert gw.session_status(PEER)["stateVersion"] == 1  # reading still works
+        assert gw.session_status(PEER)["stateVersion"] == GOAL  # reading still works
         ballast.unlink()  # space again: the same gateway writes again
-        assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="after") == 2
+        assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="after") == GOAL + 1
         gw.create_session("agent:main:new")
     finally:
         gw.close()
@@ -163,7 +170,7 @@ def test_a_read_only_database_reads_and_refuses_writes(tmp_path, how):
         gw.store.pragma("query_only", 1)
     try:
         before = full_dump(gw)
-        assert gw.session_status(PEER)["stateVersion"] == 1
+        assert gw.session_status(PEER)["stateVersion"] == GOAL
         assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="lost") is None
         for name, write in WRITES.items():
             assert_refused(lambda: write(gw), StorageUnavailable, path, "readonly")
@@ -181,7 +188,7 @@ def test_an_immutable_file_opens_read_only(tmp_path, immutable):
     immutable(path)
     gw = Gateway.open(str(path))
     try:
-        assert gw.session_status(PEER)["stateVersion"] == 1
+        assert gw.session_status(PEER)["stateVersion"] == GOAL
         assert_refused(lambda: gw.create_session("agent:main:new"), StorageUnavailable, path, "readonly")
     finally:
         gw.close()
@@ -262,13 +269,16 @@ def test_a_read_only_database_owing_notices_opens_with_them_in_memory(tmp_path, 
         assert wakes == [MAIN]  # woken without the durable slot (R23) it cannot write
         before = full_dump(gw)
     try:
-        assert gw.pending_system_events(MAIN) == [notice_text(PEER, 0)]
+        assert gw.pending_system_events(MAIN) == [notice_text(PEER, WATCH_SEED)]
         status = gw.session_status(PEER, changes_since=0)
-        version = 4 if how == "query_only" else 3
-        assert status["stateVersion"] == version and len(status["stateChanges"]["events"]) == version
+        # PEER's `created`, the goal, "more", "and more" (and the other process's "later").
+        goals = 4 if how == "query_only" else 3
+        version = GOAL + goals - 1
+        assert [e["kind"] for e in status["stateChanges"]["events"]] == ["created"] + ["goal_changed"] * goals
+        assert status["stateVersion"] == version == status["stateChanges"]["events"][-1]["sequence"]
         assert full_dump(gw) == before  # held in memory only
     finally:
         gw.close()
     if how != "query_only":
         assert cli(["status", PEER, "--db", url, "--changes-since", "1"]) == 0
-        assert "3" in capsys.readouterr().out
+        assert "stateVersion 6" in capsys.readouterr().out

@@ -8,6 +8,7 @@ from __future__ import annotations
 from sessionstate import notice_text
 from sessionstate.fencing import fenced_text
 from sessionstate.runner import Rule
+from sessionstate.services.announce_created import created_line
 from sessionstate.tools.policy import ToolPolicy
 
 from .support import MANAGER, PEER, ok, open_gateway
@@ -23,6 +24,8 @@ def test_manager_children_human_peers_kill_announce(db_url):
     gw.register_session(MANAGER, channel="telegram")
     gw.register_session(PEER, channel="slack")
     gw.set_route(MANAGER, "telegram", "chat-7")
+    # R27: the main session hears that PEER was created (one line, no wake); its turn reads it.
+    assert gw.drain_system_events(MANAGER) == [created_line(PEER, "main", None)] and wakes == []
     runner.add(Rule("agent:main:subagent:*", "task", ["report ready"], delay=30))
 
     # 1. The manager spawns two children: never blocks, both spawn edges seed its cursors.
@@ -78,12 +81,12 @@ def test_manager_children_human_peers_kill_announce(db_url):
     # 5. Kill the second child: run_failed/cancelled, recorded once, log-only, no announce.
     killed = ok(gw.call_tool(MANAGER, "subagents", {"action": "kill", "target": c2}))
     assert killed["killed"] == [two["runId"]]
-    assert kinds(gw, c2) == ["child_spawned", "run_failed"]
+    assert kinds(gw, c2) == ["created", "child_spawned", "run_failed"]
     assert gw.pending_system_events(MANAGER) == []
 
     # 6. The first child finishes: run_completed (log-only) and the announce on the route.
     assert gw.finish_run(one["runId"], "completed", text="report ready (steered)") is True
-    assert kinds(gw, c1) == ["child_spawned"] + ["human_direct_message"] * 3 + ["run_completed"]
+    assert kinds(gw, c1) == ["created", "child_spawned"] + ["human_direct_message"] * 3 + ["run_completed"]
     assert gw.pending_system_events(MANAGER) == [
         '[Sub-agent result] "researcher" (run %s) completed; reply (untrusted data): "report ready (steered)"'
         ' [route "telegram" -> "alice"]' % one["runId"]  # the latest human turn set the route

@@ -18,6 +18,7 @@ from hypothesis import given, strategies as st
 from sessionstate import notice_text
 from sessionstate.fencing import END_LINE, QUOTE, UNTRUSTED_MARK, fence_untrusted, fenced_text, quote_untrusted
 from sessionstate.runner import Rule
+from sessionstate.services.announce_created import created_line
 from sessionstate.tools.policy import ToolPolicy
 
 from .support import MANAGER, PEER, ok, open_gateway
@@ -153,6 +154,8 @@ ANNOUNCE = re.compile(
 @pytest.mark.parametrize("outcome", ["completed", "error"])
 def test_a_childs_result_reaches_the_requester_as_one_parsable_system_line(world, outcome):
     gw, runner = world
+    # The fixture's PEER was announced to the main session (R27): its own line, read first.
+    assert gw.drain_system_events(MANAGER) == [created_line(PEER, "main", "peer desk")]
     runner.add(Rule(CHILD_GLOB, "task", ["done"], delay=30))
     gw.set_route(MANAGER, "telegram", HOSTILE_LINE)
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": "job", "label": HOSTILE_LINE}))

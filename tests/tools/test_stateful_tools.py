@@ -88,7 +88,7 @@ class ToolsVersusModel(GatewayVersusModel):
             return
         assert result["status"] == "accepted", result
         child, run_id = result["childSessionKey"], result["runId"]
-        self.model.create(child, parent=caller, run_id=run_id)
+        self.model.create(child, parent=caller, run_id=run_id, kind="subagent")  # its created says so (R27)
         self.active_runs[run_id] = (caller, child)
 
     @precondition(lambda self: any(r in self.model.sessions and c in self.model.sessions

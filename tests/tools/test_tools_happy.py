@@ -9,6 +9,7 @@ import pytest
 
 from sessionstate.fencing import fenced_text
 from sessionstate.runner import Rule
+from sessionstate.services.announce_created import created_line
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
@@ -25,6 +26,10 @@ def gw(db_url):
     gateway.watch(OTHER, MANAGER, ambient=True)  # R24: human turns are recorded for watched sessions
     gateway.human_message(MANAGER, "Plan the release\nsecond line", channel="telegram", sender="u1")
     gateway.append_message(MANAGER, "assistant", "<think>secret plan</think>Sure, planning now.")
+    # R27: the main session hears of PEER and the cron session (lines, no wake); its turn reads
+    # them, so every test starts from its empty queue.
+    assert gateway.drain_system_events(MANAGER) == [
+        created_line(PEER, "main", "peer desk"), created_line("agent:main:cron:nightly", "cron", "nightly")]
     yield gateway
     gateway.wait_for_runs()
     gateway.close()
@@ -50,7 +55,7 @@ def test_list_shows_visible_sessions_with_registry_fields(gw):
     assert row["model"] == "model-a" and row["stateVersion"] >= 1 and row["messageCount"] == 2
     assert {"inputTokens", "outputTokens", "totalTokens", "createdAt", "updatedAt", "sessionId"} <= set(row)
     peer = next(r for r in result["sessions"] if r["key"] == PEER)
-    assert "stateVersion" not in peer  # no recorded changes yet
+    assert peer["stateVersion"] == 2  # its own `created` only (R27; MANAGER's is 1): no change since
     assert "title" not in row and "preview" not in row and "messages" not in row
 
 
@@ -179,7 +184,7 @@ def test_status_card_and_model_override(gw):
 def test_status_changes_since_matches_the_python_api(gw):
     got = ok(call(gw, "session_status", {"sessionKey": MANAGER, "changesSince": 0}))
     assert got["stateChanges"] == gw.session_status(MANAGER, changes_since=0)["stateChanges"]
-    assert [e["kind"] for e in got["stateChanges"]["events"]] == ["human_direct_message"]
+    assert [e["kind"] for e in got["stateChanges"]["events"]] == ["created", "human_direct_message"]
 
 
 # -- sessions_send ------------------------------------------------------------------------------
@@ -289,8 +294,8 @@ def test_spawn_returns_at_once_and_announces(gw):
     assert [r["runId"] for r in listed["active"]] == [result["runId"]]
     gw.wait_for_runs()
     events = gw.session_status(child, changes_since=0)["stateChanges"]["events"]
-    assert [e["kind"] for e in events] == ["child_spawned", "run_completed"]
-    assert events[1]["runId"] == result["runId"]
+    assert [e["kind"] for e in events] == ["created", "child_spawned", "run_completed"]
+    assert events[2]["runId"] == result["runId"]
     assert gw.pending_system_events(MANAGER) == [
         '[Sub-agent result] "calc" (run %s) completed; reply (untrusted data): "42" [route "telegram" -> "u1"]' % result["runId"]
     ]
@@ -350,7 +355,7 @@ def test_kill_is_recorded_once(gw):
     assert gw.kill_run(run["runId"], actor_id=MANAGER) is False
     assert gw.finish_run(run["runId"], "completed", text="late") is False
     kinds = [e["kind"] for e in gw.session_status(run["childSessionKey"], changes_since=0)["stateChanges"]["events"]]
-    assert kinds == ["child_spawned", "run_failed"]
+    assert kinds == ["created", "child_spawned", "run_failed"]
 
 
 def test_yield_reports_and_the_result_wakes(db_url):

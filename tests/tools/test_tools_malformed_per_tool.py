@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from sessionstate.services.announce_created import created_line
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
@@ -56,8 +57,10 @@ def test_at_least_twenty_malformed_sets_per_tool(tool):
 @pytest.mark.parametrize("tool", sorted(TOOL_SCHEMAS))
 def test_every_malformed_set_is_an_error_result_and_changes_nothing(gw, tool):
     before = full_dump(gw)
+    queued = gw.pending_system_events(MANAGER)
+    assert queued == [created_line(PEER, "main", None)]  # R27's announcement, nothing else
     for args in malformed_sets(tool):
         result = gw.call_tool(MANAGER, tool, args)
         assert error_code(result) == "invalid_argument", (tool, repr(args)[:200], result)
     assert full_dump(gw) == before
-    assert gw.pending_system_events(MANAGER) == [] and gw.pending_system_events(PEER) == []
+    assert gw.pending_system_events(MANAGER) == queued and gw.pending_system_events(PEER) == []

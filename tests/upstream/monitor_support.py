@@ -19,6 +19,9 @@ from sessionstate.upstream.providers.fake_node import InMemoryNodeClient
 from tests.upstream.jsonl_fixtures import TranscriptBuilder, append_bytes, encode
 
 MANAGER = "agent:main:main"
+# R27's announcement (on by default) of each session created for MANAGER's agent, adopted ones
+# included: it says a session exists, not that it changed, so it is not one of the notices.
+ANNOUNCEMENT_PREFIX = "[session created] "
 
 
 class Hooked(UpstreamProvider):
@@ -91,6 +94,10 @@ class World:
     def adopt_jsonl(self, thread: str, watcher: str | None = MANAGER, **kwargs: Any) -> str:
         entry = CatalogEntry("claude-jsonl", thread)
         return self.adopter().adopt(entry, watcher=watcher, **kwargs).session_key
+
+    def notices(self, watcher: str = MANAGER) -> list[str]:
+        """The watcher's queued notices: its queue without R27's announcements."""
+        return [line for line in self.gw.pending_system_events(watcher) if not line.startswith(ANNOUNCEMENT_PREFIX)]
 
     def events(self, key: str, kind: str | None = None) -> list[dict[str, Any]]:
         events = self.gw.session_status(key, changes_since=0)["stateChanges"]["events"]

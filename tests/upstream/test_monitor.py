@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sessionstate.errors import InvalidArgument, SessionExists
+from sessionstate.services.announce_created import created_line
 from sessionstate.upstream.adoption import Adopter
 from sessionstate.upstream.catalog import CatalogEntry
 from sessionstate.upstream.monitor import MISSES_BEFORE_DROP, UpstreamMonitor
@@ -55,7 +56,7 @@ def test_activity_is_recorded_once_and_the_marker_advances(world: World) -> None
     assert event["summary"] == "human message via claude-jsonl"
     assert event["payload"] == {"provider": "claude-jsonl", "channel": "claude-jsonl", "turns": 1,
                                 "burstOverflow": False}
-    assert [e["kind"] for e in world.events(key)] == ["adopted", "human_direct_message"]
+    assert [e["kind"] for e in world.events(key)] == ["created", "adopted", "human_direct_message"]
 
 
 def test_a_rescan_after_a_marker_reset_records_nothing_twice(world: World) -> None:
@@ -93,13 +94,13 @@ def test_three_misses_emit_one_upstream_missing_and_drop_the_link(world: World) 
         report = monitor.tick()
         assert (report.misses, report.missing_emitted) == (1, 0)
     assert monitor.links.get(key, "main").consecutive_misses == MISSES_BEFORE_DROP - 1
-    assert world.gw.pending_system_events(MANAGER) == []
+    assert world.gw.pending_system_events(MANAGER) == [created_line(key, "main", None)]  # R27's only
     last = monitor.tick()
     assert (last.misses, last.missing_emitted) == (1, 1)
     assert monitor.links.get(key, "main") is None
     (missing,) = world.events(key, "upstream_missing")
     assert missing["actorType"] == "system" and "claude-jsonl" in missing["summary"]
-    assert len(world.gw.pending_system_events(MANAGER)) == 1  # watchers are notified
+    assert len(world.notices()) == 1  # watchers are notified
     for _ in range(4):  # no link, nothing more
         assert monitor.tick().checked == 0
     assert len(world.events(key, "upstream_missing")) == 1
@@ -180,7 +181,7 @@ def test_continue_after_the_drop_creates_a_new_link(world: World) -> None:
     assert monitor.tick().activities_recorded == 1
     assert world.dedupe_keys(key) == [f"upstream:claude-jsonl:{THREAD}:{uuid}"]
     kinds = [e["kind"] for e in world.events(key)]
-    assert kinds == ["adopted", "upstream_missing", "adopted", "human_direct_message"]
+    assert kinds == ["created", "adopted", "upstream_missing", "adopted", "human_direct_message"]  # one created
     # The new generation can go missing again and emit its own single upstream_missing.
     path.unlink()
     for _ in range(MISSES_BEFORE_DROP + 2):
@@ -202,7 +203,7 @@ def test_a_write_racing_a_continue_does_not_land(world: World) -> None:
     link = monitor.links.get(key, "main")
     assert link.generation == renewed[0] and link.version == 0  # untouched by the stale write
     assert world.events(key, "human_direct_message") == []
-    assert world.gw.pending_system_events(MANAGER) == []
+    assert world.notices() == []
 
 
 def test_a_write_racing_a_replaced_session_does_not_land(world: World) -> None:
@@ -219,7 +220,7 @@ def test_a_write_racing_a_replaced_session_does_not_land(world: World) -> None:
     report = monitor.tick()
     assert report.stale_writes == 1
     assert monitor.links.get(key, "main") is None  # the delete dropped the link
-    assert world.events(key) == []
+    assert [e["kind"] for e in world.events(key)] == ["created"]  # the new session's own only
 
 
 def test_deleting_a_session_drops_its_link_even_on_a_reopened_gateway(world: World) -> None:
@@ -256,7 +257,7 @@ def test_burst_over_the_window_is_flagged_through_the_paired_node(world: World) 
     assert event["payload"]["burstOverflow"] is True
     assert event["payload"]["turns"] == 2  # human 25 and human 45 (human 5 scrolled out)
     assert "burst overflowed" in event["summary"]
-    assert len(world.gw.pending_system_events(MANAGER)) == 1
+    assert len(world.notices()) == 1
 
 
 def test_burst_on_a_paired_thread_adopted_empty_is_flagged(world: World) -> None:
@@ -272,7 +273,7 @@ def test_burst_on_a_paired_thread_adopted_empty_is_flagged(world: World) -> None
     assert event["payload"]["burstOverflow"] is True
     assert event["payload"]["turns"] == 25  # 5 of the 30 human items scrolled out of the window
     assert event["summary"] == "25 human messages via paired-node (burst overflowed the window)"
-    assert len(world.gw.pending_system_events(MANAGER)) == 1
+    assert len(world.notices()) == 1
 
 
 def test_a_sidechain_prompt_records_nothing_and_notifies_nobody(world: World) -> None:
@@ -285,7 +286,7 @@ def test_a_sidechain_prompt_records_nothing_and_notifies_nobody(world: World) ->
     report = monitor.tick()
     assert (report.checked, report.activities_recorded, report.errors) == (1, 0, 0)
     assert world.events(key, "human_direct_message") == []
-    assert world.gw.pending_system_events(MANAGER) == []
+    assert world.notices() == []
 
 
 def test_concurrent_appends_while_the_monitor_ticks(world: World) -> None:
@@ -336,10 +337,11 @@ def test_end_to_end_the_manager_gets_exactly_one_notice(world: World) -> None:
         monitor.tick()
     pending = world.gw.pending_system_events(MANAGER)
     assert pending == [
+        created_line(key, "main", None),  # R27: the adoption created it; no notice, no wake
         f'Session "{key}" changed (other actor). Reconcile before acting: '
         f'session_status sessionKey "{key}" changesSince {version}.'
     ]
-    assert len(world.gw.drain_system_events(MANAGER)) == 1
+    assert len(world.gw.drain_system_events(MANAGER)) == 2
     reply = world.gw.call_tool(MANAGER, "session_status", {"sessionKey": key, "changesSince": version})
     events = reply["stateChanges"]["events"]
     assert [e["kind"] for e in events] == ["human_direct_message"] * 5

@@ -85,7 +85,7 @@ def test_a_failed_upstream_missing_append_is_retried_at_the_next_tick(world: Wor
     retried = monitor.tick()
     assert retried.missing_emitted == 1 and monitor.links.get(key, "main") is None
     assert len(world.events(key, "upstream_missing")) == 1
-    assert len(world.gw.pending_system_events(MANAGER)) == 1  # the watcher got its one notice
+    assert len(world.notices()) == 1  # the watcher got its one notice
 
 
 def test_a_storage_failure_of_the_upstream_missing_append_is_retried_at_the_next_tick(world: World, monkeypatch) -> None:

@@ -22,6 +22,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from sessionstate.services.announce_created import created_line
 from sessionstate.upstream.catalog import CatalogEntry
 from sessionstate.upstream.monitor import UpstreamMonitor
 
@@ -207,7 +208,9 @@ class MonitorMachine(RuleBasedStateMachine):
             return
         keys = self.world.dedupe_keys(self.key, "upstream_missing")
         assert len(keys) == len(set(keys)) == self.model.missing_emitted
-        assert len(self.world.gw.pending_system_events(MANAGER)) <= 1
+        assert len(self.world.notices()) <= 1
+        # R27: the adoption's one announcement; a Continue creates nothing, so announces nothing.
+        assert self.world.gw.pending_system_events(MANAGER).count(created_line(self.key, "main", None)) == 1
 
 
 TestMonitorMachine = MonitorMachine.TestCase
