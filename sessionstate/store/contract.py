@@ -1,7 +1,8 @@
 """What a storage backend must provide, independent of any database: the store contract.
 
-The runtime (``sessionstate.services``) talks to a ``Store`` and nothing else; ``SqliteStore``
-is one implementation and a second backend is another class satisfying these protocols (mypy
+The services (the ``sessionstate.services`` package) talk to a ``Store`` and nothing else.
+``SqliteStore`` and ``PostgresStore`` implement it, both on the shared SQL layer
+(``sql_store.SqlStore``); another backend is another class satisfying these protocols (mypy
 checks it structurally where ``store.factory`` returns it). Several spec rules are carried by
 the backend's queries rather than by the runtime; each is stated below where it applies, so a
 new backend implements them on purpose instead of rediscovering them:
@@ -28,6 +29,8 @@ new backend implements them on purpose instead of rediscovering them:
   ``after_commit`` run after the outermost commit, in order, still under the lock; those
   registered inside a transaction or savepoint that rolls back are dropped. Outside any
   transaction ``after_commit`` runs its callback at once.
+  ``observe_transactions`` registers an observer told of every level's begin, of the
+  outermost commit just before it happens and of every level's end (the protocol trace).
 - **Errors.** Every failure of the driver, the database or the file system leaves the
   backend as a ``sessionstate.errors.StorageError`` (or a subclass); a rolled-back
   transaction has changed nothing. Refusals that are the caller's fault are
@@ -67,6 +70,24 @@ from .records import (
 EventPageRow = tuple[Any, ...]
 
 
+class TransactionObserver(Protocol):
+    """Told of the unit of work's steps (the protocol trace, ``services/trace.py``)."""
+
+    def begun(self, outermost: bool) -> None:
+        """A level began (the lock is held; ``after_commit`` registers in this level)."""
+        ...
+
+    def committing(self) -> None:
+        """The outermost level is about to commit, still under the write lock. Raising
+        rolls the transaction back instead."""
+        ...
+
+    def ended(self, committed: bool, outermost: bool) -> None:
+        """A level ended: committed (a savepoint: released) or rolled back; after the
+        commit's callbacks and the release of the lock."""
+        ...
+
+
 class Transactions(Protocol):
     """The unit of work every write goes through (see the module docstring)."""
 
@@ -75,6 +96,10 @@ class Transactions(Protocol):
     def transaction(self) -> AbstractContextManager[None]: ...
 
     def after_commit(self, callback: Callable[[], object]) -> None: ...
+
+    def observe_transactions(self, observer: TransactionObserver) -> None:
+        """Tell ``observer`` of every transaction from now on (``TransactionObserver``)."""
+        ...
 
     def lock_targets(self, targets: Iterable[tuple[str, str]]) -> None:
         """Before a transaction touches several sessions: lock their heads in key order (a

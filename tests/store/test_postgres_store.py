@@ -23,7 +23,7 @@ KEYS = ("agent:a:one", "agent:a:two")
 @pytest.fixture
 def stores(pg_url):
     opened = [open_store(pg_url, notifying_kinds=NOTIFYING_KINDS) for _ in range(2)]
-    with opened[0].atomic():
+    with opened[0].transaction():
         for key in KEYS:
             opened[0].insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
     yield opened
@@ -50,7 +50,7 @@ def terminate(pid: int) -> None:
 def test_appends_to_one_session_commit_in_sequence_order(stores, dedupe):
     first, second = stores
     done: list[int] = []
-    with first.atomic():
+    with first.transaction():
         held = append(first, dedupe=None if dedupe is None else "first-writer")[0]
         worker = threading.Thread(target=lambda: done.append(_append_in_transaction(second, dedupe)))
         worker.start()
@@ -88,7 +88,7 @@ class second_store_for_other_session:
 def test_same_dedupe_key_from_two_sessions_at_once_records_one_event(stores):
     first, second = stores
     results: list[tuple[int, bool]] = []
-    with first.atomic():
+    with first.transaction():
         mine = append(first, dedupe="shared")
         worker = threading.Thread(target=lambda: results.append(_append_dedupe(second)))
         worker.start()
