@@ -169,6 +169,16 @@ class SignalLog(Protocol):
         """
         ...
 
+    def append_events(
+        self,
+        rows: Sequence[tuple[str, str, str, str, str | None, str | None, str, str | None, float, float, str | None]],
+    ) -> list[tuple[int, bool]]:
+        """``append_event`` for each row (its arguments, in order), in order, in the caller's
+        transaction, with the same outcomes; a dedupe key repeated in ``rows`` finds its first
+        row's sequence. For a group commit: a server backend sends the appends as one
+        statement (one round trip), having locked the heads in key order."""
+        ...
+
     def head(self, key: str, agent_id: str) -> Head | None: ...
 
     def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]: ...

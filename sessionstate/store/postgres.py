@@ -25,7 +25,9 @@ gave for free (the ordering argument is written out in spec/notice-protocol.md,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Iterable, Sequence
 
 import psycopg
@@ -103,6 +105,31 @@ LOCK_HEADS_SQL = (
     "SELECT session_key, agent_id FROM session_state_heads"
     " WHERE (session_key, agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
     " ORDER BY session_key, agent_id FOR UPDATE"
+)
+# Several events in one statement, one round trip for a group commit's appends, their heads
+# already locked (``lock_targets``, key order). One array per column, in input order; a dedupe
+# key already in the log is found, not inserted (no sequence is consumed for it); the others
+# take their sequences in input order (the ORDER BY before nextval), so one session's events
+# keep their order; each session's head moves to its largest new sequence. A dedupe key that
+# another session's transaction committed meanwhile conflicts and comes back not inserted.
+APPEND_MANY_SQL = (
+    "WITH src AS MATERIALIZED (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
+    " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[], %s::text[])"
+    f" WITH ORDINALITY AS s({EVENT_COLUMNS}, ord)),"
+    " existing AS MATERIALIZED (SELECT s.ord, e.sequence FROM src s"
+    " JOIN session_state_events e ON e.dedupe_key = s.dedupe_key),"
+    " numbered AS MATERIALIZED (SELECT n.*, nextval('session_state_events_sequence_seq') AS sequence"
+    " FROM (SELECT * FROM src WHERE ord NOT IN (SELECT ord FROM existing) ORDER BY ord) n),"
+    f" inserted AS (INSERT INTO session_state_events (sequence, {EVENT_COLUMNS})"
+    f" SELECT sequence, {EVENT_COLUMNS} FROM numbered ORDER BY ord"
+    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence),"
+    " bumped AS (UPDATE session_state_heads h SET last_sequence = m.last, updated_at = m.at"
+    " FROM (SELECT n.session_key, n.agent_id, max(n.sequence) AS last, max(n.recorded_at) AS at"
+    " FROM numbered n JOIN inserted i ON i.sequence = n.sequence GROUP BY n.session_key, n.agent_id) m"
+    " WHERE h.session_key = m.session_key AND h.agent_id = m.agent_id)"
+    " SELECT n.ord, n.sequence, i.sequence IS NOT NULL, true FROM numbered n"
+    " LEFT JOIN inserted i ON i.sequence = n.sequence"
+    " UNION ALL SELECT ord, sequence, false, false FROM existing"
 )
 # Up to this many cursor upserts go in one statement, one round trip with its plan prepared
 # once per row count: three rows take ~100 µs that way against ~145 µs through executemany's
@@ -379,6 +406,48 @@ class PostgresStore(SqlStore):
             return int(winner[0]), False
         return self._appended(key, agent_id, kind, actor_id, int(inserted[0]))
 
+    def append_events(self, rows: Sequence[EventRow]) -> list[tuple[int, bool]]:
+        """Several appends in one statement (``APPEND_MANY_SQL``): the batch's one round trip
+        to the log; a dedupe key repeated within ``rows`` finds its first row's sequence."""
+        if len(rows) < 2:
+            return [self._append(row) for row in rows]
+        headless = self._lock_heads([(r[0], r[1]) for r in rows])
+        if headless:
+            key, agent_id = min(headless)
+            raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
+        first_of: dict[str, int] = {}  # a dedupe key's first row in the batch
+        sent: list[EventRow] = []
+        sent_from: list[int] = []  # the position in ``rows`` of each row sent
+        sent_index: list[int] = []  # each row's index into ``sent`` (a repeated key: its first's)
+        for position, row in enumerate(rows):
+            dedupe_key = row[10]
+            if dedupe_key is not None and dedupe_key in first_of:
+                sent_index.append(first_of[dedupe_key])
+                continue
+            if dedupe_key is not None:
+                first_of[dedupe_key] = len(sent)
+            sent_index.append(len(sent))
+            sent_from.append(position)
+            sent.append(row)
+        columns = [list(column) for column in zip(*sent)]
+        outcome: dict[int, tuple[int, bool]] = {}
+        for ord_, sequence, inserted, new in self._cur.execute(APPEND_MANY_SQL, columns, prepare=True).fetchall():
+            if new and not inserted:  # its dedupe key was committed meanwhile on another session
+                winner = self._cur.execute(self._sql.dedupe, (sent[ord_ - 1][10],), prepare=True).fetchone()
+                if winner is None:  # as append_event: nothing to find, nothing to bump
+                    raise UnknownSession(f"unknown session {sent[ord_ - 1][0]!r} (agent {sent[ord_ - 1][1]!r})")
+                sequence = winner[0]
+            outcome[int(ord_) - 1] = (int(sequence), bool(inserted))
+        results: list[tuple[int, bool]] = []
+        for position, index in enumerate(sent_index):
+            sequence, inserted = outcome[index]
+            row = rows[position]
+            if inserted and sent_from[index] == position:
+                results.append(self._appended(row[0], row[1], row[2], row[4], sequence))
+            else:  # found by its dedupe key (in the log, or earlier in this batch)
+                results.append((sequence, False))
+        return results
+
     def _appended(self, key: str, agent_id: str, kind: str, actor_id: str | None, sequence: int) -> tuple[int, bool]:
         if kind in self._notifying_kinds:
             self._notified_events.append((key, agent_id, actor_id, sequence))
@@ -511,6 +580,13 @@ class PostgresStore(SqlStore):
             " reusing the space of later deletions",
         )
 
+    def trace_statements(self) -> AbstractContextManager[list[str]]:
+        """Inside the block, every statement this store's connection sends to the server is
+        appended to the list it yields (its text; a statement prepared before the block by its
+        server-side text too), as libpq's protocol trace records them: how tests count the
+        round trips a path makes, without reaching into the connection."""
+        return _traced(self._pg)
+
     # -- inspection -------------------------------------------------------------------------
 
     def integrity_check(self) -> str:
@@ -555,6 +631,48 @@ def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
             )
         return StorageUnavailable(f"PostgreSQL unavailable: {detail}", retry_safe=True)
     return StorageError(f"PostgreSQL error: {detail}")
+
+
+# In libpq's trace (REGRESS_MODE: no timestamps), the frontend's messages that run statements.
+_TRACED_MESSAGE = re.compile(r'^F\t\d+\t(Query|Parse|Bind|Execute)\t "((?:[^"\\]|\\.)*)"(?: "((?:[^"\\]|\\.)*)")?')
+
+
+@contextmanager
+def _traced(pg: "psycopg.Connection[Any]") -> Iterator[list[str]]:
+    statements: list[str] = []
+    with tempfile.TemporaryFile("w+") as log:
+        pg.pgconn.trace(log.fileno())
+        pg.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+        try:
+            yield statements
+        finally:
+            pg.pgconn.untrace()
+            log.seek(0)
+            trace = log.read()
+            prepared = dict(pg.execute("SELECT name, statement FROM pg_prepared_statements").fetchall())
+            statements.extend(_sent_statements(trace, prepared))
+
+
+def _sent_statements(trace: str, prepared: dict[str, str]) -> list[str]:
+    """The statements a libpq trace shows sent: a simple query's text, or per Execute the
+    text of the statement its Bind named (parsed in the trace, or prepared before it)."""
+    parsed = dict(prepared)
+    sent: list[str] = []
+    bound = ""
+    for line in trace.splitlines():
+        match = _TRACED_MESSAGE.match(line)
+        if match is None:
+            continue
+        message, first, second = match.groups()
+        if message == "Query":
+            sent.append(first)
+        elif message == "Parse":
+            parsed[first] = second or ""
+        elif message == "Bind":
+            bound = parsed.get(second or "", second or "")
+        else:
+            sent.append(bound)
+    return sent
 
 
 class PostgresConnection:

@@ -183,9 +183,10 @@ class SqlStore:
     def append_events(self, rows: Sequence[EventRow]) -> list[tuple[int, bool]]:
         """Append several events in the caller's transaction, in order: ``append_event``'s
         ``(sequence, inserted)`` per row (a dedupe key repeated in ``rows`` finds the first).
-        Here one append after the other: an embedded database has no round trip to save."""
-        append = self._append
-        return [append(row) for row in rows]
+        Here ``append_event`` for one row after the other: an embedded database has no
+        round trip to save."""
+        append = self.append_event
+        return [append(*row) for row in rows]
 
     def _append(self, row: EventRow) -> tuple[int, bool]:
         """``append_event`` for one row: the backend's own."""

@@ -228,3 +228,33 @@ def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
                 ([gw.store.backend_pid(), gw.serving.feed.backend_pid()],),
             ).fetchall()}
         assert names == {"billing-gateway"}  # the listening connection too
+
+
+def _record_events_statements(url: str, count: int) -> list[str]:
+    """What one ``record_events`` call of ``count`` events on two sessions sends the server."""
+    gw = Gateway.open(url, clock=lambda: 1_800_000_000.0)
+    try:
+        for key in KEYS:
+            gw.create_session(key)
+        events = [
+            {"session_key": KEYS[i % 2], "kind": "compacted", "actor_type": "system", "summary": f"e{i}"}
+            for i in range(count)
+        ]
+        with gw.store.trace_statements() as sent:
+            sequences = gw.record_events(events)
+        assert sequences == list(range(1, count + 1))
+        return sent
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("count", [4, 24])
+def test_a_batch_of_events_is_one_append_statement(pg_url, count):
+    """Group commit on PostgreSQL: the batch's appends go to the server as one statement, so
+    the statements of a batch do not grow with its events (BEGIN, the head locks, the
+    append, NOTIFY + COMMIT)."""
+    sent = _record_events_statements(pg_url, count)
+    appends = [s for s in sent if "INSERT INTO session_state_events" in s]
+    assert len(appends) == 1, sent
+    assert sent[0] == "BEGIN" and sent[-1].endswith("COMMIT")
+    assert len(sent) == 4, sent
