@@ -83,8 +83,8 @@ class TransactionObserver(Protocol):
         ...
 
     def ended(self, committed: bool, outermost: bool) -> None:
-        """A level ended: committed (a savepoint: released) or rolled back; after the
-        commit's callbacks and the release of the lock."""
+        """A level ended: committed (a savepoint: released) or rolled back; the lock is
+        still held, and a commit's after-commit callbacks run after this."""
         ...
 
 

@@ -435,18 +435,13 @@ class Transaction:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         store = self._store
         store._depth -= 1
-        committed = False
         try:
             if exc_type is None:
                 self._end(store)
-                committed = True
                 return
             self._roll_back(store)
         finally:
             store.lock.release()
-            if store._observers:
-                for observer in store._observers:
-                    observer.ended(committed, not self._name)
         if isinstance(exc, store.DRIVER_ERRORS):
             raise store.storage_error(exc) from exc
 
@@ -459,6 +454,7 @@ class Transaction:
             except BaseException:
                 self._roll_back(store)
                 raise
+            self._tell_ended(store, True)
             return
         callbacks = store._after_commit
         try:
@@ -470,6 +466,7 @@ class Transaction:
             self._roll_back(store)
             raise
         store._forget_transaction()
+        self._tell_ended(store, True)
         for callback in callbacks:
             try:
                 callback()
@@ -484,4 +481,10 @@ class Transaction:
         else:
             store._forget_transaction()
             store._rollback()
+        self._tell_ended(store, False)
+
+    def _tell_ended(self, store: SqlStore, committed: bool) -> None:
+        if store._observers:
+            for observer in store._observers:
+                observer.ended(committed, not self._name)
 
