@@ -22,7 +22,7 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy.engine import make_url
 
