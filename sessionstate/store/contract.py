@@ -51,6 +51,7 @@ from .records import (
     ChangeSet,
     CursorRecord,
     EventRecord,
+    EventRow,
     Head,
     MessageRecord,
     MetaRecord,
@@ -169,10 +170,7 @@ class SignalLog(Protocol):
         """
         ...
 
-    def append_events(
-        self,
-        rows: Sequence[tuple[str, str, str, str, str | None, str | None, str, str | None, float, float, str | None]],
-    ) -> list[tuple[int, bool]]:
+    def append_events(self, rows: Sequence[EventRow]) -> list[tuple[int, bool]]:
         """``append_event`` for each row (its arguments, in order), in order, in the caller's
         transaction, with the same outcomes; a dedupe key repeated in ``rows`` finds its first
         row's sequence. For a group commit: a server backend sends the appends as one

@@ -50,11 +50,11 @@ from ..errors import (
 from . import postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import POSTGRES
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
-from .records import CursorRecord, PruneObserver, VacuumReport
+from .records import CursorRecord, EventRow, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
-from .sql_store import SYNCHRONOUS_LEVELS, EventRow, SqlStore, Target
+from .sql_store import SYNCHRONOUS_LEVELS, SqlStore, Target
 from .statements import CURSOR_ORDER, EVENT_COLUMNS, HELD_BY, CoreStatements, cursor_record
 from .transcripts import SqlTranscriptTable
 from .upstream_links import SqlUpstreamLinkTable

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StorageError
 from .contract import TransactionObserver
-from .records import CursorRecord, EventRecord, Head, PositionsTuple, PruneObserver, SessionRecord
+from .records import CursorRecord, EventRecord, EventRow, Head, PositionsTuple, PruneObserver, SessionRecord
 from .statements import (
     BEHIND,
     EVERY,
@@ -44,9 +44,6 @@ Target = tuple[str, str]
 # The durability levels a store is opened with (SQLite's PRAGMA synchronous names them;
 # PostgreSQL maps them onto synchronous_commit).
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
-# One event to append: key, agent id, kind, actor type, actor id, run id, summary, payload,
-# occurred_at, recorded_at, dedupe key (``SignalLog.append_event``'s arguments, in order).
-EventRow = tuple[str, str, str, str, "str | None", "str | None", str, "str | None", float, float, "str | None"]
 
 
 class SqlStore:

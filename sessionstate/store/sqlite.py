@@ -23,11 +23,11 @@ from ..errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, Unkno
 from . import bootstrap, schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import SQLITE
 from .failures import DRIVER_ERRORS, storage_error, translated
-from .records import PruneObserver, VacuumReport
+from .records import EventRow, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
-from .sql_store import SYNCHRONOUS_LEVELS, EventRow, SqlStore
+from .sql_store import SYNCHRONOUS_LEVELS, SqlStore
 from .sqlite_feed import SqliteChangeFeed
 from .statements import EVENT_COLUMNS, CoreStatements
 from .transcripts import SqlTranscriptTable
