@@ -22,13 +22,16 @@ from typing import Any, Callable, Iterator
 from sessionstate import Gateway
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SqliteStore
+from sessionstate.store.dialect import SQLITE
 from sessionstate.store.sqlite import (
     AUTO_VACUUM_INCREMENTAL,
     BUSY_TIMEOUT_MS,
-    EVENT_PAGE_SQL,
     PRUNE_CHUNK_ROWS,
     RECLAIM_STEP_PAGES,
 )
+from sessionstate.store.statements import CoreStatements
+
+EVENT_PAGE_SQL = CoreStatements(SQLITE, sorted(NOTIFYING_KINDS)).event_page  # the store's own page read
 
 SMOKE = os.environ.get("SESSIONSTATE_BENCH_SMOKE", "") not in ("", "0")
 

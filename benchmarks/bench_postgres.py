@@ -112,19 +112,21 @@ def _reset_caught_up(side: Any, watcher: str | None = None, target: str = TARGET
     slower (every statement, BEGIN included), which the raw side, resetting on its own
     connection, never paid."""
     args = (target, watcher, watcher)
-    if hasattr(side, "store"):
-        side.store.db.execute(_RESET_CAUGHT_UP.format(p="?"), args)
-    else:
-        side.execute(_RESET_CAUGHT_UP.format(p="%s"), args)
+    db = side.store.db if hasattr(side, "store") else side
+    db.execute(_RESET_CAUGHT_UP.format(p="%s"), args)
 
 
 class RawPg:
     """PostgresStore's statements on a raw psycopg connection, same transaction boundaries."""
 
     def __init__(self, url: str) -> None:
+        from sessionstate.statemachine import NOTIFYING_KINDS
         from sessionstate.store import postgres
+        from sessionstate.store.dialect import POSTGRES
+        from sessionstate.store.statements import CoreStatements
 
-        self.sql = postgres
+        self.postgres = postgres
+        self.sql = CoreStatements(POSTGRES, sorted(NOTIFYING_KINDS))
         self.db = _connect(url)
         self.cur = self.db.cursor()
 
@@ -135,25 +137,25 @@ class RawPg:
         sql, cur = self.sql, self.cur
         cur.execute("BEGIN")
         sequence = cur.execute(
-            sql.LOCK_AND_APPEND_SQL,
+            self.postgres.LOCK_AND_APPEND_SQL,
             (key, AGENT, key, AGENT, KIND, "human", None, None, "hello", None, NOW, NOW, None, NOW, key, AGENT),
             prepare=True,
         ).fetchone()[0]
-        rows = cur.execute(sql.CAUGHT_UP_WATCHERS_SQL, (key, AGENT), prepare=True).fetchall()
+        rows = cur.execute(sql.caught_up_watchers, (key, AGENT), prepare=True).fetchall()
         changes = [(w, key, AGENT, last, sequence, sequence, NOW) for w, last, _, _ in rows]
         if len(changes) == 1:
-            cur.execute(sql.PUT_CURSOR_SQL, changes[0], prepare=True)
-        elif 1 < len(changes) <= sql.PUT_CURSORS_MAX_ROWS:
-            cur.execute(sql.put_cursors_sql(len(changes)), [v for c in changes for v in c], prepare=True)
+            cur.execute(sql.put_cursor, changes[0], prepare=True)
+        elif 1 < len(changes) <= self.postgres.PUT_CURSORS_MAX_ROWS:
+            cur.execute(sql.put_cursors(len(changes)), [v for c in changes for v in c], prepare=True)
         elif changes:
-            cur.executemany(sql.PUT_CURSOR_SQL, changes)
+            cur.executemany(sql.put_cursor, changes)
         cur.execute("COMMIT")
 
     def page(self, key: str, after: int, limit: int = 201) -> list[Any]:
         sql, cur = self.sql, self.cur
-        head = cur.execute(sql.HEAD_SQL, (key, AGENT), prepare=True).fetchone()
-        rows = cur.execute(sql.EVENT_PAGE_SQL, (key, AGENT, after, limit), prepare=True).fetchall()
-        earliest = cur.execute(sql.EARLIEST_SQL, (key, AGENT), prepare=True).fetchone()
+        head = cur.execute(sql.head, (key, AGENT), prepare=True).fetchone()
+        rows = cur.execute(sql.event_page, (key, AGENT, after, limit), prepare=True).fetchall()
+        earliest = cur.execute(sql.earliest, (key, AGENT), prepare=True).fetchone()
         return [head, rows, earliest]
 
 

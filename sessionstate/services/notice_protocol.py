@@ -462,21 +462,25 @@ class NoticeProtocol:
         material: list[tuple[SessionRef, str | None]] = []
         sequences: list[int | None] = []
         inserted_count = 0
-        append = self.store.append_event
         trace = self.tracer
         with self.store.transaction():
             # Resolved here, so a storage failure while reading is the append's (R15); an
             # unknown session raises UnknownSession and the transaction rolls back.
             events = [e if e.target is not None else e._replace(target=self.resolve(*e.requested)) for e in events]
-            if len(events) > 1:  # several sessions: their locks in one order (no deadlock)
+            rows = [
+                (e.target[0], e.target[1], e.kind, e.actor_type, e.actor_id, e.run_id, e.summary, e.payload,
+                 now if e.occurred_at is None else min(max(e.occurred_at, floor), now), now, e.dedupe_key)
+                for e in events
+                if e.target is not None  # resolved above
+            ]
+            if len(rows) == 1:
+                appended = [self.store.append_event(*rows[0])]
+            else:  # several sessions: their locks in one order (no deadlock), one append statement
                 self.store.lock_targets({e.target for e in events if e.target is not None})
-            for e in events:
+                appended = self.store.append_events(rows)
+            # The decisions read and write cursors only, so they follow the appends in order.
+            for e, (sequence, inserted) in zip(events, appended):
                 assert e.target is not None  # resolved above
-                occurred = now if e.occurred_at is None else min(max(e.occurred_at, floor), now)
-                sequence, inserted = append(
-                    e.target[0], e.target[1], e.kind, e.actor_type, e.actor_id, e.run_id,
-                    e.summary, e.payload, occurred, now, e.dedupe_key,
-                )
                 sequences.append(sequence)
                 if inserted:
                     inserted_count += 1

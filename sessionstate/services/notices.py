@@ -7,6 +7,7 @@ rebuilds the notices from the cursors (R11).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ..formats import notice_text
@@ -23,10 +24,24 @@ class QueuedEvent(NamedTuple):
     wakes: bool = False
 
 
+RemovalObserver = Callable[[str, list[QueuedEvent]], None]
+
+
 class SystemEventQueue:
     def __init__(self) -> None:
         self._queues: dict[str, dict[str, QueuedEvent]] = {}
         self._entered = 0
+        self._removal_observers: list[RemovalObserver] = []
+
+    def observe_removals(self, observer: RemovalObserver) -> None:
+        """Tell ``observer`` of the lines that leave a session's queue, whichever method
+        removes them (the protocol trace)."""
+        self._removal_observers.append(observer)
+
+    def _removed(self, session_key: str, entries: list[QueuedEvent]) -> None:
+        if entries:
+            for observer in self._removal_observers:
+                observer(session_key, entries)
 
     def enqueue(
         self, session_key: str, text: str, target: tuple[str, str] | None = None, *, wakes: bool = False
@@ -54,25 +69,36 @@ class SystemEventQueue:
         queue = self._queues.get(session_key)
         if queue is None:
             return
+        observed = self._removal_observers
+        gone = []
         for text in texts:
-            queue.pop(text, None)
+            entry = queue.pop(text, None)
+            if observed and entry is not None:
+                gone.append(entry)
         if not queue:
             del self._queues[session_key]
+        if gone:
+            self._removed(session_key, gone)
 
     def withdraw_notice(self, session_key: str, target: tuple[str, str]) -> None:
         queue = self._queues.get(session_key)
         if not queue:
             return
-        for text in [t for t, e in queue.items() if e.target == target]:
-            del queue[text]
+        gone = [e for e in queue.values() if e.target == target]
+        for entry in gone:
+            del queue[entry.text]
         if not queue:
             del self._queues[session_key]
+        if self._removal_observers:
+            self._removed(session_key, gone)
 
     def holds_notice(self, session_key: str, target: tuple[str, str]) -> bool:
         return any(e.target == target for e in self._queues.get(session_key, {}).values())
 
     def clear(self, session_key: str) -> None:
-        self._queues.pop(session_key, None)
+        cleared = self._queues.pop(session_key, None)
+        if cleared and self._removal_observers:
+            self._removed(session_key, list(cleared.values()))
 
     def sessions(self) -> list[str]:
         return list(self._queues)

@@ -5,7 +5,9 @@ transaction is open; the tracer buffers the lines and writes them with one ``wri
 ``O_APPEND`` descriptor after the outermost commit, so a rolled-back transaction (or savepoint)
 never reaches the file. Each committed batch gets the next transaction number of this gateway
 and its commit key: the log's sequence high-water mark read just before the commit, while the
-write lock is held. ``sessionstate replay`` (``verify/trace_check.py``) merges several
+write lock is held. The tracer learns of transactions and of lines leaving the notice queue
+through their observation hooks (``store.observe_transactions``, ``queue.observe_removals``):
+nothing is patched. ``sessionstate replay`` (``verify/trace_check.py``) merges several
 processes' traces on these two numbers.
 
 Lines are built with f-strings rather than ``json.dumps`` of a dict: the event path writes
@@ -20,13 +22,15 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy.engine import make_url
 
 from ..formats import TRACE_VERSION
 from ..statemachine.machine import TRANSITION_TABLE
 from ..statemachine.positions import derive_state
+from ..store.contract import TransactionObserver
+from .notices import QueuedEvent
 
 ENV_TRACE = "SESSIONSTATE_TRACE"
 
@@ -34,15 +38,19 @@ PositionsLike = tuple[int, int, int]
 
 
 class TracedStore(Protocol):
-    """What the tracer needs of a store: its transactions and the sequence high-water mark."""
+    """What the tracer needs of a store: its unit of work's hooks and the sequence high-water mark."""
 
     url: str
 
-    def transaction(self) -> Any: ...
-
-    def after_commit(self, callback: Callable[[], object]) -> None: ...
+    def observe_transactions(self, observer: TransactionObserver) -> None: ...
 
     def sequence_high_water(self) -> int: ...
+
+
+class TracedQueue(Protocol):
+    """What the tracer needs of the notice queue: to be told of every line that leaves it."""
+
+    def observe_removals(self, observer: Callable[[str, list[QueuedEvent]], None]) -> None: ...
 
 
 def trace_path(explicit: str | os.PathLike[str] | None) -> Path | None:
@@ -79,7 +87,7 @@ class Tracer:
     """Buffers the steps of the open transaction; writes them after the outermost commit."""
 
     def __init__(
-        self, path: str | os.PathLike[str], store: TracedStore, queue: Any = None
+        self, path: str | os.PathLike[str], store: TracedStore, queue: TracedQueue | None = None
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,13 +103,13 @@ class Tracer:
         self._pending_key = 0  # the commit key of the transaction being committed
         # A gateway instance, not only a process: one process may open several gateways.
         self._head = f'{{"v":{TRACE_VERSION},"pid":{os.getpid()},"gw":"{secrets.token_hex(4)}",'
-        inner_transaction = store.transaction
+        self._marks: list[int] = []  # the buffer's length where each open level began
         # The store's transactions are where "after the commit" is decided, also for the
-        # transactions that extensions open on the store directly: wrap them (on this store
-        # instance only; an untraced store keeps its plain method and pays nothing).
-        setattr(store, "transaction", lambda: _TracedTransaction(self, inner_transaction()))
+        # transactions that extensions open on the store directly: the unit of work tells
+        # its observers of every level (an untraced store has none and pays nothing).
+        store.observe_transactions(self)
         if queue is not None:
-            self._observe_queue(queue)
+            queue.observe_removals(self._unqueued)
         url = make_url(store.url)  # the database's name goes on record, never a password
         self._write_now(
             f'"op":"open","backend":{_quote(url.get_backend_name())},'
@@ -211,30 +219,17 @@ class Tracer:
             f'"owed":{"true" if due is not None else "false"},"due":{"null" if due is None else repr(due)}}}'
         ], release=False)
 
-    def _observe_queue(self, queue: Any) -> None:
+    def _unqueued(self, session_key: str, removed: list[QueuedEvent]) -> None:
         """Trace every notice leaving the queue (drained, withdrawn, cleared, found stale),
-        whichever code removes it: the queue's removing methods are wrapped on this instance."""
-        def wrap(name: str) -> None:
-            inner = getattr(queue, name)
-
-            def removing(session_key: str, *args: Any) -> Any:
-                before = queue.peek(session_key)
-                result = inner(session_key, *args)
-                if before:
-                    kept = {entry.text for entry in queue.peek(session_key)}
-                    gone = [e for e in before if e.target is not None and e.text not in kept]
-                    if gone:
-                        self._after_commit([
-                            f'"op":"unqueue","watcher":{_quote(session_key)},"target":{_target(e.target)},'
-                            f'"text":{_escape(e.text)}}}'
-                            for e in gone
-                        ], release=False)
-                return result
-
-            setattr(queue, name, removing)
-
-        for name in ("remove", "withdraw_notice", "clear"):
-            wrap(name)
+        whichever code removes it."""
+        gone = [e for e in removed if e.target is not None]
+        if gone:
+            self._after_commit([
+                f'"op":"unqueue","watcher":{_quote(session_key)},"target":{_target(e.target)},'
+                f'"text":{_escape(e.text)}}}'
+                for e in gone
+                if e.target is not None
+            ], release=False)
 
     def reset(self, watcher: str) -> None:
         self._buffer.append(f'"op":"reset","session":{_quote(watcher)}}}')
@@ -267,6 +262,43 @@ class Tracer:
         os.close(self._fd)
         self._fd = None
 
+    # -- the unit of work's hooks (store.observe_transactions) --------------------------------
+
+    def begun(self, outermost: bool) -> None:
+        self._marks.append(len(self._buffer))
+        if outermost:
+            self._last_sequence = 0
+            self._notices_follow = False
+            self._release_held()  # defensive: a held batch whose notices never came
+        self._depth += 1
+
+    def committing(self) -> None:
+        if not self._marks or not self._buffer:
+            return
+        try:
+            # Read under the write lock, before COMMIT: every batch committed earlier by any
+            # process has a key <= this one, every later one >= (spec 15.2). When the
+            # transaction assigned sequences, its last one is that mark: no read needed.
+            self._pending_key = self._last_sequence or self._store.sequence_high_water()
+        except BaseException:
+            del self._buffer[:]  # the transaction rolls back instead of committing
+            raise
+
+    def ended(self, committed: bool, outermost: bool) -> None:
+        if not self._marks:  # a level that began before this tracer was attached
+            return
+        self._depth -= 1
+        mark = self._marks.pop()
+        if not committed:
+            del self._buffer[mark:]
+            self._last_sequence = 0  # a rolled-back level's sequences are handed out again
+            if outermost:
+                self._notices_follow = False
+        elif outermost and self._buffer:
+            # Before the commit's after-commit callbacks: the batch goes out before the
+            # notices they hand over (``notices``).
+            self._flush(self._pending_key)
+
     # -- batching -----------------------------------------------------------------------------
 
     def _after_commit(self, bodies: list[str], *, release: bool) -> None:
@@ -287,12 +319,6 @@ class Tracer:
         self._tx += 1
         self._commit_key = self._store.sequence_high_water()
         self._write(bodies, self._tx, self._commit_key)
-
-    def _flush_committed(self) -> None:
-        """The first after-commit callback of an outermost transaction: its batch goes out
-        before the notices the other callbacks hand over (``notices``)."""
-        if self._buffer:
-            self._flush(self._pending_key)
 
     def _release_held(self) -> None:
         if self._held:
@@ -322,57 +348,3 @@ class Tracer:
         while written < len(data):  # only a full disk or a signal splits a write to a file
             data = data[written:]
             written = os.write(self._fd, data)
-
-
-class _TracedTransaction:
-    """The store's transaction, plus: keep the steps of a committed one, drop a rolled-back one."""
-
-    __slots__ = ("_tracer", "_inner", "_mark")
-
-    def __init__(self, tracer: Tracer, inner: Any) -> None:
-        self._tracer = tracer
-        self._inner = inner
-        self._mark = 0
-
-    def __enter__(self) -> None:
-        self._inner.__enter__()
-        tracer = self._tracer
-        self._mark = len(tracer._buffer)
-        if not tracer._depth:
-            tracer._last_sequence = 0
-            tracer._notices_follow = False
-            tracer._release_held()  # defensive: a held batch whose notices never came
-            tracer._store.after_commit(tracer._flush_committed)
-        tracer._depth += 1
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        tracer = self._tracer
-        tracer._depth -= 1
-        outermost = tracer._depth == 0
-        commit_key = 0
-        if exc_type is None and outermost and tracer._buffer:
-            try:
-                # Read under the write lock, before COMMIT: every batch committed earlier by
-                # any process has a key <= this one, every later one >= (spec 15.2). When the
-                # transaction assigned sequences, its last one is that mark: no read needed.
-                commit_key = tracer._last_sequence or tracer._store.sequence_high_water()
-                tracer._pending_key = commit_key
-            except BaseException as error:
-                del tracer._buffer[:]
-                self._inner.__exit__(type(error), error, error.__traceback__)
-                raise
-        try:
-            self._inner.__exit__(exc_type, exc, tb)
-        except BaseException:
-            del tracer._buffer[self._mark:]
-            tracer._last_sequence = 0
-            if outermost:
-                tracer._notices_follow = False
-            raise
-        if exc_type is not None:
-            del tracer._buffer[self._mark:]
-            tracer._last_sequence = 0  # a rolled-back savepoint's sequences are handed out again
-            if outermost:
-                tracer._notices_follow = False
-        elif outermost and tracer._buffer:
-            tracer._flush(commit_key)

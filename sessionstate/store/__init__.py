@@ -2,7 +2,10 @@
 
 ``contract`` states what any backend provides (``typing.Protocol``s and the rules its queries
 carry); ``records`` the rows that cross the boundary; ``factory.open_store`` picks the backend
-from the URL's scheme. ``SqliteStore`` is the embedded default.
+from the URL's scheme. Both backends stand on one SQL layer: ``statements`` writes every core
+statement once, ``dialect`` holds the little that differs, ``sql_store`` the shared methods
+and the one unit of work. ``SqliteStore`` is the embedded default, ``PostgresStore``
+(``postgres``, the optional extra) the server backend.
 """
 
 from .contract import (

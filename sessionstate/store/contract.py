@@ -1,7 +1,8 @@
 """What a storage backend must provide, independent of any database: the store contract.
 
-The runtime (``sessionstate.services``) talks to a ``Store`` and nothing else; ``SqliteStore``
-is one implementation and a second backend is another class satisfying these protocols (mypy
+The services (the ``sessionstate.services`` package) talk to a ``Store`` and nothing else.
+``SqliteStore`` and ``PostgresStore`` implement it, both on the shared SQL layer
+(``sql_store.SqlStore``); another backend is another class satisfying these protocols (mypy
 checks it structurally where ``store.factory`` returns it). Several spec rules are carried by
 the backend's queries rather than by the runtime; each is stated below where it applies, so a
 new backend implements them on purpose instead of rediscovering them:
@@ -28,6 +29,8 @@ new backend implements them on purpose instead of rediscovering them:
   ``after_commit`` run after the outermost commit, in order, still under the lock; those
   registered inside a transaction or savepoint that rolls back are dropped. Outside any
   transaction ``after_commit`` runs its callback at once.
+  ``observe_transactions`` registers an observer told of every level's begin, of the
+  outermost commit just before it happens and of every level's end (the protocol trace).
 - **Errors.** Every failure of the driver, the database or the file system leaves the
   backend as a ``sessionstate.errors.StorageError`` (or a subclass); a rolled-back
   transaction has changed nothing. Refusals that are the caller's fault are
@@ -48,6 +51,7 @@ from .records import (
     ChangeSet,
     CursorRecord,
     EventRecord,
+    EventRow,
     Head,
     MessageRecord,
     MetaRecord,
@@ -67,6 +71,24 @@ from .records import (
 EventPageRow = tuple[Any, ...]
 
 
+class TransactionObserver(Protocol):
+    """Told of the unit of work's steps (the protocol trace, ``services/trace.py``)."""
+
+    def begun(self, outermost: bool) -> None:
+        """A level began (the lock is held; ``after_commit`` registers in this level)."""
+        ...
+
+    def committing(self) -> None:
+        """The outermost level is about to commit, still under the write lock. Raising
+        rolls the transaction back instead."""
+        ...
+
+    def ended(self, committed: bool, outermost: bool) -> None:
+        """A level ended: committed (a savepoint: released) or rolled back; the lock is
+        still held, and a commit's after-commit callbacks run after this."""
+        ...
+
+
 class Transactions(Protocol):
     """The unit of work every write goes through (see the module docstring)."""
 
@@ -75,6 +97,10 @@ class Transactions(Protocol):
     def transaction(self) -> AbstractContextManager[None]: ...
 
     def after_commit(self, callback: Callable[[], object]) -> None: ...
+
+    def observe_transactions(self, observer: TransactionObserver) -> None:
+        """Tell ``observer`` of every transaction from now on (``TransactionObserver``)."""
+        ...
 
     def lock_targets(self, targets: Iterable[tuple[str, str]]) -> None:
         """Before a transaction touches several sessions: lock their heads in key order (a
@@ -142,6 +168,13 @@ class SignalLog(Protocol):
         Sequence order is commit order per session; a known dedupe key returns
         ``(existing, False)`` (R10); a session without a head raises ``UnknownSession``.
         """
+        ...
+
+    def append_events(self, rows: Sequence[EventRow]) -> list[tuple[int, bool]]:
+        """``append_event`` for each row (its arguments, in order), in order, in the caller's
+        transaction, with the same outcomes; a dedupe key repeated in ``rows`` finds its first
+        row's sequence. For a group commit: a server backend sends the appends as one
+        statement (one round trip), having locked the heads in key order."""
         ...
 
     def head(self, key: str, agent_id: str) -> Head | None: ...

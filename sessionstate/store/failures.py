@@ -53,11 +53,14 @@ def translated(cls: type[_T]) -> type[_T]:
     driver error.
 
     The instance translates through its own ``storage_error`` (a ``SqliteStore``, or a
-    feature table given the store's). Methods named in ``cls.HOT_PATH`` are left bare:
+    feature table given the store's); inherited methods are translated as well. Methods named in ``cls.HOT_PATH`` are left bare:
     they run only inside ``transaction()``, which translates for them at no cost per call.
     """
     hot = set(getattr(cls, "HOT_PATH", ()))
-    for name, value in list(vars(cls).items()):
+    methods: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # a shared base's methods too, the subclass's last
+        methods.update(vars(klass))
+    for name, value in methods.items():
         if name.startswith("_") or name in hot or not callable(value) or isinstance(value, (staticmethod, classmethod, type)):
             continue
         setattr(cls, name, _translating(value))

@@ -1,7 +1,9 @@
-"""The PostgreSQL store: ``SqliteStore``'s methods and contract on a database server.
+"""The PostgreSQL store: the server backend of the shared SQL layer (``sql_store.SqlStore``).
 
-Several gateway processes may share one database, so this module adds what SQLite's single
-writer gave for free (the ordering argument is written out in spec/notice-protocol.md,
+The statements are the shared ones (``statements.py``, ``Dialect.sql`` gives them psycopg's
+parameter style); this module holds what a server with several writers needs beyond them.
+Several gateway processes may share one database, so it adds what SQLite's single writer
+gave for free (the ordering argument is written out in spec/notice-protocol.md,
 "Concurrent writers"):
 
 - **A session's head row is its lock.** An append locks the head row (``FOR UPDATE``) before
@@ -13,20 +15,20 @@ writer gave for free (the ordering argument is written out in spec/notice-protoc
 - Each statement runs on the raw psycopg connection; the hot ones are constant strings
   prepared on the server once per connection. SQLModel declares the tables (``create_all``
   through SQLAlchemy's ``postgresql+psycopg`` dialect, run by ``postgres_schema``, which also
-  keeps the schema version and runs the migrations); the SQL that differs from SQLite's
-  lives here and there.
+  keeps the schema version and runs the migrations).
+- R22: what other servers must learn of a transaction goes as ``NOTIFY`` in the same round
+  trip as its ``COMMIT`` (the unit of work's ``_commit`` hook).
 - Driver errors leave as ``StorageError`` subclasses with the driver's error as the cause;
   a connection that broke is replaced at the start of the next transaction.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import re
-import threading
-from collections.abc import Callable
-from typing import Any, Iterable, NamedTuple, Sequence, cast
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Iterable, Sequence
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -46,24 +48,16 @@ from ..errors import (
     UnsupportedBackend,
 )
 from . import postgres_schema, tables  # noqa: F401  (tables registers every table module)
-from .runs import SqliteRunTable
+from .dialect import POSTGRES
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
-from .serving import SqliteServingTable
-from .session_meta import SqliteMetadataTable
-from .transcripts import SqliteTranscriptTable
-from .upstream_links import SqliteUpstreamLinkTable
-from .sqlite import (
-    SYNCHRONOUS_LEVELS,
-    PruneObserver,
-    CursorRecord,
-    EventRecord,
-    Head,
-    PositionsTuple,
-    SessionRecord,
-)
-from .records import VacuumReport
-
-log = logging.getLogger("sessionstate")
+from .records import CursorRecord, EventRow, PruneObserver, VacuumReport
+from .runs import SqlRunTable
+from .serving import SqlServingTable
+from .session_meta import SqlMetadataTable
+from .sql_store import SYNCHRONOUS_LEVELS, SqlStore, Target
+from .statements import CURSOR_ORDER, EVENT_COLUMNS, HELD_BY, CoreStatements, cursor_record
+from .transcripts import SqlTranscriptTable
+from .upstream_links import SqlUpstreamLinkTable
 
 SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 # Smaller than SQLite's 2,000: a chunk's transaction holds the row locks of the heads it
@@ -76,15 +70,10 @@ CONNECT_TIMEOUT_SECONDS = 10
 # reissued their sequences (issue 20). ``OFF`` is the faster mode, asked for by name.
 _SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "on", "FULL": "on", "EXTRA": "on"}
 
-_EVENT_COLUMNS = (
-    "session_key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,"
-    " occurred_at, recorded_at, dedupe_key"
-)
 LOCK_HEAD_SQL = (
     "SELECT last_sequence FROM session_state_heads"
     " WHERE session_key = %s AND agent_id = %s FOR UPDATE"
 )
-DEDUPE_SQL = "SELECT sequence FROM session_state_events WHERE dedupe_key = %s"
 # The head bump both append statements end with.
 _BUMP_HEAD = (
     " UPDATE session_state_heads h SET last_sequence = inserted.sequence, updated_at = %s"
@@ -92,9 +81,9 @@ _BUMP_HEAD = (
 )
 # Runs after LOCK_HEAD_SQL in the same transaction: the sequence is taken under the head's
 # lock. ON CONFLICT covers a dedupe key committed by a transaction on another session after
-# the DEDUPE_SQL check (no row comes back; the caller reads the winner's sequence).
+# the dedupe check (no row comes back; the caller reads the winner's sequence).
 APPEND_SQL = (
-    f"WITH inserted AS (INSERT INTO session_state_events ({_EVENT_COLUMNS})"
+    f"WITH inserted AS (INSERT INTO session_state_events ({EVENT_COLUMNS})"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence)" + _BUMP_HEAD
 )
@@ -106,13 +95,9 @@ APPEND_SQL = (
 LOCK_AND_APPEND_SQL = (
     "WITH locked AS (SELECT 1 FROM session_state_heads"
     " WHERE session_key = %s AND agent_id = %s FOR UPDATE),"
-    f" inserted AS (INSERT INTO session_state_events ({_EVENT_COLUMNS})"
+    f" inserted AS (INSERT INTO session_state_events ({EVENT_COLUMNS})"
     " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s::float8, %s::float8, %s FROM locked"
     " RETURNING sequence)" + _BUMP_HEAD
-)
-HEAD_SQL = (
-    "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
-    " WHERE session_key = %s AND agent_id = %s"
 )
 # The heads of several targets, locked in key order (one order everywhere: no deadlock
 # between two such statements).
@@ -121,85 +106,35 @@ LOCK_HEADS_SQL = (
     " WHERE (session_key, agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
     " ORDER BY session_key, agent_id FOR UPDATE"
 )
-# The reconciliation page (contract.EventPageRow). The server rounds each occurred_at to whole
-# microseconds as timefmt.iso_millis does (trunc is exact, the fraction times 10**6 is the same
-# IEEE product, round(float8) is rint: half-even), so Python only formats text
-# (timefmt.iso_micros). Beyond +-10**12 s the bigint product could overflow: those rows carry
-# the raw float in the last column instead and Python rounds them.
-_OCCURRED_IN_RANGE = "abs(occurred_at) < 1e12::float8"
-EVENT_PAGE_SQL = (
-    f"SELECT sequence, kind, actor_type, CASE WHEN {_OCCURRED_IN_RANGE}"
-    " THEN trunc(occurred_at)::bigint * 1000000"
-    " + round((occurred_at - trunc(occurred_at)) * 1000000::float8)::bigint END,"
-    " summary, actor_id, run_id, payload,"
-    f" CASE WHEN NOT {_OCCURRED_IN_RANGE} THEN occurred_at END"
-    " FROM session_state_events WHERE session_key = %s AND agent_id = %s AND sequence > %s"
-    " ORDER BY sequence LIMIT %s"
-)
-EARLIEST_SQL = (
-    "SELECT min(sequence) FROM session_state_events WHERE session_key = %s AND agent_id = %s"
-)
-CAUGHT_UP_WATCHERS_SQL = (
-    "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence"
-    " FROM session_watch_cursors WHERE target_session_key = %s AND target_agent_id = %s"
-    " AND notified_sequence = last_seen_sequence"
-)
-PUT_CURSOR_SQL = (
-    "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key,"
-    " target_agent_id, last_seen_sequence, notified_sequence, material_sequence, updated_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (watcher_session_key, target_session_key, target_agent_id)"
-    " DO UPDATE SET last_seen_sequence = excluded.last_seen_sequence,"
-    " notified_sequence = excluded.notified_sequence,"
-    " material_sequence = excluded.material_sequence, updated_at = excluded.updated_at"
+# Several events in one statement, one round trip for a group commit's appends, their heads
+# already locked (``lock_targets``, key order). One array per column, in input order; a dedupe
+# key already in the log is found, not inserted (no sequence is consumed for it); the others
+# take their sequences in input order (the ORDER BY before nextval), so one session's events
+# keep their order; each session's head moves to its largest new sequence. A dedupe key that
+# another session's transaction committed meanwhile conflicts and comes back not inserted.
+APPEND_MANY_SQL = (
+    "WITH src AS MATERIALIZED (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
+    " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[], %s::text[])"
+    f" WITH ORDINALITY AS s({EVENT_COLUMNS}, ord)),"
+    " existing AS MATERIALIZED (SELECT s.ord, e.sequence FROM src s"
+    " JOIN session_state_events e ON e.dedupe_key = s.dedupe_key),"
+    " numbered AS MATERIALIZED (SELECT n.*, nextval('session_state_events_sequence_seq') AS sequence"
+    " FROM (SELECT * FROM src WHERE ord NOT IN (SELECT ord FROM existing) ORDER BY ord) n),"
+    f" inserted AS (INSERT INTO session_state_events (sequence, {EVENT_COLUMNS})"
+    f" SELECT sequence, {EVENT_COLUMNS} FROM numbered ORDER BY ord"
+    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence),"
+    " bumped AS (UPDATE session_state_heads h SET last_sequence = m.last, updated_at = m.at"
+    " FROM (SELECT n.session_key, n.agent_id, max(n.sequence) AS last, max(n.recorded_at) AS at"
+    " FROM numbered n JOIN inserted i ON i.sequence = n.sequence GROUP BY n.session_key, n.agent_id) m"
+    " WHERE h.session_key = m.session_key AND h.agent_id = m.agent_id)"
+    " SELECT n.ord, n.sequence, i.sequence IS NOT NULL, true FROM numbered n"
+    " LEFT JOIN inserted i ON i.sequence = n.sequence"
+    " UNION ALL SELECT ord, sequence, false, false FROM existing"
 )
 # Up to this many cursor upserts go in one statement, one round trip with its plan prepared
 # once per row count: three rows take ~100 µs that way against ~145 µs through executemany's
 # pipeline. A larger freeze (rare) uses executemany, so the statement texts stay few.
 PUT_CURSORS_MAX_ROWS = 16
-_CURSOR_ROW = "(%s, %s, %s, %s, %s, %s, %s)"
-
-
-@functools.lru_cache(maxsize=PUT_CURSORS_MAX_ROWS)
-def put_cursors_sql(rows: int) -> str:
-    """``PUT_CURSOR_SQL`` for ``rows`` rows at once (their watchers distinct)."""
-    return PUT_CURSOR_SQL.replace("VALUES " + _CURSOR_ROW, "VALUES " + ", ".join([_CURSOR_ROW] * rows), 1)
-
-
-HAS_WATCHERS_SQL = (
-    "SELECT 1 FROM session_watch_cursors WHERE target_session_key = %s AND target_agent_id = %s LIMIT 1"
-)
-# Cursor provenance (spec R25, R26): written by seeds, read where a wake is decided.
-SET_PROVENANCE_SQL = (
-    "UPDATE session_watch_cursors SET provenance = %s WHERE watcher_session_key = %s"
-    " AND target_session_key = %s AND target_agent_id = %s"
-)
-PROMOTE_ONLY_CONDITION = " AND provenance = 'ambient'"
-PROVENANCE_SQL = (
-    "SELECT provenance FROM session_watch_cursors WHERE watcher_session_key = %s"
-    " AND target_session_key = %s AND target_agent_id = %s"
-)
-DELETE_CURSOR_SQL = (
-    "DELETE FROM session_watch_cursors WHERE watcher_session_key = %s"
-    " AND target_session_key = %s AND target_agent_id = %s"
-)
-_SESSION_COLUMNS = "session_key, agent_id, kind, parent_key, parent_agent_id, label, created_at, updated_at"
-
-# Which cursors each list read returns (with %s arguments); the same condition names the
-# heads to lock first when the read serves a transition.
-_HELD_BY = "c.watcher_session_key = %s"
-_NAMING = "(c.watcher_session_key = %s OR (c.target_session_key = %s AND c.target_agent_id = %s))"
-_BEHIND = (
-    "c.notified_sequence > c.last_seen_sequence"
-    " AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key)"
-)
-_EXPIRED = (
-    "c.updated_at < %s AND coalesce((SELECT h.updated_at FROM session_state_heads h"
-    " WHERE h.session_key = c.target_session_key AND h.agent_id = c.target_agent_id), 0) < %s"
-)
-_ORDER = " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
-
-Target = tuple[str, str]
 
 
 def postgres_url(url: str) -> URL:
@@ -217,10 +152,12 @@ def postgres_url(url: str) -> URL:
     return parsed.set(drivername="postgresql+psycopg")
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """Durable signal log, heads, cursors and session registry in a PostgreSQL database."""
 
     path = None  # no file behind it
+    DRIVER_ERRORS = (psycopg.Error,)
+    PRUNE_CHUNK_ROWS = PRUNE_CHUNK_ROWS
 
     def __init__(
         self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL", create: bool = True
@@ -240,10 +177,13 @@ class PostgresStore:
         if "connect_timeout" not in parsed.query:
             connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
         self._engine = create_engine(parsed, poolclass=NullPool, connect_args=connect_args)
-        self._depth = 0
+        self._start_units_of_work()
         self._locked: set[Target] = set()  # head rows this transaction holds
         self._notifying_kinds = frozenset(notifying_kinds)
-        self._build_statements(sorted(self._notifying_kinds))
+        self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
+        self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
+        self._run = self._execute
+        self._run_many = self._execute_many
         # R22: what this transaction must tell the other servers, sent with its commit.
         self._changed_watchers: list[str] = []
         self._notified_events: list[NotifiedEvent] = []
@@ -256,52 +196,14 @@ class PostgresStore:
         except psycopg.Error as exc:
             self._engine.dispose()
             raise _translate(exc) from exc
-        self.db = QmarkConnection(self)
-        self._after_commit: list[Callable[[], object]] = []
-        # Runner threads share this one connection: the lock serialises them.
-        self.lock = threading.RLock()
-        # The feature tables' SQL runs on both backends (QmarkConnection translates the rest).
-        db = cast(Any, self.db)
-        self.meta = SqliteMetadataTable(db, self.storage_error)
-        self.runs = SqliteRunTable(db, self.storage_error)
-        self.transcripts = SqliteTranscriptTable(db, self.storage_error)
-        self.links = SqliteUpstreamLinkTable(db, self.transaction, self.storage_error)
-        self.serving = PostgresServingTable(self, db, self.storage_error)
+        self.db = PostgresConnection(self)
+        self.meta = SqlMetadataTable(self.db, POSTGRES, self.storage_error)
+        self.runs = SqlRunTable(self.db, POSTGRES, self.storage_error)
+        self.transcripts = SqlTranscriptTable(self.db, POSTGRES, self.storage_error)
+        self.links = SqlUpstreamLinkTable(self.db, POSTGRES, self.transaction, self.storage_error)
+        self.serving = PostgresServingTable(self, self.db, self.storage_error)
         self.channel = channel_for(str(self._scalar("SELECT current_schema()", ())))
         self._notify_prefix = notify_prefix(self.channel)
-
-    def _build_statements(self, notifying_kinds: Sequence[str]) -> None:
-        kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
-        # R7: a pending cursor's effective material watermark (see SqliteStore).
-        self._effective_material = f"""
-            CASE WHEN c.notified_sequence > c.last_seen_sequence THEN GREATEST(
-                c.material_sequence,
-                coalesce((SELECT max(e.sequence) FROM session_state_events e
-                          WHERE e.session_key = c.target_session_key
-                            AND e.agent_id = c.target_agent_id
-                            AND e.sequence > c.notified_sequence
-                            AND e.kind IN ({kinds})
-                            AND (e.actor_id IS NULL OR e.actor_id <> c.watcher_session_key)),
-                         0))
-            ELSE c.material_sequence END"""
-        columns = (
-            "c.watcher_session_key, c.target_session_key, c.target_agent_id,"
-            f" c.last_seen_sequence, c.notified_sequence, {self._effective_material}, c.updated_at,"
-            " c.provenance"
-        )
-        self._cursor_sql = (
-            f"SELECT {columns} FROM session_watch_cursors c WHERE c.watcher_session_key = %s"
-            " AND c.target_session_key = %s AND c.target_agent_id = %s"
-        )
-        self._cursors_where = f"SELECT {columns} FROM session_watch_cursors c WHERE "
-        self._targets_where = (
-            "SELECT DISTINCT c.target_session_key, c.target_agent_id FROM session_watch_cursors c WHERE "
-        )
-        self._write_back_sql = (
-            f"UPDATE session_watch_cursors AS c SET material_sequence = {self._effective_material}"
-            " WHERE c.target_session_key = %s AND c.target_agent_id = %s"
-            " AND c.notified_sequence > c.last_seen_sequence"
-        )
 
     def _create_schema(self, create: bool) -> None:
         """Check, migrate and create the schema (``postgres_schema.prepare``) in one
@@ -316,7 +218,7 @@ class PostgresStore:
         pg = self._proxy.driver_connection
         assert isinstance(pg, psycopg.Connection)
         pg.rollback()  # the dialect's first-connect queries may have opened one
-        pg.autocommit = True  # transactions are explicit: see atomic()
+        pg.autocommit = True  # transactions are explicit: see transaction()
         pg.execute("SET standard_conforming_strings = on")  # the NOTIFY literals rely on it
         pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
@@ -340,13 +242,23 @@ class PostgresStore:
             raise _translate(exc) from exc
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        """One statement outside the hot path: reconnects first when idle, translates errors."""
+        """One statement (prepared on the server): reconnects first when idle, translates errors."""
         if self._depth == 0:
             self._reconnect_if_broken()
         try:
             return self._cur.execute(sql, args, prepare=True)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
+
+    def _execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        try:
+            self._cur.executemany(sql, rows)
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+    def _scalar(self, sql: str, args: Sequence[Any]) -> Any:
+        row = self._execute(sql, args).fetchone()
+        return None if row is None else row[0]
 
     # -- R22: telling other servers ---------------------------------------------------------
 
@@ -391,7 +303,7 @@ class PostgresStore:
             return exc
         return _translate(exc)
 
-    # -- lifecycle and transactions ---------------------------------------------------------
+    # -- lifecycle and the unit of work's statements ----------------------------------------
 
     def close(self) -> None:
         self.closed = True
@@ -400,10 +312,6 @@ class PostgresStore:
         except psycopg.Error:
             pass  # closing a connection the server already dropped
         self._engine.dispose()
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._depth > 0
 
     def backend_pid(self) -> int:
         """The server process of this store's main connection (diagnostics and fault tests:
@@ -419,213 +327,157 @@ class PostgresStore:
         """A standby, or a role or database whose transactions default to read-only."""
         return self._scalar("SELECT current_setting('transaction_read_only')", ()) == "on"
 
-    def transaction(self) -> "_Transaction":
-        """The unit of work: holds ``lock``; ``BEGIN``/``COMMIT`` at depth 0, a savepoint when
-        nested; rolls back and re-raises on error, a driver error as ``StorageError``."""
-        return _Transaction(self)
+    def _begin(self) -> None:
+        self._reconnect_if_broken()
+        self._control("BEGIN")
 
-    atomic = transaction
+    def _control(self, sql: str, *, committing: bool = False) -> None:
+        try:
+            self._cur.execute(sql)  # the store's cursor: Connection.execute would make one per call
+        except psycopg.Error as exc:
+            raise _translate(exc, committing=committing) from exc
 
-    def after_commit(self, callback: Callable[[], object]) -> None:
-        """Run ``callback`` after the outermost commit (at once outside a transaction);
-        dropped if the transaction, or the savepoint it was registered in, rolls back."""
-        if self._depth:
-            self._after_commit.append(callback)
-        else:
-            callback()
+    def _commit(self) -> None:
+        # R22: the notification goes with the commit, in the same round trip.
+        self._locked.clear()
+        self._control(self._take_notifications() + "COMMIT", committing=True)
 
-    # -- sessions ---------------------------------------------------------------------------
+    def _rollback(self) -> None:
+        try:
+            self._pg.execute("ROLLBACK")
+        except psycopg.Error:
+            pass  # a broken connection: the server rolled back; the next use reconnects
 
-    def insert_session(self, record: SessionRecord) -> None:
-        # A duplicate (another process created it first) fails on the primary key: the
-        # transaction turns that into a StorageError, as on SQLite.
-        self._cur.execute(
-            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            record, prepare=True,
-        )
-        self._cur.execute(
-            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
-            " pruned_max_sequence, updated_at) VALUES (%s, %s, 0, 0, %s)"
-            " ON CONFLICT (session_key, agent_id) DO NOTHING",
-            (record.session_key, record.agent_id, record.created_at), prepare=True,
-        )
+    def _rollback_to(self, name: str) -> None:
+        try:
+            self._pg.execute(f"ROLLBACK TO {name}")
+            self._pg.execute(f"RELEASE {name}")
+        except psycopg.Error:
+            pass  # the connection is gone; the outer transaction fails and rolls back
 
-    def get_session(self, key: str, agent_id: str) -> SessionRecord | None:
-        row = self._execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_key = %s AND agent_id = %s",
-            (key, agent_id),
-        ).fetchone()
-        return SessionRecord(*row) if row else None
+    # Row locks taken inside a savepoint that rolls back are released by the server, so the
+    # record of held head locks is restored with it, and so are its notifications.
 
-    def agents_with_session_key(self, key: str) -> list[str]:
-        rows = self._execute(
-            "SELECT agent_id FROM sessions WHERE session_key = %s ORDER BY agent_id", (key,)
-        ).fetchall()
-        return [r[0] for r in rows]
+    def _level_mark(self) -> Any:
+        return len(self._after_commit), set(self._locked), len(self._changed_watchers), len(self._notified_events)
 
-    def list_sessions(self) -> list[SessionRecord]:
-        rows = self._execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY created_at, session_key"
-        ).fetchall()
-        return [SessionRecord(*r) for r in rows]
+    def _restore_level(self, mark: Any) -> None:
+        callbacks, self._locked, watchers, events = mark
+        del self._after_commit[callbacks:]
+        del self._changed_watchers[watchers:]
+        del self._notified_events[events:]
 
-    def delete_session_data(self, key: str, agent_id: str) -> int:
-        """Remove a session's events, head and registry row, and unlink its children;
-        returns the number of events removed."""
-        args = (key, agent_id)
-        self._lock_heads([args])
-        removed = self._execute(
-            "DELETE FROM session_state_events WHERE session_key = %s AND agent_id = %s", args
-        ).rowcount
-        self._execute("DELETE FROM session_state_heads WHERE session_key = %s AND agent_id = %s", args)
-        self._execute("DELETE FROM sessions WHERE session_key = %s AND agent_id = %s", args)
-        self._execute(
-            "UPDATE sessions SET parent_key = NULL, parent_agent_id = NULL"
-            " WHERE parent_key = %s AND parent_agent_id = %s",
-            args,
-        )
-        return int(removed)
+    def _forget_transaction(self) -> None:
+        self._after_commit = []
+        self._locked.clear()
+        self._changed_watchers, self._notified_events = [], []
 
     # -- the signal log ---------------------------------------------------------------------
 
-    def append_event(
-        self,
-        key: str,
-        agent_id: str,
-        kind: str,
-        actor_type: str,
-        actor_id: str | None,
-        run_id: str | None,
-        summary: str,
-        payload: str | None,
-        occurred_at: float,
-        recorded_at: float,
-        dedupe_key: str | None,
-    ) -> tuple[int, bool]:
-        """Append one event and bump its head; ``(sequence, inserted)``.
-
-        Must run inside ``atomic()``. The head row is locked first (its absence raises
-        ``UnknownSession``), then the dedupe key is looked up, then the row is inserted with a
-        sequence taken under that lock. Without a dedupe key the first append to a session in
-        a transaction locks and inserts in one statement (``LOCK_AND_APPEND_SQL``).
-        """
+    def _append(self, row: EventRow) -> tuple[int, bool]:
+        """The head row is locked first (its absence raises ``UnknownSession``), then the
+        dedupe key is looked up, then the row is inserted with a sequence taken under that
+        lock. Without a dedupe key the first append to a session in a transaction locks and
+        inserts in one statement (``LOCK_AND_APPEND_SQL``)."""
         cur = self._cur
+        key, agent_id, kind = row[0], row[1], row[2]
+        actor_id, recorded_at, dedupe_key = row[4], row[9], row[10]
         target = (key, agent_id)
-        append_args = (key, agent_id, kind, actor_type, actor_id, run_id, summary, payload, occurred_at,
-                       recorded_at, dedupe_key, recorded_at, key, agent_id)
+        append_args = row + (recorded_at, key, agent_id)
         if target not in self._locked and dedupe_key is None:
-            row = cur.execute(LOCK_AND_APPEND_SQL, target + append_args, prepare=True).fetchone()
-            if row is None:
+            first = cur.execute(LOCK_AND_APPEND_SQL, target + append_args, prepare=True).fetchone()
+            if first is None:
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             self._locked.add(target)
-            return self._appended(key, agent_id, kind, actor_id, int(row[0]))
+            return self._appended(key, agent_id, kind, actor_id, int(first[0]))
         if target not in self._locked:
             if cur.execute(LOCK_HEAD_SQL, target, prepare=True).fetchone() is None:
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             self._locked.add(target)
         if dedupe_key is not None:
-            existing = cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
+            existing = cur.execute(self._sql.dedupe, (dedupe_key,), prepare=True).fetchone()
             if existing is not None:
                 return int(existing[0]), False
-        row = cur.execute(APPEND_SQL, append_args, prepare=True).fetchone()
-        if row is None:  # the dedupe key was committed meanwhile by a writer on another session
-            winner = None if dedupe_key is None else cur.execute(DEDUPE_SQL, (dedupe_key,), prepare=True).fetchone()
+        inserted = cur.execute(APPEND_SQL, append_args, prepare=True).fetchone()
+        if inserted is None:  # the dedupe key was committed meanwhile by a writer on another session
+            winner = None if dedupe_key is None else cur.execute(self._sql.dedupe, (dedupe_key,), prepare=True).fetchone()
             if winner is None:  # no head row to bump (the caller rolls the insert back)
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             return int(winner[0]), False
-        return self._appended(key, agent_id, kind, actor_id, int(row[0]))
+        return self._appended(key, agent_id, kind, actor_id, int(inserted[0]))
+
+    def append_events(self, rows: Sequence[EventRow]) -> list[tuple[int, bool]]:
+        """Several appends in one statement (``APPEND_MANY_SQL``): the batch's one round trip
+        to the log; a dedupe key repeated within ``rows`` finds its first row's sequence."""
+        if len(rows) < 2:
+            return [self._append(row) for row in rows]
+        headless = self._lock_heads([(r[0], r[1]) for r in rows])
+        if headless:
+            key, agent_id = min(headless)
+            raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
+        first_of: dict[str, int] = {}  # a dedupe key's first row in the batch
+        sent: list[EventRow] = []
+        sent_from: list[int] = []  # the position in ``rows`` of each row sent
+        sent_index: list[int] = []  # each row's index into ``sent`` (a repeated key: its first's)
+        for position, row in enumerate(rows):
+            dedupe_key = row[10]
+            if dedupe_key is not None and dedupe_key in first_of:
+                sent_index.append(first_of[dedupe_key])
+                continue
+            if dedupe_key is not None:
+                first_of[dedupe_key] = len(sent)
+            sent_index.append(len(sent))
+            sent_from.append(position)
+            sent.append(row)
+        columns = [list(column) for column in zip(*sent)]
+        outcome: dict[int, tuple[int, bool]] = {}
+        for ord_, sequence, inserted, new in self._cur.execute(APPEND_MANY_SQL, columns, prepare=True).fetchall():
+            if new and not inserted:  # its dedupe key was committed meanwhile on another session
+                winner = self._cur.execute(self._sql.dedupe, (sent[ord_ - 1][10],), prepare=True).fetchone()
+                if winner is None:  # as append_event: nothing to find, nothing to bump
+                    raise UnknownSession(f"unknown session {sent[ord_ - 1][0]!r} (agent {sent[ord_ - 1][1]!r})")
+                sequence = winner[0]
+            outcome[int(ord_) - 1] = (int(sequence), bool(inserted))
+        results: list[tuple[int, bool]] = []
+        for position, index in enumerate(sent_index):
+            sequence, inserted = outcome[index]
+            row = rows[position]
+            if inserted and sent_from[index] == position:
+                results.append(self._appended(row[0], row[1], row[2], row[4], sequence))
+            else:  # found by its dedupe key (in the log, or earlier in this batch)
+                results.append((sequence, False))
+        return results
 
     def _appended(self, key: str, agent_id: str, kind: str, actor_id: str | None, sequence: int) -> tuple[int, bool]:
         if kind in self._notifying_kinds:
             self._notified_events.append((key, agent_id, actor_id, sequence))
         return sequence, True
 
-    def head(self, key: str, agent_id: str) -> Head | None:
-        """The head; inside a transaction its row is locked first (a seed reads it)."""
+    # -- cursors and head locks -------------------------------------------------------------
+
+    def _lock_for_decision(self, targets: Sequence[Target]) -> None:
         if self._depth:
-            self._lock_heads([(key, agent_id)])
-        row = self._execute(HEAD_SQL, (key, agent_id)).fetchone()
-        return Head(int(row[0]), int(row[1])) if row else None
-
-    def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]:
-        rows = self._execute(
-            f"SELECT sequence, {_EVENT_COLUMNS} FROM session_state_events"
-            " WHERE session_key = %s AND agent_id = %s AND sequence > %s"
-            " ORDER BY sequence LIMIT %s",
-            (key, agent_id, after, limit),
-        ).fetchall()
-        return [EventRecord(*r) for r in rows]
-
-    def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
-        """The reconciliation page (see ``SqliteStore.event_page``)."""
-        return self._execute(EVENT_PAGE_SQL, (key, agent_id, after, limit)).fetchall()
-
-    def earliest_sequence(self, key: str, agent_id: str) -> int | None:
-        row = self._execute(EARLIEST_SQL, (key, agent_id)).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
-
-    def sequence_high_water(self) -> int:
-        """The largest sequence ever assigned (pruned or deleted ones included); 0 before any."""
-        return int(self._scalar(
-            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM session_state_events_sequence_seq", ()
-        ) or 0)
-
-    def event_count(self) -> int:
-        return int(self._scalar("SELECT count(*) FROM session_state_events", ()))
-
-    # -- cursors ----------------------------------------------------------------------------
-
-    def cursor(self, watcher: str, target_key: str, target_agent_id: str) -> CursorRecord | None:
-        """A cursor with its effective positions; inside a transaction the target's head is
-        locked before the read (the caller is about to fire a transition on it)."""
-        if self._depth:
-            self._lock_heads([(target_key, target_agent_id)])
-        row = self._execute(self._cursor_sql, (watcher, target_key, target_agent_id)).fetchone()
-        return _cursor_record(row) if row else None
-
-    def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
-        """Watchers of a target whose cursor is caught up (the partial index serves this);
-        called after ``append_event`` locked the target's head."""
-        rows = self._cur.execute(CAUGHT_UP_WATCHERS_SQL, (target_key, target_agent_id), prepare=True).fetchall()
-        return [(r[0], (int(r[1]), int(r[2]), int(r[3]))) for r in rows]
-
-    def cursors_behind(self) -> list[CursorRecord]:
-        """Cursors with a notice owed whose watcher exists. Inside a transaction (the sweep),
-        those whose target was not locked first are left out instead of locked out of key
-        order: they became owed after the lock, and their notice was queued where they froze."""
-        return self._cursors(_BEHIND, (), extend=False)
-
-    def cursors_held_by(self, watcher: str) -> list[CursorRecord]:
-        return self._cursors(_HELD_BY, (watcher,))
-
-    def pending_cursors_held_by(self, watcher: str) -> list[CursorRecord]:
-        return self._cursors(_HELD_BY + " AND c.notified_sequence > c.last_seen_sequence", (watcher,))
-
-    def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
-        # The session's own head joins the ordered lock: delete_session_data removes it.
-        return self._cursors(_NAMING, (key, key, agent_id), also_lock=[(key, agent_id)])
-
-    def all_cursors(self) -> list[CursorRecord]:
-        return self._cursors("TRUE", ())
-
-    def expired_cursors(self, cutoff: float) -> list[CursorRecord]:
-        """Cursors whose row and whose target's head were both last updated before cutoff."""
-        return self._cursors(_EXPIRED, (cutoff, cutoff))
+            self._lock_heads(targets)
 
     def _cursors(
-        self, condition: str, args: tuple[Any, ...], also_lock: Sequence[Target] = (), extend: bool = True
+        self,
+        condition: str,
+        args: tuple[Any, ...],
+        order: str = CURSOR_ORDER,
+        also_lock: Sequence[Target] = (),
+        extend: bool = True,
     ) -> list[CursorRecord]:
         """The cursors matching ``condition``; inside a transaction their targets' heads (and
         ``also_lock``) are locked first, in key order. A cursor that started to match between
         the lock and the read (on a target not locked yet) has its head locked too, and the
-        read runs again."""
-        read_sql = self._cursors_where + condition + _ORDER
+        read runs again (``extend``; else it is left out)."""
+        read_sql = self._sql.cursors(condition, order)
         if not self._depth:
-            return [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
-        targets = self._execute(self._targets_where + condition, args).fetchall()
+            return [cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
+        targets = self._execute(self._sql.cursor_targets(condition), args).fetchall()
         headless = self._lock_heads([(t[0], t[1]) for t in targets] + list(also_lock))
         while True:
-            records = [_cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
+            records = [cursor_record(r) for r in self._execute(read_sql, args).fetchall()]
             missing = {(r.target_key, r.target_agent_id) for r in records} - self._locked - headless
             if not missing:
                 return records
@@ -633,53 +485,21 @@ class PostgresStore:
                 return [r for r in records if (r.target_key, r.target_agent_id) not in missing]
             headless |= self._lock_heads(sorted(missing))
 
-    def put_cursors(
-        self,
-        target_key: str,
-        target_agent_id: str,
-        changes: Sequence[tuple[str, PositionsTuple | None]],
-        now: float,
-    ) -> None:
-        """Write new positions (insert or update) or delete (``None``) for watchers of a target."""
-        cur = self._cur
-        upserts = [
-            (watcher, target_key, target_agent_id, p[0], p[1], p[2], now)
-            for watcher, p in changes
-            if p is not None
-        ]
-        deletes = [(w, target_key, target_agent_id) for w, p in changes if p is None]
+    def _put_cursor_rows(self, upserts: list[tuple[Any, ...]]) -> None:
+        if len(upserts) > PUT_CURSORS_MAX_ROWS:
+            self._cur.executemany(self._sql.put_cursor, upserts)
+            return
+        if len({u[0] for u in upserts}) < len(upserts):  # one statement may not upsert a row twice
+            upserts = list({u[0]: u for u in upserts}.values())  # the last write wins, as in order
         if len(upserts) == 1:
-            cur.execute(PUT_CURSOR_SQL, upserts[0], prepare=True)
-        elif 1 < len(upserts) <= PUT_CURSORS_MAX_ROWS:
-            if len({u[0] for u in upserts}) < len(upserts):  # one statement may not upsert a row twice
-                upserts = list({u[0]: u for u in upserts}.values())  # the last write wins, as in order
-            cur.execute(put_cursors_sql(len(upserts)), [v for u in upserts for v in u], prepare=True)
-        elif upserts:
-            cur.executemany(PUT_CURSOR_SQL, upserts)
-        if deletes:
-            cur.executemany(DELETE_CURSOR_SQL, deletes)
-
-    def has_watchers(self, target_key: str, target_agent_id: str) -> bool:
-        """R24: whether any cursor targets the session (the target index serves this)."""
-        return self._execute(HAS_WATCHERS_SQL, (target_key, target_agent_id)).fetchone() is not None
-
-    def set_provenance(
-        self, watcher: str, target_key: str, target_agent_id: str, provenance: str, *, promote_only: bool
-    ) -> bool:
-        """R25: the cursor's provenance; ``promote_only`` writes only over ``ambient``. Runs in
-        the seed's transaction, which already locked the target's head."""
-        sql = SET_PROVENANCE_SQL + (PROMOTE_ONLY_CONDITION if promote_only else "")
-        return self._execute(sql, (provenance, watcher, target_key, target_agent_id)).rowcount > 0
-
-    def cursor_provenance(self, watcher: str, target_key: str, target_agent_id: str) -> str | None:
-        """R26: the pair's provenance (``None``: no cursor), read where a wake is decided."""
-        row = self._execute(PROVENANCE_SQL, (watcher, target_key, target_agent_id)).fetchone()
-        return None if row is None else str(row[0])
+            self._cur.execute(self._sql.put_cursor, upserts[0], prepare=True)
+        else:
+            self._cur.execute(self._put_rows_sql[len(upserts)], [v for u in upserts for v in u], prepare=True)
 
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock, in key order, the heads of every target ``watcher`` holds a cursor on (a drain
         is about to read and acknowledge its pending cursors)."""
-        targets = self._execute(self._targets_where + _HELD_BY, (watcher,)).fetchall()
+        targets = self._execute(self._sql.cursor_targets(HELD_BY), (watcher,)).fetchall()
         self._lock_heads([(t[0], t[1]) for t in targets])
 
     def lock_targets(self, targets: Iterable[Target]) -> None:
@@ -700,51 +520,14 @@ class PostgresStore:
 
     # -- retention --------------------------------------------------------------------------
 
-    def prune_events(
-        self, cutoff: float, max_rows: int, chunk_rows: int = PRUNE_CHUNK_ROWS, on_chunk: PruneObserver | None = None
-    ) -> dict[str, int]:
-        """Delete events beyond the newest ``max_rows`` and those recorded before ``cutoff``.
-
-        The same two passes as ``SqliteStore.prune_events``, in chunks of ``chunk_rows``
-        (250 here: see ``PRUNE_CHUNK_ROWS``). Each chunk is one
-        transaction: it locks the heads of the sessions it touches (key order), raises their
+    def _prune_chunk(self, column: str, compare: str, bound: float, on_chunk: PruneObserver | None) -> int:
+        """One chunk: it locks the heads of the sessions it touches (key order), raises their
         pruned watermark (R13), writes the effective material watermark of their pending
         cursors (R7), and only then deletes their rows in the range. Events of a session that
         only became visible after the heads were locked are left for the next chunk, so the
-        watermark always covers what a chunk deletes.
-        """
-        beyond = self._scalar(
-            "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET %s",
-            (max_rows,),
-        )
-        deleted = chunks = 0
-        while beyond is not None:
-            bound = self._scalar(
-                "SELECT sequence FROM session_state_events WHERE sequence <= %s"
-                " ORDER BY sequence LIMIT 1 OFFSET %s",
-                (beyond, chunk_rows - 1),
-            )
-            count = self._prune_chunk("sequence <= %s", beyond if bound is None else bound, on_chunk)
-            if not count:
-                break
-            deleted, chunks = deleted + count, chunks + 1
-        while True:
-            bound = self._scalar(
-                "SELECT recorded_at FROM session_state_events WHERE recorded_at < %s"
-                " ORDER BY recorded_at LIMIT 1 OFFSET %s",
-                (cutoff, chunk_rows - 1),
-            )
-            if bound is None:
-                count = self._prune_chunk("recorded_at < %s", cutoff, on_chunk)
-            else:
-                count = self._prune_chunk("recorded_at <= %s", bound, on_chunk)
-            if not count:
-                break
-            deleted, chunks = deleted + count, chunks + 1
-        return {"events": deleted, "chunks": chunks}
-
-    def _prune_chunk(self, where: str, bound: float, on_chunk: PruneObserver | None = None) -> int:
-        with self.atomic():
+        watermark always covers what a chunk deletes."""
+        where = f"{column} {compare} %s"
+        with self.transaction():
             sessions = self._execute(
                 f"SELECT DISTINCT session_key, agent_id FROM session_state_events WHERE {where}",
                 (bound,),
@@ -762,33 +545,12 @@ class PostgresStore:
                 " ORDER BY session_key, agent_id",
                 (bound, keys, agents),
             ).fetchall()
-            cur = self._cur
-            cur.executemany(
-                "UPDATE session_state_heads SET pruned_max_sequence = GREATEST(pruned_max_sequence, %s)"
-                " WHERE session_key = %s AND agent_id = %s",
-                [(m, k, a) for k, a, m in affected],
-            )
-            cur.executemany(self._write_back_sql, [(k, a) for k, a, _ in affected])
+            self._write_watermarks(affected)
             deleted = int(self._execute(
                 f"DELETE FROM session_state_events WHERE {where} AND {in_sessions}",
                 (bound, keys, agents),
             ).rowcount)
-            if on_chunk is not None:  # the trace's view of what this chunk wrote
-                heads = [(k, a, int(self._scalar(
-                    "SELECT pruned_max_sequence FROM session_state_heads WHERE session_key = %s AND agent_id = %s",
-                    (k, a)) or 0)) for k, a, _ in affected]
-                cursors = [
-                    (r[0], r[1], r[2], (int(r[3]), int(r[4]), int(r[5])))
-                    for k, a, _ in affected
-                    for r in self._execute(
-                        "SELECT watcher_session_key, target_session_key, target_agent_id,"
-                        " last_seen_sequence, notified_sequence, material_sequence"
-                        " FROM session_watch_cursors WHERE target_session_key = %s AND target_agent_id = %s"
-                        " AND notified_sequence > last_seen_sequence ORDER BY watcher_session_key",
-                        (k, a),
-                    ).fetchall()
-                ]
-                on_chunk(heads, cursors, deleted)
+            self._report_chunk(affected, deleted, on_chunk)
             return deleted
 
     def reclaim_free_pages(self) -> int:
@@ -818,24 +580,14 @@ class PostgresStore:
             " reusing the space of later deletions",
         )
 
-    def _scalar(self, sql: str, args: Sequence[Any]) -> Any:
-        row = self._execute(sql, args).fetchone()
-        return None if row is None else row[0]
+    def trace_statements(self) -> AbstractContextManager[list[str]]:
+        """Inside the block, every statement this store's connection sends to the server is
+        appended to the list it yields (its text; a statement prepared before the block by its
+        server-side text too), as libpq's protocol trace records them: how tests count the
+        round trips a path makes, without reaching into the connection."""
+        return _traced(self._pg)
 
     # -- inspection -------------------------------------------------------------------------
-
-    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        """Every row of every core table, in a stable order (tests compare before and after)."""
-        tables = {
-            "sessions": "session_key, agent_id",
-            "session_state_events": "sequence",
-            "session_state_heads": "session_key, agent_id",
-            "session_watch_cursors": "watcher_session_key, target_session_key, target_agent_id",
-        }
-        return {
-            name: self._execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall()
-            for name, order in tables.items()
-        }
 
     def integrity_check(self) -> str:
         """``ok``, or what is wrong: the server checks pages itself, so this checks the log
@@ -847,97 +599,6 @@ class PostgresStore:
             (),
         )
         return "ok" if not above else f"{above} event(s) above their session's head or without one"
-
-
-class _Transaction:
-    """``BEGIN``/``COMMIT`` at depth 0, ``SAVEPOINT``/``RELEASE`` when nested, under the
-    store's lock; driver errors leave as ``StorageError``. Row locks taken inside a savepoint
-    that rolls back are released by the server, so the store's record of held head locks is
-    restored with it, and so are the after-commit callbacks registered inside it."""
-
-    __slots__ = ("_store", "_name", "_locked_before", "_mark", "_notify_marks")
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-        self._name = ""
-        self._locked_before: set[Target] = set()
-        self._mark = 0
-        self._notify_marks = (0, 0)
-
-    def __enter__(self) -> None:
-        store = self._store
-        store.lock.acquire()
-        try:
-            if store._depth == 0:
-                store._reconnect_if_broken()
-                _run(store, "BEGIN")
-            else:
-                self._name = f"sp{store._depth}"
-                self._locked_before = set(store._locked)
-                self._mark = len(store._after_commit)
-                self._notify_marks = (len(store._changed_watchers), len(store._notified_events))
-                _run(store, f"SAVEPOINT {self._name}")
-        except BaseException:
-            store.lock.release()
-            raise
-        store._depth += 1
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        store = self._store
-        store._depth -= 1
-        try:
-            if exc_type is None:
-                if self._name:
-                    _run(store, "RELEASE " + self._name)
-                    return
-                store._locked.clear()
-                callbacks, store._after_commit = store._after_commit, []
-                # R22: the notification goes with the commit, in the same round trip.
-                notify = store._take_notifications()
-                try:
-                    _run(store, notify + "COMMIT", committing=True)
-                except StorageError:
-                    if notify:  # a failed NOTIFY leaves the transaction open and aborted
-                        try:
-                            store._pg.execute("ROLLBACK")
-                        except psycopg.Error:
-                            pass  # the connection is gone: the server rolled back
-                    raise
-                for callback in callbacks:
-                    try:
-                        callback()
-                    except Exception:  # the data is committed: one bad callback must not hide it
-                        log.exception("an after-commit callback failed")
-                return
-            if self._name:
-                store._locked = self._locked_before
-                del store._after_commit[self._mark:]
-                del store._changed_watchers[self._notify_marks[0]:]
-                del store._notified_events[self._notify_marks[1]:]
-                try:
-                    store._pg.execute(f"ROLLBACK TO {self._name}")
-                    store._pg.execute(f"RELEASE {self._name}")
-                except psycopg.Error:
-                    pass  # the connection is gone; the outer transaction fails and rolls back
-            else:
-                store._locked.clear()
-                store._after_commit = []
-                store._changed_watchers, store._notified_events = [], []
-                try:
-                    store._pg.execute("ROLLBACK")
-                except psycopg.Error:
-                    pass  # a broken connection: the server rolled back; the next use reconnects
-        finally:
-            store.lock.release()
-        if isinstance(exc, psycopg.Error):
-            raise _translate(exc) from exc
-
-
-def _run(store: PostgresStore, sql: str, *, committing: bool = False) -> None:
-    try:
-        store._cur.execute(sql)  # the store's cursor: Connection.execute would make one per call
-    except psycopg.Error as exc:
-        raise _translate(exc, committing=committing) from exc
 
 
 # SQLSTATE classes and codes: 08 connection exception, 28 invalid authorization,
@@ -972,80 +633,80 @@ def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
     return StorageError(f"PostgreSQL error: {detail}")
 
 
-def _cursor_record(row: Sequence[Any]) -> CursorRecord:
-    return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]), row[7])
+# In libpq's trace (REGRESS_MODE: no timestamps), the frontend's messages that run statements.
+_TRACED_MESSAGE = re.compile(r'^F\t\d+\t(Query|Parse|Bind|Execute)\t "((?:[^"\\]|\\.)*)"(?: "((?:[^"\\]|\\.)*)")?')
 
 
-class _QmarkCursor(NamedTuple):
-    cursor: psycopg.Cursor[Any]
-
-    def fetchone(self) -> Any:
-        return self.cursor.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        return self.cursor.fetchall()
-
-    @property
-    def rowcount(self) -> int:
-        return self.cursor.rowcount
-
-
-# The few SQLite-only pieces the feature-table modules' SQL uses, and what they are here:
-# planner hints (PostgreSQL's planner takes none), the last inserted row id, and the events'
-# AUTOINCREMENT counter (a serial column's sequence).
-_SQLITE_ONLY: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\s+INDEXED BY \w+"), ""),
-    (re.compile(r"last_insert_rowid\(\)"), "lastval()"),
-    (re.compile(r"SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'"),
-     "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM session_state_events_sequence_seq"),
-)
+@contextmanager
+def _traced(pg: "psycopg.Connection[Any]") -> Iterator[list[str]]:
+    statements: list[str] = []
+    with tempfile.TemporaryFile("w+") as log:
+        pg.pgconn.trace(log.fileno())
+        pg.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+        try:
+            yield statements
+        finally:
+            pg.pgconn.untrace()
+            log.seek(0)
+            trace = log.read()
+            prepared = dict(pg.execute("SELECT name, statement FROM pg_prepared_statements").fetchall())
+            statements.extend(_sent_statements(trace, prepared))
 
 
-class QmarkConnection:
-    """The feature-table modules' view of the connection: ``execute(sql, params)`` with
-    ``?`` placeholders as ``sqlite3`` takes them, run on the store's psycopg connection.
+def _sent_statements(trace: str, prepared: dict[str, str]) -> list[str]:
+    """The statements a libpq trace shows sent: a simple query's text, or per Execute the
+    text of the statement its Bind named (parsed in the trace, or prepared before it)."""
+    parsed = dict(prepared)
+    sent: list[str] = []
+    bound = ""
+    for line in trace.splitlines():
+        match = _TRACED_MESSAGE.match(line)
+        if match is None:
+            continue
+        message, first, second = match.groups()
+        if message == "Query":
+            sent.append(first)
+        elif message == "Parse":
+            parsed[first] = second or ""
+        elif message == "Bind":
+            bound = parsed.get(second or "", second or "")
+        else:
+            sent.append(bound)
+    return sent
 
-    Their SQL is written to run on both backends; the placeholder style and the few SQLite-only
-    pieces in ``_SQLITE_ONLY`` are translated once per constant string (cached).
-    """
+
+class PostgresConnection:
+    """The feature tables' view of the store's connection: ``execute``/``executemany`` as
+    ``sqlite3`` offers them, on the store's psycopg connection. Their statements are already
+    in psycopg's style (``Dialect.sql``); this reconnects when idle and translates errors."""
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
-        self._translated: dict[str, str] = {}
 
-    def _sql(self, sql: str) -> str:
-        translated = self._translated.get(sql)
-        if translated is None:
-            translated = sql.replace("%", "%%").replace("?", "%s")
-            for pattern, replacement in _SQLITE_ONLY:
-                translated = pattern.sub(replacement, translated)
-            self._translated[sql] = translated
-        return translated
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> _QmarkCursor:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         store = self._store
-        if store._depth == 0:
+        if not store.in_transaction:
             store._reconnect_if_broken()
         try:
-            return _QmarkCursor(store._pg.execute(self._sql(sql), tuple(params), prepare=True))
+            # A cursor of its own: a feature table's read never clobbers the store's cursor.
+            return store._pg.execute(sql, tuple(params), prepare=True)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
     def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
-        store = self._store
         try:
-            store._pg.cursor().executemany(self._sql(sql), [tuple(p) for p in params])
+            self._store._pg.cursor().executemany(sql, [tuple(p) for p in params])
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
 
-class PostgresServingTable(SqliteServingTable):
+class PostgresServingTable(SqlServingTable):
     """The serving SQL (it runs on both backends); a cursor change is told to the other
     servers by the transaction's ``NOTIFY`` rather than a change-log row, which a reader
     could not order by commit here (see postgres_feed.py)."""
 
     def __init__(self, store: PostgresStore, db: Any, storage_error: Callable[[BaseException], StorageError]) -> None:
-        super().__init__(db, storage_error)
+        super().__init__(db, POSTGRES, storage_error)
         self._store = store
 
     def note_cursor_changes(self, watchers: Iterable[str], now: float) -> None:

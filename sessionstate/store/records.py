@@ -11,6 +11,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 PositionsTuple = tuple[int, int, int]
+# One event to append: key, agent id, kind, actor type, actor id, run id, summary, payload,
+# occurred_at, recorded_at, dedupe key (``SignalLog.append_event``'s arguments, in order).
+EventRow = tuple[str, str, str, str, "str | None", "str | None", str, "str | None", float, float, "str | None"]
 # Told what a pruning chunk wrote (the protocol trace): (key, agent, pruned watermark) per
 # session and (watcher, target key, target agent, positions) per pending cursor of those
 # sessions, and how many events it deleted.

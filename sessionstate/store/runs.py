@@ -10,7 +10,6 @@ All SQL for runs lives in this module.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -18,10 +17,11 @@ from sqlalchemy import DDL, Index, event
 from sqlmodel import Field, SQLModel
 
 from ..errors import StorageError
+from .dialect import Dialect
 from .failures import translated
 from .records import COMPLETED, FAILED, RUNNING, RunRecord
 
-__all__ = ["COMPLETED", "FAILED", "RUNNING", "RunRecord", "RunRow", "SqliteRunTable"]
+__all__ = ["COMPLETED", "FAILED", "RUNNING", "RunRecord", "RunRow", "SqlRunTable"]
 
 
 class RunRow(SQLModel, table=True):
@@ -99,43 +99,48 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
 
 
 @translated
-class SqliteRunTable:
-    """Run rows on the store's connection; callers hold the store's lock."""
+class SqlRunTable:
+    """Run rows on the store's connection (either backend); callers hold the store's lock."""
 
-    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
+    def __init__(self, db: Any, dialect: Dialect, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
+        self._q = dialect.texts(
+            insert=INSERT_SQL, get=GET_SQL, by_child=BY_CHILD_SQL, by_requester=BY_REQUESTER_SQL,
+            active_by_requester=ACTIVE_BY_REQUESTER_SQL, active=ACTIVE_SQL, finish=FINISH_SQL,
+            steered=STEERED_SQL,
+        )
         self.storage_error = storage_error  # the store's translation, naming its database
 
     def insert(self, record: RunRecord) -> None:
         values = list(record)
         values[10] = bool(record.thread)  # a bool binds as 1/0 on SQLite, as BOOLEAN on PostgreSQL
-        self._db.execute(INSERT_SQL, values)
+        self._db.execute(self._q.insert, values)
 
     def get(self, run_id: str) -> RunRecord | None:
-        row = self._db.execute(GET_SQL, (run_id,)).fetchone()
+        row = self._db.execute(self._q.get, (run_id,)).fetchone()
         return _record(row) if row else None
 
     def by_child(self, key: str, agent_id: str) -> list[RunRecord]:
-        return [_record(r) for r in self._db.execute(BY_CHILD_SQL, (key, agent_id)).fetchall()]
+        return [_record(r) for r in self._db.execute(self._q.by_child, (key, agent_id)).fetchall()]
 
     def by_requester(self, key: str, agent_id: str, limit: int) -> list[RunRecord]:
-        rows = self._db.execute(BY_REQUESTER_SQL, (key, agent_id, limit)).fetchall()
+        rows = self._db.execute(self._q.by_requester, (key, agent_id, limit)).fetchall()
         return [_record(r) for r in rows]
 
     def active_by_requester(self, key: str, agent_id: str) -> list[RunRecord]:
-        rows = self._db.execute(ACTIVE_BY_REQUESTER_SQL, (key, agent_id)).fetchall()
+        rows = self._db.execute(self._q.active_by_requester, (key, agent_id)).fetchall()
         return [_record(r) for r in rows]
 
     def active(self) -> list[RunRecord]:
-        return [_record(r) for r in self._db.execute(ACTIVE_SQL).fetchall()]
+        return [_record(r) for r in self._db.execute(self._q.active).fetchall()]
 
     def finish(self, run_id: str, status: str, outcome: str | None, result_text: str | None, now: float) -> bool:
         """The one terminal write; ``False`` when the run already ended (or is gone)."""
-        cur = self._db.execute(FINISH_SQL, (status, outcome, result_text, now, run_id))
+        cur = self._db.execute(self._q.finish, (status, outcome, result_text, now, run_id))
         return cur.rowcount == 1
 
     def note_steered(self, run_id: str) -> bool:
-        return self._db.execute(STEERED_SQL, (run_id,)).rowcount == 1
+        return self._db.execute(self._q.steered, (run_id,)).rowcount == 1
 
     def dump(self) -> list[tuple[Any, ...]]:
         return self._db.execute("SELECT * FROM agent_runs ORDER BY run_id").fetchall()

@@ -11,7 +11,6 @@ All SQL for this table lives in this module.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -19,6 +18,7 @@ from sqlalchemy import DDL, event
 from sqlmodel import Field, SQLModel
 
 from ..errors import StorageError
+from .dialect import Dialect
 from .failures import translated
 from .records import MetaRecord
 
@@ -85,28 +85,30 @@ def _record(row: tuple[Any, ...]) -> MetaRecord:
 
 
 @translated
-class SqliteMetadataTable:
-    """Meta rows on the store's connection; callers hold the store's lock."""
+class SqlMetadataTable:
+    """Meta rows on the store's connection (either backend); callers hold the store's lock."""
 
-    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
+    def __init__(self, db: Any, dialect: Dialect, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
+        self._dialect = dialect
+        self._q = dialect.texts(get=GET_SQL, by_id=BY_ID_SQL, all=ALL_SQL, insert=INSERT_SQL, add_usage=ADD_USAGE_SQL)
         self.storage_error = storage_error  # the store's translation, naming its database
 
     def get(self, key: str, agent_id: str) -> MetaRecord | None:
-        row = self._db.execute(GET_SQL, (key, agent_id)).fetchone()
+        row = self._db.execute(self._q.get, (key, agent_id)).fetchone()
         return _record(row) if row else None
 
     def by_session_id(self, session_id: str) -> MetaRecord | None:
-        row = self._db.execute(BY_ID_SQL, (session_id,)).fetchone()
+        row = self._db.execute(self._q.by_id, (session_id,)).fetchone()
         return _record(row) if row else None
 
     def all(self) -> dict[tuple[str, str], MetaRecord]:
-        return {(r[0], r[1]): _record(r) for r in self._db.execute(ALL_SQL).fetchall()}
+        return {(r[0], r[1]): _record(r) for r in self._db.execute(self._q.all).fetchall()}
 
     def insert(self, record: MetaRecord) -> None:
         values = list(record)
         values[8] = bool(record.sandboxed)  # a bool binds as 1/0 on SQLite, as BOOLEAN on PostgreSQL
-        self._db.execute(INSERT_SQL, values)
+        self._db.execute(self._q.insert, values)
 
     def update(self, key: str, agent_id: str, **fields: Any) -> None:
         unknown = set(fields) - UPDATABLE
@@ -114,12 +116,12 @@ class SqliteMetadataTable:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in sorted(fields))
         self._db.execute(
-            f"UPDATE session_meta SET {assignments} WHERE session_key = ? AND agent_id = ?",
+            self._dialect.sql(f"UPDATE session_meta SET {assignments} WHERE session_key = ? AND agent_id = ?"),
             [fields[name] for name in sorted(fields)] + [key, agent_id],
         )
 
     def add_usage(self, key: str, agent_id: str, input_tokens: int, output_tokens: int) -> None:
-        self._db.execute(ADD_USAGE_SQL, (input_tokens, output_tokens, key, agent_id))
+        self._db.execute(self._q.add_usage, (input_tokens, output_tokens, key, agent_id))
 
     def dump(self) -> list[tuple[Any, ...]]:
-        return self._db.execute(f"SELECT * FROM session_meta ORDER BY session_key, agent_id").fetchall()
+        return self._db.execute("SELECT * FROM session_meta ORDER BY session_key, agent_id").fetchall()

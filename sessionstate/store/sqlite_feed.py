@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import InvalidArgument
 from .failures import translated
 from .records import ChangeSet
-from .serving import SqliteServingTable
+from .serving import SqlServingTable
 
 
 @translated
@@ -24,7 +24,7 @@ class SqliteChangeFeed:
     longest_wait = 0.25  # the poll's idle interval (R22)
 
     def __init__(
-        self, path: Path | None, serving: SqliteServingTable, kinds: tuple[str, ...], *, busy_timeout: float
+        self, path: Path | None, serving: SqlServingTable, kinds: tuple[str, ...], *, busy_timeout: float
     ) -> None:
         if path is None:
             raise InvalidArgument("a change feed needs a database file (an in-memory database has one connection)")

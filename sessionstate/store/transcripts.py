@@ -10,7 +10,6 @@ All SQL for transcripts lives in this module.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -18,6 +17,7 @@ from sqlalchemy import DDL, Column, Index, Integer, event
 from sqlmodel import Field, SQLModel
 
 from ..errors import StorageError
+from .dialect import Dialect
 from .failures import translated
 from .records import MessageRecord
 
@@ -101,11 +101,14 @@ def _record(row: tuple[Any, ...]) -> MessageRecord:
 
 
 @translated
-class SqliteTranscriptTable:
-    """Message rows on the store's connection; callers hold the store's lock."""
+class SqlTranscriptTable:
+    """Message rows on the store's connection (either backend); callers hold the store's lock."""
 
-    def __init__(self, db: sqlite3.Connection, storage_error: Callable[[BaseException], StorageError]) -> None:
+    def __init__(self, db: Any, dialect: Dialect, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
+        self._q = dialect.texts(
+            insert=INSERT_SQL, recent=RECENT_SQL, recent_role=RECENT_ROLE_SQL, first_role=FIRST_ROLE_SQL, stats=STATS_SQL
+        )
         self.storage_error = storage_error  # the store's translation, naming its database
 
     def append(
@@ -125,26 +128,26 @@ class SqliteTranscriptTable:
         created_at: float,
     ) -> int:
         row = self._db.execute(
-            INSERT_SQL,
+            self._q.insert,
             (key, agent_id, role, text, actor_type, actor_id, _dump(provenance), _dump(tool_calls),
              _dump(tool_result), input_tokens, output_tokens, created_at),
         ).fetchone()
         return int(row[0])
 
     def recent(self, key: str, agent_id: str, limit: int, offset: int = 0) -> list[MessageRecord]:
-        rows = self._db.execute(RECENT_SQL, (key, agent_id, limit, offset)).fetchall()
+        rows = self._db.execute(self._q.recent, (key, agent_id, limit, offset)).fetchall()
         return [_record(r) for r in rows]
 
     def recent_texts(self, key: str, agent_id: str, role: str, limit: int) -> list[str]:
-        rows = self._db.execute(RECENT_ROLE_SQL, (key, agent_id, role, limit)).fetchall()
+        rows = self._db.execute(self._q.recent_role, (key, agent_id, role, limit)).fetchall()
         return [r[0] for r in rows]
 
     def first_text(self, key: str, agent_id: str, role: str) -> str | None:
-        row = self._db.execute(FIRST_ROLE_SQL, (key, agent_id, role)).fetchone()
+        row = self._db.execute(self._q.first_role, (key, agent_id, role)).fetchone()
         return row[0] if row else None
 
     def stats(self, key: str, agent_id: str) -> tuple[int, float | None]:
-        count, last = self._db.execute(STATS_SQL, (key, agent_id)).fetchone()
+        count, last = self._db.execute(self._q.stats, (key, agent_id)).fetchone()
         return int(count), last
 
     def dump(self) -> list[tuple[Any, ...]]:

@@ -15,7 +15,6 @@ All SQL for links lives in this module.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Optional
@@ -24,6 +23,7 @@ from sqlalchemy import DDL, Column, Integer, UniqueConstraint, event
 from sqlmodel import Field, SQLModel
 
 from ..errors import StorageError
+from .dialect import Dialect
 from .failures import translated
 from .records import UpstreamLink
 
@@ -117,31 +117,42 @@ def _link(row: tuple[Any, ...]) -> UpstreamLink:
 
 
 @translated
-class SqliteUpstreamLinkTable:
+class SqlUpstreamLinkTable:
     """Link rows on the store's own connection and transactions.
 
     Reads and writes must run under the store's lock (the connection is shared); the
     callers in ``sessionstate.upstream`` take it. CAS methods return ``True`` when they wrote.
     """
 
-    def __init__(self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]], storage_error: Callable[[BaseException], StorageError]) -> None:
+    def __init__(
+        self,
+        db: Any,
+        dialect: Dialect,
+        transaction: Callable[[], AbstractContextManager[None]],
+        storage_error: Callable[[BaseException], StorageError],
+    ) -> None:
         self._db = db
+        self._q = dialect.texts(
+            get=GET_SQL, by_thread=BY_THREAD_SQL, all=ALL_SQL, watched=WATCHED_SQL, insert=INSERT_SQL,
+            delete_session_link=DELETE_SESSION_LINK_SQL, advance=ADVANCE_SQL, miss=MISS_SQL, error=ERROR_SQL,
+            drop=DROP_SQL,
+        )
         self.storage_error = storage_error  # the store's translation, naming its database
         self._transaction = transaction
 
     def get(self, session_key: str, agent_id: str) -> UpstreamLink | None:
-        row = self._db.execute(GET_SQL, (session_key, agent_id)).fetchone()
+        row = self._db.execute(self._q.get, (session_key, agent_id)).fetchone()
         return _link(row) if row else None
 
     def by_thread(self, provider: str, thread_id: str) -> UpstreamLink | None:
-        row = self._db.execute(BY_THREAD_SQL, (provider, thread_id)).fetchone()
+        row = self._db.execute(self._q.by_thread, (provider, thread_id)).fetchone()
         return _link(row) if row else None
 
     def all(self) -> list[UpstreamLink]:
-        return [_link(r) for r in self._db.execute(ALL_SQL).fetchall()]
+        return [_link(r) for r in self._db.execute(self._q.all).fetchall()]
 
     def watched(self) -> list[UpstreamLink]:
-        return [_link(r) for r in self._db.execute(WATCHED_SQL).fetchall()]
+        return [_link(r) for r in self._db.execute(self._q.watched).fetchall()]
 
     def replace(
         self,
@@ -157,9 +168,9 @@ class SqliteUpstreamLinkTable:
     ) -> int:
         """Drop the session's link (if any) and insert a new one; returns its generation."""
         with self._transaction():
-            self._db.execute(DELETE_SESSION_LINK_SQL, (session_key, agent_id))
+            self._db.execute(self._q.delete_session_link, (session_key, agent_id))
             row = self._db.execute(
-                INSERT_SQL,
+                self._q.insert,
                 (session_key, agent_id, provider, host, thread_id, marker, bool(primed),
                  now if primed else None, "found" if primed else None, now),
             ).fetchone()
@@ -167,17 +178,17 @@ class SqliteUpstreamLinkTable:
 
     def advance(self, link: UpstreamLink, marker: str | None, now: float, *, primed: bool = True) -> bool:
         """A found check: new marker, misses reset (``primed=False`` while priming goes on)."""
-        cur = self._db.execute(ADVANCE_SQL, (marker, bool(primed), now, link.generation, link.version))
+        cur = self._db.execute(self._q.advance, (marker, bool(primed), now, link.generation, link.version))
         return cur.rowcount == 1
 
     def miss(self, link: UpstreamLink, now: float) -> bool:
-        cur = self._db.execute(MISS_SQL, (now, link.generation, link.version))
+        cur = self._db.execute(self._q.miss, (now, link.generation, link.version))
         return cur.rowcount == 1
 
     def note_error(self, link: UpstreamLink, now: float) -> bool:
-        cur = self._db.execute(ERROR_SQL, (now, link.generation, link.version))
+        cur = self._db.execute(self._q.error, (now, link.generation, link.version))
         return cur.rowcount == 1
 
     def drop(self, link: UpstreamLink) -> bool:
-        cur = self._db.execute(DROP_SQL, (link.generation, link.version))
+        cur = self._db.execute(self._q.drop, (link.generation, link.version))
         return cur.rowcount == 1

@@ -173,12 +173,13 @@ def test_bad_input_raises_at_once_without_waiting_for_the_turn(gw):
 def test_a_storage_failure_fails_exactly_the_callers_of_that_batch(gw, monkeypatch):
     """R15 per caller: every caller of the failed batch gets None; the next batch succeeds."""
     store = gw.store
-    real_append = store.append_event
 
     def full(*args: Any) -> Any:
         raise StorageFull("disk full (injected)")
 
+    # A lone event appends through append_event, a batch through append_events: both fail.
     monkeypatch.setattr(store, "append_event", full)
+    monkeypatch.setattr(store, "append_events", full)
     calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(4)}
     calls["burst"] = lambda: gw.record_events([dict(session_key=MANAGER, kind="goal_changed", **EVENT)] * 2)
     before = gw.state_version(CHILD)
@@ -187,7 +188,7 @@ def test_a_storage_failure_fails_exactly_the_callers_of_that_batch(gw, monkeypat
     assert not failed.errors
     assert failed.results == {"t0": None, "t1": None, "t2": None, "t3": None, "burst": [None, None]}
     assert gw.stats["append_failures"] == 6
-    monkeypatch.setattr(store, "append_event", real_append)
+    monkeypatch.undo()
     calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)}
     with one_batch(gw, calls) as later:
         pass

@@ -135,6 +135,32 @@ def test_an_unknown_session_raises_and_rolls_back(store):
     assert store.dump() == before
 
 
+def row(key: str = A, kind: str = NOTIFYING, *, dedupe: str | None = None, at: float = 1.0) -> tuple:
+    return (key, "a", kind, "human", None, None, "s", None, at, at, dedupe)
+
+
+def test_append_events_keeps_order_dedupe_and_the_heads_as_one_append_after_the_other(store):
+    assert append(store, B, dedupe="old") == (1, True)
+    rows = [row(A), row(B, dedupe="old"), row(A, dedupe="new"), row(B, at=2.0), row(A, dedupe="new"), row(A)]
+    with store.transaction():
+        store.lock_targets({(A, "a"), (B, "a")})
+        appended = store.append_events(rows)
+    # The log's first event is found by its key; the batch's repeated key finds its first row.
+    assert appended == [(2, True), (1, False), (3, True), (4, True), (3, False), (5, True)]
+    assert [e.sequence for e in store.events_after(A, "a", 0, 10)] == [2, 3, 5]
+    assert [(e.sequence, e.recorded_at) for e in store.events_after(B, "a", 0, 10)] == [(1, 1.0), (4, 2.0)]
+    assert store.head(A, "a").last_sequence == 5 and store.head(B, "a").last_sequence == 4
+    assert store.sequence_high_water() == 5  # no sequence was used up by the duplicates
+
+
+def test_append_events_with_an_unknown_session_raises_and_rolls_back(store):
+    before = store.dump()
+    with pytest.raises(UnknownSession, match="unknown session"):
+        with store.transaction():
+            store.append_events([row(A), row("agent:a:ghost"), row(B)])
+    assert store.dump() == before
+
+
 def test_the_event_page_is_ascending_and_bounded(store):
     for kind, actor in ((NOTIFYING, None), (LOG_ONLY, None), ("goal_changed", W), ("goal_changed", None)):
         append(store, kind=kind, actor=actor)

@@ -23,7 +23,7 @@ KEYS = ("agent:a:one", "agent:a:two")
 @pytest.fixture
 def stores(pg_url):
     opened = [open_store(pg_url, notifying_kinds=NOTIFYING_KINDS) for _ in range(2)]
-    with opened[0].atomic():
+    with opened[0].transaction():
         for key in KEYS:
             opened[0].insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
     yield opened
@@ -50,7 +50,7 @@ def terminate(pid: int) -> None:
 def test_appends_to_one_session_commit_in_sequence_order(stores, dedupe):
     first, second = stores
     done: list[int] = []
-    with first.atomic():
+    with first.transaction():
         held = append(first, dedupe=None if dedupe is None else "first-writer")[0]
         worker = threading.Thread(target=lambda: done.append(_append_in_transaction(second, dedupe)))
         worker.start()
@@ -88,7 +88,7 @@ class second_store_for_other_session:
 def test_same_dedupe_key_from_two_sessions_at_once_records_one_event(stores):
     first, second = stores
     results: list[tuple[int, bool]] = []
-    with first.atomic():
+    with first.transaction():
         mine = append(first, dedupe="shared")
         worker = threading.Thread(target=lambda: results.append(_append_dedupe(second)))
         worker.start()
@@ -229,3 +229,33 @@ def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
                 ([gw.store.backend_pid(), gw.change_feed.backend_pid()],),
             ).fetchall()}
         assert names == {"billing-gateway"}  # the listening connection too
+
+
+def _record_events_statements(url: str, count: int) -> list[str]:
+    """What one ``record_events`` call of ``count`` events on two sessions sends the server."""
+    gw = Gateway.open(url, clock=lambda: 1_800_000_000.0)
+    try:
+        for key in KEYS:
+            gw.create_session(key)
+        events = [
+            {"session_key": KEYS[i % 2], "kind": "compacted", "actor_type": "system", "summary": f"e{i}"}
+            for i in range(count)
+        ]
+        with gw.store.trace_statements() as sent:
+            sequences = gw.record_events(events)
+        assert sequences == list(range(1, count + 1))
+        return sent
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("count", [4, 24])
+def test_a_batch_of_events_is_one_append_statement(pg_url, count):
+    """Group commit on PostgreSQL: the batch's appends go to the server as one statement, so
+    the statements of a batch do not grow with its events (BEGIN, the head locks, the
+    append, NOTIFY + COMMIT)."""
+    sent = _record_events_statements(pg_url, count)
+    appends = [s for s in sent if "INSERT INTO session_state_events" in s]
+    assert len(appends) == 1, sent
+    assert sent[0] == "BEGIN" and sent[-1].endswith("COMMIT")
+    assert len(sent) == 4, sent

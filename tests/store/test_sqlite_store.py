@@ -12,7 +12,10 @@ from sessionstate import Gateway, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, SqliteStore
 from sessionstate.store import schema
-from sessionstate.store.sqlite import CAUGHT_UP_WATCHERS_SQL
+from sessionstate.store.dialect import SQLITE
+from sessionstate.store.statements import CoreStatements
+
+CAUGHT_UP_WATCHERS_SQL = CoreStatements(SQLITE, sorted(NOTIFYING_KINDS)).caught_up_watchers
 
 
 @pytest.fixture

@@ -127,6 +127,28 @@ def test_tracing_is_off_without_a_path(tmp_path, monkeypatch):
         assert "transaction" not in vars(gw.store)  # the store's transactions are not wrapped
 
 
+def test_tracing_patches_nothing_and_still_sees_every_transaction_and_unqueue(tmp_path):
+    """The tracer observes through the unit of work's and the queue's hooks: no method of the
+    store or the queue is replaced on the instance, yet a transaction an extension opens on
+    the store itself is traced, and a notice leaving the queue is on record."""
+    trace = tmp_path / "t.jsonl"
+    with Gateway.open(tmp_path / "s.db", trace=trace) as gw:
+        assert gw.diagnostics().tracing
+        queue = gw._protocol.queue  # white-box on purpose: the check is about this instance's methods
+        patched = [name for name in ("transaction", "after_commit") if name in vars(gw.store)]
+        patched += [name for name in ("remove", "withdraw_notice", "clear") if name in vars(queue)]
+        assert patched == []
+        gw.create_session(MAIN)
+        gw.create_session(TARGET)
+        gw.watch(MAIN, TARGET)
+        with gw.store.transaction():  # an extension's own transaction on the store
+            gw.record_event(TARGET, "human_direct_message", actor_type="human", summary="direct")
+        assert gw.drain_system_events(MAIN) == [notice_text(TARGET, 0)]
+    lines = read_lines(trace)
+    assert [line["op"] for line in lines if line["op"] in ("event", "notice", "unqueue")] == ["event", "notice", "unqueue"]
+    assert replay(trace)[0] == 0
+
+
 # -- one-line corruptions are rejected with the rule they break ------------------------------------
 
 
@@ -387,11 +409,8 @@ def test_the_open_line_names_the_backend_and_hides_a_password():
     class Store:
         url = "postgresql://alice:secret@db.example/state"
 
-        def transaction(self) -> None:  # never entered here
-            raise AssertionError
-
-        def after_commit(self, callback: object) -> None:
-            raise AssertionError
+        def observe_transactions(self, observer: object) -> None:  # no transaction runs here
+            pass
 
         def sequence_high_water(self) -> int:
             return 41
