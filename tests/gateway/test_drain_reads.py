@@ -16,7 +16,8 @@ WATCHER = "agent:main:main"
 
 def owe_notices(gw: Gateway, pairs: int) -> list[str]:
     """``pairs`` targets watched by WATCHER, each changed by a human once: one notice each."""
-    targets = [f"agent:main:target-{i}" for i in range(pairs)]
+    # main sessions of other agents: no R27 announcement joins the watcher's notices
+    targets = [f"agent:peer{i}:main" for i in range(pairs)]
     gw.create_session(WATCHER)
     for target in targets:
         gw.create_session(target)
