@@ -38,6 +38,7 @@ from .errors import StorageUnavailable
 from .gateway import Gateway
 from .store import DEFAULT_SYNCHRONOUS
 from .services.claims import SERVE_ALL
+from .services.wakes import DEFAULT_WAKE_WINDOW
 
 _T = TypeVar("_T")
 AsyncWakeHook = Callable[[str, str], Coroutine[Any, Any, None]]
@@ -200,6 +201,9 @@ class AsyncGateway:
         serve: Sequence[str] = SERVE_ALL,
         pump: bool = False,
         trace: str | os.PathLike[str] | None = None,
+        record_created: bool = True,
+        notify_on_create: bool = True,
+        wake_window: float = DEFAULT_WAKE_WINDOW,
     ) -> "AsyncGateway":
         """``Gateway.open`` in a worker thread; the same errors. ``on_wake`` may be a plain
         function (called in a store thread, as in the sync API) or a coroutine function."""
@@ -213,6 +217,7 @@ class AsyncGateway:
             return Gateway.open(
                 url, clock=clock, on_wake=hook, retention_days=retention_days, max_rows=max_rows,
                 synchronous=synchronous, create=create, serve=serve, pump=pump, trace=trace,
+                record_created=record_created, notify_on_create=notify_on_create, wake_window=wake_window,
             )
 
         try:

@@ -192,3 +192,22 @@ def test_the_gap_measure_sees_a_blocked_loop(tmp_path: Path, loop_backend):
     """The control: the sync API called on the loop shows up (so the bound above can fail)."""
     stats = _loop_gaps(f"sqlite:///{tmp_path / 'blocked.db'}", loop_backend, block=True)
     assert stats["max_cpu_gap"] > GAP_LIMIT, stats
+
+
+def test_async_open_takes_every_option_of_the_sync_open_with_the_same_defaults():
+    """Opening behaves exactly as the sync API: no Gateway.open option is out of reach."""
+    sync = inspect.signature(Gateway.open).parameters
+    async_ = inspect.signature(AsyncGateway.open).parameters
+    assert list(async_) == list(sync)
+    assert [(p.kind, p.default) for p in async_.values()] == [(p.kind, p.default) for p in sync.values()]
+
+
+def test_async_open_passes_the_created_options_through(tmp_path):
+    async def announced(name: str, **options: bool) -> list[str]:
+        async with await AsyncGateway.open(str(tmp_path / name), **options) as agw:
+            await agw.create_session("agent:main:main")
+            await agw.create_session("agent:main:peer")
+            return await agw.pending_system_events("agent:main:main")
+
+    assert len(anyio.run(announced, "default.db")) == 1  # R27's announcement of agent:main:peer
+    assert anyio.run(lambda: announced("off.db", notify_on_create=False)) == []
