@@ -263,7 +263,7 @@ def test_a_batch_of_events_is_one_append_statement(pg_url, count):
 def _notifying_batch_statements(url: str, count: int) -> list[str]:
     """What one ``record_events`` call of ``count`` notifying events on two watched targets
     sends the server: every other event is by a watcher (its own cursor gets self_event and
-    stays caught up, so it changes on each of them), the rest by nobody."""
+    stays caught up, so each event still finds a caught-up cursor), the rest by nobody."""
     watchers, targets = ("agent:a:w1", "agent:a:w2"), ("agent:a:t1", "agent:a:t2")
     gw = Gateway.open(url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
     try:
