@@ -46,21 +46,21 @@ class BatchDecisions:
         if changes:
             new = dict(changes)
             # A row that stops being caught up leaves the set (an event never changes it
-            # again before a drain); one that stays (self_event) keeps its new positions.
-            self._caught_up[target] = [
-                (watcher, new.get(watcher, positions))
-                for watcher, positions in rows
-                if watcher not in new or _caught_up(new[watcher])
-            ]
-            for watcher, positions in changes:
-                self._written[(watcher, target)] = positions
+            # again before a drain); one that stays keeps its new positions.
+            kept: Rows = []
+            for watcher, positions in rows:
+                if watcher in new:
+                    changed = new[watcher]
+                    if changed is None or derive_state(changed) != CAUGHT_UP:
+                        continue
+                    positions = changed
+                kept.append((watcher, positions))
+            self._caught_up[target] = kept
+            for watcher, changed in changes:
+                self._written[(watcher, target)] = changed
         return notices
 
     def write(self, now: float) -> None:
         """Every change of the batch in one write (each pair at its last positions)."""
         if self._written:
             self._store.put_pair_cursors([(w, t, p) for (w, t), p in self._written.items()], now)
-
-
-def _caught_up(positions: tuple[int, int, int] | None) -> bool:
-    return positions is not None and derive_state(positions) == CAUGHT_UP
