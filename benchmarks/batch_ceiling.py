@@ -1,6 +1,7 @@
 """The ceiling of group commit: what one transaction shared by 8 events can save at best.
 
-Run: ./dev run .venv/bin/python benchmarks/batch_ceiling.py [--postgres] [--rounds R] [--events N] [--synchronous NORMAL|FULL]
+Run: ./dev run .venv/bin/python benchmarks/batch_ceiling.py [--postgres] [--rounds R] [--events N]
+         [--synchronous NORMAL|FULL]
      scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/batch_ceiling.py --postgres
 
 Group commit lets concurrent callers share a transaction, but every event's Python work and
@@ -85,7 +86,8 @@ def main() -> None:
     serial8, group8 = (statistics.median(threaded[s]) for s in ("serial", "group"))
     ceiling = 1e6 / burst_us
     print(json.dumps({
-        "backend": "postgresql" if postgres else "sqlite", "synchronous": options["--synchronous"], "rounds": rounds, "events_per_round": events,
+        "backend": "postgresql" if postgres else "sqlite", "synchronous": options["--synchronous"],
+        "rounds": rounds, "events_per_round": events,
         "one_thread_us_per_event": {"singles": round(single_us, 1), "bursts_of_8": round(burst_us, 1)},
         "one_thread_events_per_s": round(1e6 / single_us),
         "ceiling_events_per_s": round(ceiling),

@@ -524,7 +524,8 @@ class PostgresStore(SqlStore):
             return super().caught_up_watchers_of(targets)
         keys, agents = [t[0] for t in targets], [t[1] for t in targets]
         found: dict[Target, list[tuple[str, PositionsTuple]]] = {}
-        for key, agent, watcher, last_seen, notified, material in self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall():
+        rows = self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall()
+        for key, agent, watcher, last_seen, notified, material in rows:
             found.setdefault((key, agent), []).append((watcher, (last_seen, notified, material)))
         return found
 

@@ -41,7 +41,7 @@ TARGET_ORDER = " ORDER BY c.target_session_key, c.target_agent_id"
 
 # THE caught-up predicate of the SQL (the partial index's, the event path's reads): the
 # statemachine derives CAUGHT_UP from the same equality (positions.derive_state); the store
-# conformance tests hold the two equal over every state.
+# conformance tests hold the two equal over any positions a cursor may hold.
 CAUGHT_UP_CURSOR = "notified_sequence = last_seen_sequence"
 
 CURSOR_ROW = "(?, ?, ?, ?, ?, ?, ?)"
