@@ -1,6 +1,8 @@
 """The ceiling of group commit: what one transaction shared by 8 events can save at best.
 
-Run: ./dev run .venv/bin/python benchmarks/batch_ceiling.py [--rounds R] [--events N] [--synchronous NORMAL|FULL]
+Run: ./dev run .venv/bin/python benchmarks/batch_ceiling.py [--postgres] [--rounds R] [--events N]
+         [--synchronous NORMAL|FULL]
+     scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/batch_ceiling.py --postgres
 
 Group commit lets concurrent callers share a transaction, but every event's Python work and
 its statements still run one at a time (the store has one connection, the interpreter one
@@ -24,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,6 +58,7 @@ def drained(gw) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
+    postgres = "--postgres" in args
     options = {"--rounds": "7", "--events": "480", "--synchronous": "NORMAL"}
     for name in list(options):
         if name in args:
@@ -62,8 +66,14 @@ def main() -> None:
     rounds, events = int(options["--rounds"]), int(options["--events"])
     per_event: dict[str, list[float]] = {"singles": [], "bursts": []}
     threaded: dict[str, list[float]] = {"serial": [], "group": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        with open_side(f"sqlite:///{tmp}/one.db", BURST, options["--synchronous"]) as gw:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        if postgres:
+            from multiproc_latency import pg_schema
+
+            url = stack.enter_context(pg_schema())
+        else:
+            url = f"sqlite:///{tmp}/one.db"
+        with open_side(url, BURST, options["--synchronous"]) as gw:
             singles(gw, events // 4), drained(gw), bursts(gw, events // 4), drained(gw)  # warm-up
             for _ in range(rounds):
                 for side, run in (("singles", singles), ("bursts", bursts)):
@@ -76,7 +86,8 @@ def main() -> None:
     serial8, group8 = (statistics.median(threaded[s]) for s in ("serial", "group"))
     ceiling = 1e6 / burst_us
     print(json.dumps({
-        "synchronous": options["--synchronous"], "rounds": rounds, "events_per_round": events,
+        "backend": "postgresql" if postgres else "sqlite", "synchronous": options["--synchronous"],
+        "rounds": rounds, "events_per_round": events,
         "one_thread_us_per_event": {"singles": round(single_us, 1), "bursts_of_8": round(burst_us, 1)},
         "one_thread_events_per_s": round(1e6 / single_us),
         "ceiling_events_per_s": round(ceiling),

@@ -23,6 +23,7 @@ from ..keys import (
     resolve_agent_id,
 )
 from .announce_created import announcement_target, created_line
+from .batch_decisions import BatchDecisions
 from .group_commit import GroupCommit, Waiter
 from .locking import locked
 from ..formats import notice_text
@@ -473,11 +474,16 @@ class NoticeProtocol:
                 for e in events
                 if e.target is not None  # resolved above
             ]
+            batch: BatchDecisions | None = None
             if len(rows) == 1:
                 appended = [self.store.append_event(*rows[0])]
             else:  # several sessions: their locks in one order (no deadlock), one append statement
                 self.store.lock_targets({e.target for e in events if e.target is not None})
                 appended = self.store.append_events(rows)
+                batch = BatchDecisions(self.store, [
+                    e.target for e, (_, inserted) in zip(events, appended)
+                    if inserted and e.kind in NOTIFYING_KINDS and e.target is not None
+                ])
             # The decisions read and write cursors only, so they follow the appends in order.
             for e, (sequence, inserted) in zip(events, appended):
                 assert e.target is not None  # resolved above
@@ -487,8 +493,13 @@ class NoticeProtocol:
                     if trace is not None:
                         trace.event(sequence, e.target, e.kind, e.actor_type, e.actor_id, notices_follow=True)
                     if e.kind in NOTIFYING_KINDS:
-                        notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
+                        if batch is None:
+                            notices += self._decide_notices(e.target, e.actor_id, sequence, now, e.kind)
+                        else:
+                            notices += batch.decide(self._fire_event, e.target, e.actor_id, sequence, e.kind)
                         material.append((e.target, e.actor_id))
+            if batch is not None:
+                batch.write(now)
         return sequences, notices, material, inserted_count
 
     def _decide_notices(
@@ -499,7 +510,17 @@ class NoticeProtocol:
         A pending cursor's transition on `material_event` is `raise_material`, which the store
         keeps derived from the log, so pending cursors are neither read nor written here.
         """
-        rows = self.store.caught_up_watchers(*target)
+        changes, notices = self._fire_event(self.store.caught_up_watchers(*target), target, actor_id, sequence, kind)
+        if changes:
+            self.store.put_cursors(target[0], target[1], changes, now)
+        return notices
+
+    def _fire_event(
+        self, rows: list[tuple[str, tuple[int, int, int]]], target: SessionRef, actor_id: str | None,
+        sequence: int, kind: str,
+    ) -> tuple[list[tuple[str, tuple[int, int, int] | None]], list[tuple[str, SessionRef, int]]]:
+        """One notifying event's transitions on the target's caught-up ``rows`` (pure but for
+        the trace): the cursor changes and the notices they open."""
         # R2: the actor's own cursor gets self_event; everyone else's material_event.
         own = [row for row in rows if row[0] == actor_id] if actor_id is not None else []
         others = [row for row in rows if row[0] != actor_id] if own else rows
@@ -517,9 +538,7 @@ class NoticeProtocol:
                     changes.append((watcher, new))
                 if notice_since is not None:
                     notices.append((watcher, target, notice_since))
-        if changes:
-            self.store.put_cursors(target[0], target[1], changes, now)
-        return notices
+        return changes, notices
 
     # -- watching ---------------------------------------------------------------------------
 

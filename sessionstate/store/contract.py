@@ -214,6 +214,15 @@ class CursorTable(Protocol):
         which are effective for them), without reading the pending ones."""
         ...
 
+    def caught_up_watchers_of(
+        self, targets: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[tuple[str, PositionsTuple]]]:
+        """``caught_up_watchers`` of several targets at once (a group commit's notifying
+        events, inside its transaction after the heads are locked): per target its rows, in
+        the order its own read returns them; a target without any is left out. One statement
+        on a server backend."""
+        ...
+
     def cursors_behind(self) -> list[CursorRecord]:
         """Pending cursors (``notified > last_seen``) whose watcher session exists, ordered
         by watcher, target key, target agent (R11's sweep)."""
@@ -246,6 +255,13 @@ class CursorTable(Protocol):
     ) -> None:
         """Upsert the given positions (stamping ``updated_at``) or delete (``None``). A new
         row is ``explicit`` until ``set_provenance`` says otherwise; an update keeps it."""
+        ...
+
+    def put_pair_cursors(
+        self, changes: Sequence[tuple[str, tuple[str, str], PositionsTuple | None]], now: float
+    ) -> None:
+        """``put_cursors`` for pairs on several targets, ``(watcher, target, positions)``; a
+        pair named twice ends at its last positions. One statement on a server backend."""
         ...
 
     def has_watchers(self, target_key: str, target_agent_id: str) -> bool:

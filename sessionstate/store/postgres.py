@@ -50,12 +50,20 @@ from ..errors import (
 from . import postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import POSTGRES
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
-from .records import CursorRecord, EventRow, PruneObserver, VacuumReport
+from .records import CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
-from .sql_store import SYNCHRONOUS_LEVELS, SqlStore, Target
-from .statements import CURSOR_ORDER, EVENT_COLUMNS, HELD_BY, CoreStatements, cursor_record
+from .sql_store import SYNCHRONOUS_LEVELS, SqlStore, Target, last_changes
+from .statements import (
+    CAUGHT_UP_CURSOR,
+    CURSOR_ORDER,
+    EVENT_COLUMNS,
+    HELD_BY,
+    PUT_CURSOR,
+    CoreStatements,
+    cursor_record,
+)
 from .transcripts import SqlTranscriptTable
 from .upstream_links import SqlUpstreamLinkTable
 
@@ -105,6 +113,20 @@ LOCK_HEADS_SQL = (
     "SELECT session_key, agent_id FROM session_state_heads"
     " WHERE (session_key, agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
     " ORDER BY session_key, agent_id FOR UPDATE"
+)
+# The caught-up cursors of several targets in one statement (a group commit's decisions,
+# after the heads are locked): the event path's read, for every target of the batch at once.
+CAUGHT_UP_OF_SQL = (
+    "SELECT target_session_key, target_agent_id, watcher_session_key,"
+    " last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
+    " WHERE (target_session_key, target_agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
+    f" AND {CAUGHT_UP_CURSOR}"
+)
+# Cursor upserts of any number of pairs (several targets) in one statement, from one array
+# per column: a group commit's cursor changes in one round trip.
+PUT_PAIRS_SQL = PUT_CURSOR.format(
+    rows="SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[],"
+    " %s::bigint[], %s::float8[])"
 )
 # Several events in one statement, one round trip for a group commit's appends, their heads
 # already locked (``lock_targets``, key order). One array per column, in input order; a dedupe
@@ -495,6 +517,27 @@ class PostgresStore(SqlStore):
             self._cur.execute(self._sql.put_cursor, upserts[0], prepare=True)
         else:
             self._cur.execute(self._put_rows_sql[len(upserts)], [v for u in upserts for v in u], prepare=True)
+
+    def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[tuple[str, PositionsTuple]]]:
+        """One statement for every target (``CAUGHT_UP_OF_SQL``); their heads are locked."""
+        if len(targets) == 1:
+            return super().caught_up_watchers_of(targets)
+        keys, agents = [t[0] for t in targets], [t[1] for t in targets]
+        found: dict[Target, list[tuple[str, PositionsTuple]]] = {}
+        rows = self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall()
+        for key, agent, watcher, last_seen, notified, material in rows:
+            found.setdefault((key, agent), []).append((watcher, (last_seen, notified, material)))
+        return found
+
+    def put_pair_cursors(self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float) -> None:
+        """The upserts in one statement (``PUT_PAIRS_SQL``), whatever their number."""
+        upserts, deletes = last_changes(changes, now)
+        if len(upserts) == 1:
+            self._execute(self._sql.put_cursor, upserts[0])
+        elif upserts:
+            self._execute(PUT_PAIRS_SQL, [list(column) for column in zip(*upserts)])
+        if deletes:
+            self._execute_many(self._sql.delete_cursor, deletes)
 
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock, in key order, the heads of every target ``watcher`` holds a cursor on (a drain

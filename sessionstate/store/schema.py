@@ -11,6 +11,8 @@ from typing import Optional
 from sqlalchemy import BigInteger, Column, Index, Integer, text
 from sqlmodel import Field, SQLModel
 
+from .statements import CAUGHT_UP_CURSOR
+
 SCHEMA_VERSION = 4
 
 # Cursor provenance (spec R25), by rank: a registration raises ambient, never lowers.
@@ -88,8 +90,8 @@ class CursorRow(SQLModel, table=True):
             "ix_cursors_target_caught_up",
             "target_session_key",
             "target_agent_id",
-            sqlite_where=text("notified_sequence = last_seen_sequence"),
-            postgresql_where=text("notified_sequence = last_seen_sequence"),
+            sqlite_where=text(CAUGHT_UP_CURSOR),
+            postgresql_where=text(CAUGHT_UP_CURSOR),
         ),
     )
 

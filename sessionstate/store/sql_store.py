@@ -230,6 +230,18 @@ class SqlStore:
         rows = self._run(self._sql.caught_up_watchers, (target_key, target_agent_id)).fetchall()
         return [(r[0], (r[1], r[2], r[3])) for r in rows]
 
+    def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[tuple[str, PositionsTuple]]]:
+        """``caught_up_watchers`` of several targets (a group commit's notifying events),
+        each target's rows in the order its own read returns them; a target without any is
+        left out. Here one read per target: an embedded database has no round trip to save."""
+        read = self._sql.caught_up_watchers
+        found = {}
+        for target in targets:
+            rows = self._run(read, target).fetchall()
+            if rows:
+                found[target] = [(r[0], (r[1], r[2], r[3])) for r in rows]
+        return found
+
     def cursors_behind(self) -> list[CursorRecord]:
         """Cursors with a notice owed whose watcher exists. Inside a transaction (the sweep)
         on a server backend, those whose target was not locked first are left out instead of
@@ -284,6 +296,18 @@ class SqlStore:
             self._put_cursor_rows(upserts)
         if len(upserts) < len(changes):
             self._run_many(self._sql.delete_cursor, [(w, target_key, target_agent_id) for w, p in changes if p is None])
+
+    def put_pair_cursors(
+        self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float
+    ) -> None:
+        """``put_cursors`` for pairs of several targets: ``(watcher, target, positions)``, a
+        pair named twice ends at its last positions. Here the rows one after the other (no
+        round trip to save)."""
+        upserts, deletes = last_changes(changes, now)
+        if upserts:
+            self._run_many(self._sql.put_cursor, upserts)
+        if deletes:
+            self._run_many(self._sql.delete_cursor, deletes)
 
     def _put_cursor_rows(self, upserts: list[tuple[Any, ...]]) -> None:
         """Several cursor upserts (a backend may send them as one statement)."""
@@ -389,6 +413,17 @@ class SqlStore:
             "session_watch_cursors": "watcher_session_key, target_session_key, target_agent_id",
         }
         return {name: list(self._run(f"SELECT * FROM {name} ORDER BY {order}").fetchall()) for name, order in tables.items()}
+
+
+def last_changes(
+    changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float
+) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, str]]]:
+    """``put_pair_cursors``' changes as the upsert rows and the deletes they come to, each
+    pair once at its last positions (one statement may not write a row twice)."""
+    last = {(w, t): p for w, t, p in changes}
+    upserts = [(w, t[0], t[1], p[0], p[1], p[2], now) for (w, t), p in last.items() if p is not None]
+    deletes = [(w, t[0], t[1]) for (w, t), p in last.items() if p is None]
+    return upserts, deletes
 
 
 class Transaction:

@@ -136,7 +136,10 @@ class SqliteStore(SqlStore):
     methods run only inside ``transaction()``, which translates for them.
     """
 
-    HOT_PATH = ("append_event", "caught_up_watchers", "put_cursors", "transaction", "after_commit")
+    HOT_PATH = (
+        "append_event", "caught_up_watchers", "caught_up_watchers_of", "put_cursors", "put_pair_cursors",
+        "transaction", "after_commit",
+    )
     DRIVER_ERRORS = DRIVER_ERRORS
     PRUNE_CHUNK_ROWS = PRUNE_CHUNK_ROWS
 

@@ -39,11 +39,17 @@ EVERY = "1 = 1"
 CURSOR_ORDER = " ORDER BY c.watcher_session_key, c.target_session_key, c.target_agent_id"
 TARGET_ORDER = " ORDER BY c.target_session_key, c.target_agent_id"
 
+# THE caught-up predicate of the SQL (the partial index's, the event path's reads): the
+# statemachine derives CAUGHT_UP from the same equality (positions.derive_state); the store
+# conformance tests hold the two equal over any positions a cursor may hold.
+CAUGHT_UP_CURSOR = "notified_sequence = last_seen_sequence"
+
 CURSOR_ROW = "(?, ?, ?, ?, ?, ?, ?)"
+# The cursor upsert; ``{rows}`` is its source of rows (VALUES, or a backend's arrays).
 PUT_CURSOR = (
     "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key,"
     " target_agent_id, last_seen_sequence, notified_sequence, material_sequence, updated_at)"
-    " VALUES {rows}"
+    " {rows}"
     " ON CONFLICT (watcher_session_key, target_session_key, target_agent_id)"
     " DO UPDATE SET last_seen_sequence = excluded.last_seen_sequence,"
     " notified_sequence = excluded.notified_sequence,"
@@ -141,14 +147,13 @@ class CoreStatements:
         self.caught_up_watchers = sql(
             "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence"
             f" FROM session_watch_cursors{d.indexed_by('ix_cursors_target_caught_up')}"
-            " WHERE target_session_key = ? AND target_agent_id = ?"
-            " AND notified_sequence = last_seen_sequence"
+            f" WHERE target_session_key = ? AND target_agent_id = ? AND {CAUGHT_UP_CURSOR}"
         )
         self.has_watchers = sql(
             f"SELECT 1 FROM session_watch_cursors{d.indexed_by('ix_cursors_target')}"
             " WHERE target_session_key = ? AND target_agent_id = ? LIMIT 1"
         )
-        self.put_cursor = sql(PUT_CURSOR.format(rows=CURSOR_ROW))
+        self.put_cursor = sql(PUT_CURSOR.format(rows="VALUES " + CURSOR_ROW))
         self.delete_cursor = sql(f"DELETE FROM session_watch_cursors WHERE {CURSOR_KEY}")
         # Cursor provenance (spec R25, R26): written by seeds, read where a wake is decided.
         self.set_provenance = sql(f"UPDATE session_watch_cursors SET provenance = ? WHERE {CURSOR_KEY}")
@@ -199,7 +204,7 @@ class CoreStatements:
 
     def put_cursors(self, rows: int) -> str:
         """The cursor upsert for ``rows`` rows in one statement (their watchers distinct)."""
-        return self.dialect.sql(PUT_CURSOR.format(rows=", ".join([CURSOR_ROW] * rows)))
+        return self.dialect.sql(PUT_CURSOR.format(rows="VALUES " + ", ".join([CURSOR_ROW] * rows)))
 
 
 def cursor_record(row: Sequence[Any]) -> CursorRecord:

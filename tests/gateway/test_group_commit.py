@@ -196,6 +196,30 @@ def test_a_storage_failure_fails_exactly_the_callers_of_that_batch(gw, monkeypat
     assert gw.state_version(CHILD) == max(later.results.values())
 
 
+@pytest.mark.parametrize("failing", ["caught_up_watchers_of", "put_pair_cursors"])
+def test_a_storage_failure_in_the_batchs_decisions_fails_its_callers_and_changes_nothing(
+    gw, wakes, monkeypatch, failing
+):
+    """R15 and R9 for the batch's one cursor read and one cursor write: every caller of the
+    batch gets None, nothing is written, queued or woken."""
+
+    def full(*args: Any) -> Any:
+        raise StorageFull("disk full (injected)")
+
+    monkeypatch.setattr(gw.store, failing, full)
+    before, woken = gw.store.dump(), len(wakes)
+    calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)}
+    calls["burst"] = lambda: gw.record_events([dict(session_key=CHILD, kind="human_direct_message", **EVENT)] * 2)
+    with one_batch(gw, calls) as failed:
+        pass
+    assert failed.results == {"t0": None, "t1": None, "t2": None, "burst": [None, None]}
+    assert gw.store.dump() == before
+    assert gw.pending_system_events(PEER) == [] and len(wakes) == woken
+    monkeypatch.undo()
+    assert gw.record_events([dict(session_key=CHILD, kind="goal_changed", **EVENT)] * 2)[0] is not None
+    assert len(gw.pending_system_events(PEER)) == 1
+
+
 def test_dedupe_and_self_suppression_inside_one_batch(gw, wakes):
     """Two callers with one dedupe key get one event; the watcher's own event gives it no
     notice (R2), another's does; wakes come after the commit (R9)."""

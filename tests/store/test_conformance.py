@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import itertools
+
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sessionstate import Gateway
 from sessionstate.errors import StorageError, UnknownSession, UnsupportedBackend
-from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.statemachine import NOTIFYING_KINDS, derive_state
+from sessionstate.statemachine.table import CAUGHT_UP
 from sessionstate.store import (
     MetaRecord,
     RunRecord,
@@ -29,6 +33,11 @@ from tests.backends import Backend
 A, B, W = "agent:a:one", "agent:a:two", "agent:a:watcher"
 NOTIFYING = "human_direct_message"
 LOG_ONLY = "compacted"
+_TARGETS = itertools.count()  # a fresh target per Hypothesis example (the store is shared)
+# Any positions a cursor row may hold (INV1: L <= N <= M, and L = N only with N = M).
+VALID_POSITIONS = st.tuples(st.integers(0, 50), st.integers(0, 5), st.integers(0, 5)).map(
+    lambda d: (d[0], d[0] + d[1], d[0] + d[1] + (d[2] if d[1] else 0))
+)
 
 
 @pytest.fixture
@@ -205,6 +214,53 @@ def test_caught_up_watchers_leaves_out_pending_cursors(store):
     with store.transaction():
         store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
     assert sorted(store.caught_up_watchers("t", "a")) == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
+
+
+def test_caught_up_watchers_of_several_targets_is_each_targets_own_read(store):
+    """A group commit's one read: per target exactly ``caught_up_watchers``' rows in its
+    order; a target without caught-up cursors is left out, pending cursors are not read."""
+    rows = {"t1": [("w3", 1, 1, 1), ("w1", 2, 2, 2), ("w2", 1, 4, 4)], "t2": [("w1", 0, 0, 0)],
+            "t3": [("w4", 0, 2, 2)]}
+    with store.transaction():
+        for target, cursors in rows.items():
+            store.put_cursors(target, "a", [(w, (l, n, m)) for w, l, n, m in cursors], 1.0)
+    targets = [("t1", "a"), ("t2", "a"), ("t3", "a"), ("t9", "a")]
+    with store.transaction():
+        found = store.caught_up_watchers_of(targets)
+        each = {t: store.caught_up_watchers(*t) for t in targets}
+    assert found == {t: r for t, r in each.items() if r}
+    assert sorted(found) == [("t1", "a"), ("t2", "a")]
+    assert sorted(found[("t1", "a")]) == [("w1", (2, 2, 2)), ("w3", (1, 1, 1))]
+
+
+@given(rows=st.lists(VALID_POSITIONS, min_size=1, max_size=8))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_stores_caught_up_cursors_are_the_statemachines_caught_up_state(store, rows):
+    """One definition of caught up: the rows the event path's reads return (SQL) are exactly
+    the cursors whose positions ``derive_state`` calls CAUGHT_UP (a batch decides in memory
+    with the latter, one event alone reads with the former)."""
+    target = f"t{next(_TARGETS)}"
+    cursors = [(f"w{i}", positions) for i, positions in enumerate(rows)]
+    with store.transaction():
+        store.put_cursors(target, "a", cursors, 1.0)
+        one = store.caught_up_watchers(target, "a")
+        several = store.caught_up_watchers_of([(target, "a")]).get((target, "a"), [])
+    expected = sorted((w, p) for w, p in cursors if derive_state(p) == CAUGHT_UP)
+    assert sorted(one) == sorted(several) == expected
+
+
+def test_put_pair_cursors_writes_several_targets_each_pair_at_its_last_positions(store):
+    with store.transaction():
+        store.put_cursors("t1", "a", [("w1", (0, 0, 0)), ("w2", (0, 0, 0))], 1.0)
+    changes = [("w1", ("t1", "a"), (1, 1, 1)), ("w1", ("t2", "a"), (0, 2, 2)), ("w2", ("t1", "a"), None),
+               ("w1", ("t1", "a"), (3, 3, 3)), ("w3", ("t2", "a"), (0, 0, 0))]
+    with store.transaction():
+        store.put_pair_cursors(changes, 2.0)
+    got = {(c.watcher, c.target_key): (c.positions, c.updated_at) for c in store.all_cursors()}
+    assert got == {("w1", "t1"): ((3, 3, 3), 2.0), ("w1", "t2"): ((0, 2, 2), 2.0), ("w3", "t2"): ((0, 0, 0), 2.0)}
+    with store.transaction():
+        store.put_pair_cursors([("w3", ("t2", "a"), (1, 1, 1))], 3.0)  # one pair alone
+    assert store.cursor("w3", "t2", "a").positions == (1, 1, 1)
 
 
 @pytest.mark.parametrize("count", [2, 3, 16, 17, 40])  # one statement up to 16 rows on PostgreSQL, then executemany

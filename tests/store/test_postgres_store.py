@@ -10,7 +10,7 @@ import threading
 import pytest
 from sqlalchemy.engine import make_url
 
-from sessionstate import Gateway
+from sessionstate import Gateway, notice_text
 from sessionstate.errors import StorageConflict, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord
@@ -196,8 +196,6 @@ def test_a_read_only_connection_opens_with_owed_notices_in_memory(pg_url):
     """Issue 20's read-only open on a server: transactions that default to read-only (a
     standby, or a role set so) answer status and changesSince; the startup sweep writes
     nothing (it failed the open before)."""
-    from sessionstate import notice_text
-
     w, t = "agent:w:main", "agent:t:main"
     with Gateway.open(pg_url) as gw:
         gw.create_session(w)
@@ -243,7 +241,8 @@ def _record_events_statements(url: str, count: int) -> list[str]:
         ]
         with gw.store.trace_statements() as sent:
             sequences = gw.record_events(events)
-        assert sequences == list(range(len(KEYS) + 1, len(KEYS) + count + 1))  # after the created events (R27)
+        # The two sessions' own `created` (R27) are 1 and 2.
+        assert sequences == list(range(3, count + 3))
         return sent
     finally:
         gw.close()
@@ -259,3 +258,44 @@ def test_a_batch_of_events_is_one_append_statement(pg_url, count):
     assert len(appends) == 1, sent
     assert sent[0] == "BEGIN" and sent[-1].endswith("COMMIT")
     assert len(sent) == 4, sent
+
+
+def _notifying_batch_statements(url: str, count: int) -> list[str]:
+    """What one ``record_events`` call of ``count`` notifying events on two watched targets
+    sends the server: every other event is by a watcher (its own cursor gets self_event and
+    stays caught up, so each event still finds a caught-up cursor), the rest by nobody."""
+    watchers, targets = ("agent:a:w1", "agent:a:w2"), ("agent:a:t1", "agent:a:t2")
+    gw = Gateway.open(url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
+    try:
+        for key in watchers + targets:
+            gw.create_session(key)
+        for watcher in watchers:
+            for target in targets:
+                gw.watch(watcher, target)
+        events = [
+            {"session_key": targets[i % 2], "kind": "goal_changed", "summary": f"e{i}",
+             "actor_type": "agent" if i % 2 else "human", "actor_id": watchers[0] if i % 2 else None}
+            for i in range(count)
+        ]
+        with gw.store.trace_statements() as sent:
+            assert None not in gw.record_events(events)
+        # W1 acted on t2 only: still caught up there; every other pair owes a notice.
+        assert sorted(gw.pending_system_events(watchers[0])) == [notice_text(targets[0], 3)]
+        assert len(gw.pending_system_events(watchers[1])) == 2
+        return sent
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("count", [4, 24])
+def test_a_batchs_notice_decisions_are_one_read_and_one_write(pg_url, count):
+    """Issue 25: the caught-up cursors of every target of the batch in one read, every
+    cursor change in one write, so a batch's statements do not grow with its notifying
+    events (BEGIN, the head locks, the append, the read, the write, NOTIFY + COMMIT)."""
+    sent = _notifying_batch_statements(pg_url, count)
+    reads = [s for s in sent if "FROM session_watch_cursors" in s]
+    writes = [s for s in sent if "INSERT INTO session_watch_cursors" in s]
+    assert len(reads) == 1 and len(writes) == 1, sent
+    # The last is one message, NOTIFY ...; COMMIT (the trace shows its text up to a quote).
+    assert sent[0] == "BEGIN" and sent[-1].startswith("NOTIFY")
+    assert len(sent) == 6, sent
