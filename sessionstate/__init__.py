@@ -21,13 +21,13 @@ from .errors import (
     UnknownTool,
     UnsupportedBackend,
 )
-from .fencing import fence_untrusted, fenced_text, quote_untrusted
-from .gateway import Diagnostics, Gateway, GatewayObserver
-from .keys import SessionRef
-from .formats import notice_text
-from .provenance import PROVENANCES, CursorPositions
+from .shared.fencing import fence_untrusted, fenced_text, quote_untrusted
+from .facade.gateway import Diagnostics, Gateway, GatewayObserver
+from .shared.keys import SessionRef
+from .shared.formats import notice_text
+from .shared.provenance import PROVENANCES, CursorPositions
 from .statemachine import Positions
-from .aio import AsyncGateway
+from .facade.aio import AsyncGateway
 
 
 __all__ = [

@@ -84,8 +84,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_walker_sees_a_cycle_when_there_is_one():
     graph = import_graph()
-    assert "sessionstate.tools.dispatch" in graph["sessionstate.gateway"]  # the facade dispatches to the tools
-    graph["sessionstate.tools.context"] = graph["sessionstate.tools.context"] | {"sessionstate.gateway"}
+    assert "sessionstate.tools.dispatch" in graph["sessionstate.facade.gateway"]  # the facade dispatches to the tools
+    graph["sessionstate.tools.context"] = graph["sessionstate.tools.context"] | {"sessionstate.facade.gateway"}
     assert find_cycle(graph) is not None
 
 
@@ -102,38 +102,55 @@ def tool_layer_violations(graph: dict[str, set[str]]) -> list[str]:
         [f"{m} imports {i}" for m in graph if LAYERS.index(layer_of(m)) < LAYERS.index("tools")
          for i in graph[m] & tools]
         + [f"{m} imports {i}" for m in tools for i in graph[m]
-           if layer_of(i) in ("services", "facade", "clients")]
+           if layer_of(i) == "services" or LAYERS.index(layer_of(i)) > LAYERS.index("tools")]
     )
 
 
 def test_the_tools_see_only_their_host():
     graph = import_graph()
     assert tool_layer_violations(graph) == []
-    graph["sessionstate.tools.context"] = graph["sessionstate.tools.context"] | {"sessionstate.gateway"}
+    graph["sessionstate.tools.context"] = graph["sessionstate.tools.context"] | {"sessionstate.facade.gateway"}
     graph["sessionstate.services.registry"] = graph["sessionstate.services.registry"] | {"sessionstate.tools.policy"}
     assert tool_layer_violations(graph) == [
         "sessionstate.services.registry imports sessionstate.tools.policy",
-        "sessionstate.tools.context imports sessionstate.gateway",
+        "sessionstate.tools.context imports sessionstate.facade.gateway",
     ]
 
 
-# The layers, lowest first: a module may import its own layer and the ones below it.
-SHARED = {"keys", "validation", "config", "fencing", "policy", "timefmt", "provenance", "formats"}
-FACADE = {"gateway", "aio"}
+# The layers, lowest first: a module may import its own layer and the ones below it. Each
+# layer is a folder of the package; the package's root holds only the public doors (the API
+# re-exports, ``aio``, deprecated paths, ``__main__``) and ``errors``, which every layer raises.
 # The tools sit below the facade: the gateway hands them a host (tools/host.py) and they import
 # neither it nor a service.
-LAYERS = ("errors", "statemachine", "store", "shared", "runner", "services", "tools", "facade", "clients")
+LAYERS = ("errors", "statemachine", "store", "shared", "runner", "services", "tools", "facade",
+          "upstream", "verify", "clients", "api")
+ABOVE_THE_FACADE = LAYERS[LAYERS.index("facade") + 1:]
+
+
 def layer_of(module: str) -> str:
     parts = module.split(".")
-    if len(parts) == 1:
-        return "clients"  # the package's __init__ re-exports the public API
-    if parts[1] in ("errors", "statemachine", "store", "runner", "services", "tools"):
-        return parts[1]
-    if len(parts) == 2 and parts[1] in SHARED:
-        return "shared"
-    if len(parts) == 2 and parts[1] in FACADE:
-        return "facade"
-    return "clients"  # mcp, upstream, verify, demo, cli, operator views, metrics
+    if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()):
+        return parts[1]  # the folder is the layer
+    return "errors" if parts[1:] == ["errors"] else "api"
+
+
+def unlayered_folders(package: Path) -> list[str]:
+    """Subpackages of ``package`` that name no layer (a new folder must take its place in LAYERS)."""
+    return sorted(path.name for path in package.iterdir()
+                  if (path / "__init__.py").is_file() and path.name not in LAYERS)
+
+
+def test_every_folder_is_a_layer():
+    assert unlayered_folders(PACKAGE) == []
+    assert {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()} == (
+        set(LAYERS) - {"errors", "api"})
+
+
+def test_the_folder_check_can_fail(tmp_path: Path):
+    for folder in ("store", "widgets"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    assert unlayered_folders(tmp_path) == ["widgets"]
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -147,7 +164,7 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 def door_violations(graph: dict[str, set[str]]) -> list[str]:
     return sorted(
         f"{module} imports {imported}"
-        for module, imports in graph.items() if layer_of(module) in ("tools", "clients")
+        for module, imports in graph.items() if layer_of(module) in ("tools", *ABOVE_THE_FACADE)
         for imported in imports if layer_of(imported) == "services"
     )
 
@@ -155,9 +172,9 @@ def door_violations(graph: dict[str, set[str]]) -> list[str]:
 def test_every_module_has_its_layer():
     graph = import_graph()
     assert {layer_of(m) for m in graph} == set(LAYERS)
-    assert layer_of("sessionstate.services.notice_protocol") == "services"
+    assert layer_of("sessionstate.services.notice.protocol") == "services"
     assert layer_of("sessionstate.tools.dispatch") == "tools"
-    assert layer_of("sessionstate.mcp.server") == "clients"
+    assert layer_of("sessionstate.clients.mcp.server") == "clients"
 
 
 def test_the_layer_check_can_fail():
@@ -309,10 +326,10 @@ def test_the_private_import_check_can_fail(tmp_path):
         probe.unlink()
     (tmp_path / "helpers.py").write_text("")
     test = tmp_path / "test_probe.py"
-    test.write_text("from tests.backends import _admin\nfrom sessionstate.keys import _split\n"
+    test.write_text("from tests.backends import _admin\nfrom sessionstate.shared.keys import _split\n"
                     "from helpers import _made\nfrom os import _exit\n")
     assert [hit.rpartition(": ")[2] for hit in private_imports(test)] == [
-        "tests.backends _admin", "sessionstate.keys _split", "helpers _made"]
+        "tests.backends _admin", "sessionstate.shared.keys _split", "helpers _made"]
 
 
 def test_no_module_imports_another_ones_private_names():

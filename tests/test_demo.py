@@ -24,7 +24,7 @@ def demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     scratch.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in {"SESSIONSTATE_DB", "XDG_STATE_HOME", "SESSIONSTATE_TRACE"}}
     env.update(HOME=str(home), TMPDIR=str(scratch))
-    return subprocess.run([sys.executable, "-m", "sessionstate.cli", "demo", *args],
+    return subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", "demo", *args],
                           capture_output=True, text=True, timeout=120, env=env)
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sessionstate.cli import build_parser
+from sessionstate.clients.cli import build_parser
 from sessionstate.statemachine.diagram import diagram_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_the_diagram_in_docs_is_generated_from_the_machine():
 
 def test_demo_runs_end_to_end(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "sessionstate.cli", "demo", "--db", str(tmp_path / "demo.db")],
+        [sys.executable, "-m", "sessionstate.clients.cli", "demo", "--db", str(tmp_path / "demo.db")],
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout
     notice = 'Session "agent:main:subagent:worker" changed (other actor).'
@@ -64,7 +64,7 @@ def test_status_command(tmp_path):
     with Gateway.open(str(db)) as gw:
         gw.create_session("agent:main:main")
         gw.record_event("agent:main:main", "goal_changed", actor_type="human", summary="goal updated")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "sessionstate.cli", "status", *a, "--db", str(db)],
+    run = lambda *a: subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", "status", *a, "--db", str(db)],
                                     capture_output=True, text=True, timeout=60)
     human = run("agent:main:main", "--changes-since", "0")
     # 1 is the session's own `created` (R27), 2 the goal change.

@@ -1,4 +1,4 @@
-"""sessionstate.metrics through the OpenTelemetry SDK's in-memory reader: the counters, the
+"""sessionstate.clients.metrics through the OpenTelemetry SDK's in-memory reader: the counters, the
 append histogram, the per-watcher lag and lead gauges and the owed wakes (owed, fired, fired
 late, their lateness) under a fake clock, on each backend."""
 
@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from sessionstate import Gateway, StorageError
-from sessionstate.metrics import LATENESS_BUCKETS, instrument, metrics_of
+from sessionstate.clients.metrics import LATENESS_BUCKETS, instrument, metrics_of
 
 MANAGER, WORKER, PEER = "agent:main:main", "agent:main:subagent:worker", "agent:main:peer"
 

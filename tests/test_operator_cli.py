@@ -15,16 +15,16 @@ import time
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.cli import main
-from sessionstate.timefmt import DAY_SECONDS
-from sessionstate.operator import observe
+from sessionstate.clients.cli import main
+from sessionstate.shared.timefmt import DAY_SECONDS
+from sessionstate.clients.operator import observe
 
 MANAGER, WORKER = "agent:main:main", "agent:main:subagent:worker"
 WAIT_SECONDS = 60  # a bound for a hung command, never a timing assertion
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sessionstate.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", *args], capture_output=True, text=True,
                           timeout=WAIT_SECONDS, stdin=subprocess.DEVNULL)
 
 
@@ -157,7 +157,7 @@ def _reader(stream, lines: queue.Queue) -> None:
 
 
 def test_tail_follows_notices_and_wakes_from_another_process(world):
-    process = subprocess.Popen([sys.executable, "-m", "sessionstate.cli", "tail", "--json", "--db", world],
+    process = subprocess.Popen([sys.executable, "-m", "sessionstate.clients.cli", "tail", "--json", "--db", world],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(process.stdout, out), daemon=True).start()

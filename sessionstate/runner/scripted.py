@@ -14,7 +14,7 @@ import fnmatch
 import threading
 from dataclasses import dataclass, field
 
-from ..fencing import fenced_text
+from ..shared.fencing import fenced_text
 from .base import REPLY_SKIP, RunCancelled, RunContext, TurnRequest, TurnResult
 
 

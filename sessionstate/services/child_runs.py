@@ -15,17 +15,17 @@ import logging
 from typing import Any, Callable
 
 from ..errors import InvalidArgument, SessionStateError, UnknownSession
-from ..fencing import fence_untrusted, quote_untrusted
-from ..keys import SessionRef, check_key
+from ..shared.fencing import fence_untrusted, quote_untrusted
+from ..shared.keys import SessionRef, check_key
 from .locking import locked
 from ..runner.base import AgentRunner, RunCancelled, RunContext, TurnRequest
-from .notice_protocol import NoticeProtocol
+from .notice.protocol import NoticeProtocol
 from .registry import Registry
 from ..runner.executor import RunExecutor
 from ..runner.scripted import ScriptedRunner
 from ..store import COMPLETED, FAILED, RunRecord, Store
 from .transcripts import Transcripts
-from ..validation import (
+from ..shared.validation import (
     MAX_COUNT,
     MAX_ID_LENGTH,
     check_actor_type,

@@ -18,10 +18,10 @@ import uuid
 from typing import Callable, Iterable, Protocol, Sequence
 
 from ..errors import InvalidArgument, StorageError
-from ..keys import SessionRef, check_key
-from ..formats import notice_text
-from .notices import SystemEventQueue
-from .rewake import Rewaker
+from ..shared.keys import SessionRef, check_key
+from ..shared.formats import notice_text
+from .notice.queue import SystemEventQueue
+from .notice.rewake import Rewaker
 from ..store import ChangeFeed, Store
 from ..store.records import ChangeSet, PendingCursor
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .notice_protocol import NoticeProtocol
+from .notice.protocol import NoticeProtocol
 
 _CLASS_METHOD = object()  # the instance held nothing: the class's method showed through
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import InvalidArgument
-from ..keys import check_key
-from .notice_protocol import NoticeProtocol
-from ..validation import check_count, check_line, check_optional_id
+from ..shared.keys import check_key
+from .notice.protocol import NoticeProtocol
+from ..shared.validation import check_count, check_line, check_optional_id
 
 GOAL_CHANGES = ("created", "updated", "cleared")
 

@@ -12,11 +12,11 @@ import uuid
 from typing import Any, Callable
 
 from ..errors import InvalidArgument, UnknownSession
-from ..keys import SessionRef, check_key, resolve_agent_id
+from ..shared.keys import SessionRef, check_key, resolve_agent_id
 from .locking import locked
-from .notice_protocol import NoticeProtocol
+from .notice.protocol import NoticeProtocol
 from ..store import MetaRecord, SessionRecord, Store
-from ..validation import check_line
+from ..shared.validation import check_line
 
 MAX_MODEL_LENGTH = 200
 MAX_ROUTE_LENGTH = 256

@@ -26,11 +26,11 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy.engine import make_url
 
-from ..formats import TRACE_VERSION
+from ..shared.formats import TRACE_VERSION
 from ..statemachine.machine import TRANSITION_TABLE
 from ..statemachine.positions import derive_state
 from ..store.contract import TransactionObserver
-from .notices import QueuedEvent
+from .notice.queue import QueuedEvent
 
 ENV_TRACE = "SESSIONSTATE_TRACE"
 

@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 from ..errors import InvalidArgument
 from .locking import locked
-from ..keys import SessionRef, check_key
-from .notice_protocol import NoticeProtocol
+from ..shared.keys import SessionRef, check_key
+from .notice.protocol import NoticeProtocol
 from .registry import Registry
 from ..store import MessageRecord, Store
-from ..validation import MAX_COUNT, check_actor_type, check_count, check_json, check_text
+from ..shared.validation import MAX_COUNT, check_actor_type, check_count, check_json, check_text
 
 ROLES = ("user", "assistant", "tool", "system")
 MAX_MESSAGE_CHARS = 1_000_000

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument, UnknownSession
-from ..keys import SessionRef, agent_of, is_agent_qualified
-from ..policy import ToolPolicy, can_see
+from ..shared.keys import SessionRef, agent_of, is_agent_qualified
+from ..shared.policy import ToolPolicy, can_see
 from ..store import MetaRecord
 from .errors import Forbidden
 from .host import ToolHost

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..keys import SessionRef
-from ..policy import ToolPolicy
-from ..provenance import CursorPositions
+from ..shared.keys import SessionRef
+from ..shared.policy import ToolPolicy
+from ..shared.provenance import CursorPositions
 from ..runner.base import AgentRunner
 from ..runner.executor import RunExecutor
 from ..store import MessageRecord, MetaRecord, RunRecord, SessionRecord

@@ -1,9 +1,9 @@
-"""The tool policy as the tool layer names it: the definitions live in ``sessionstate.policy``
+"""The tool policy as the tool layer names it: the definitions live in ``sessionstate.shared.policy``
 (the runtime holds a gateway's policy; the tools apply it)."""
 
 from __future__ import annotations
 
-from ..policy import (
+from ..shared.policy import (
     ALL_TOOLS,
     LEAF_TOOLS,
     MAX_TREE_DEPTH,

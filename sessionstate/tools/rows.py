@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fencing import fenced_text
+from ..shared.fencing import fenced_text
 from ..store import MessageRecord, RunRecord
-from ..timefmt import iso_millis
+from ..shared.timefmt import iso_millis
 from .sanitize import normalize_assistant_text, redact_secrets
 
 TITLE_CHARS = 80

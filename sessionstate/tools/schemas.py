@@ -40,7 +40,7 @@ from jsonschema.exceptions import ValidationError
 
 from ..errors import InvalidArgument, UnknownTool
 from .errors import ToolArgumentError
-from ..validation import check_json
+from ..shared.validation import check_json
 
 __all__ = [
     "KEY_MAX_CHARS",

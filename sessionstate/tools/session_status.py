@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fencing import quote_untrusted
-from ..timefmt import iso_millis
+from ..shared.fencing import quote_untrusted
+from ..shared.timefmt import iso_millis
 from .context import ToolContext
 from .rows import run_json
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..timefmt import iso_millis
+from ..shared.timefmt import iso_millis
 from .context import ToolContext
 from .rows import derived_title, history_row, preview
 from .sanitize import build_history_view

@@ -25,8 +25,8 @@ import threading
 from typing import Any
 
 from ..errors import InvalidArgument, SessionStateError
-from ..fencing import fence_untrusted
-from ..keys import is_agent_qualified
+from ..shared.fencing import fence_untrusted
+from ..shared.keys import is_agent_qualified
 from ..runner.base import REPLY_SKIP, RunContext, TurnRequest, TurnResult
 from .context import ToolContext
 from .host import ToolHost

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..fencing import fence_untrusted
+from ..shared.fencing import fence_untrusted
 from ..store import RUNNING, MetaRecord, RunRecord
 from .context import ToolContext
 from .errors import ToolNotAllowed

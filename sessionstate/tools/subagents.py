@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidArgument, UnknownSession
-from ..keys import check_key
+from ..shared.keys import check_key
 from ..store import RunRecord
 from .context import ToolContext
 from .errors import Forbidden, RunNotActive

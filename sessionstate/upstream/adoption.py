@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument, SessionExists, UnknownSession
-from ..keys import DEFAULT_AGENT_ID, check_key, resolve_agent_id
+from ..shared.keys import DEFAULT_AGENT_ID, check_key, resolve_agent_id
 from .catalog import CatalogEntry
 from .linking import PRIME_MAX_ROUNDS, link_store, prime
 from .providers.base import CheckStatus, UpstreamProvider
 
 if TYPE_CHECKING:
-    from ..gateway import Gateway
+    from ..facade.gateway import Gateway
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from ..store import UpstreamLinkTable
 from .providers.base import CheckStatus, UpstreamProvider
 
 if TYPE_CHECKING:
-    from ..gateway import Gateway
+    from ..facade.gateway import Gateway
 
 PRIME_MAX_ROUNDS = 64
 

@@ -34,7 +34,7 @@ from .linking import PRIME_MAX_ROUNDS, link_store, prime
 from .providers.base import CheckStatus, UpstreamActivity, UpstreamProvider
 
 if TYPE_CHECKING:
-    from ..gateway import Gateway
+    from ..facade.gateway import Gateway
 
 log = logging.getLogger("sessionstate.upstream")
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 from .scratch import scratch_database
 from .workload import SESSIONS, ensure_sessions
 

@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 from .workload import ensure_sessions, one_step, owned_pairs
 
 

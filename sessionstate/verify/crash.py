@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..gateway import Gateway
-from ..formats import notice_text
+from ..facade.gateway import Gateway
+from ..shared.formats import notice_text
 from .scratch import scratch_database
 from .workload import SESSIONS
 

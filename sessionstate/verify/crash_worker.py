@@ -11,7 +11,7 @@ import os
 import random
 import sys
 
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 from .workload import PAIRS, ensure_sessions, one_step
 
 MAX_ROWS = 300  # small, so prune really deletes; the parent accounts for it by the watermark

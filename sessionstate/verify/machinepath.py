@@ -28,7 +28,7 @@ from ..statemachine.table import (
     SELF_EVENT,
     UNWATCH,
 )
-from ..provenance import PROVENANCE_EXPLICIT, is_queue_only, registered_provenance
+from ..shared.provenance import PROVENANCE_EXPLICIT, is_queue_only, registered_provenance
 from .refmodel import Event, Notice, Pair
 
 Stored = tuple[int, int, int]  # (last_seen, notified, stored material)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SessionExists
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 from ..statemachine import NOTIFYING_KINDS
 
 SHARED = ("agent:t:shared0", "agent:t:shared1")

@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any
 
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 from .ordering import SHARED, all_targets, own_target, watched_by, watcher
 
 NOTIFYING = ("human_direct_message", "goal_changed")

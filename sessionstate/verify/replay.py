@@ -22,8 +22,8 @@ from pathlib import Path
 from collections.abc import Set
 from typing import cast
 
-from ..gateway import Gateway
-from ..formats import notice_text
+from ..facade.gateway import Gateway
+from ..shared.formats import notice_text
 from .machinepath import SharedMachWorld
 from .modelcheck import apply
 from .refmodel import Notice, RefWorld

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 from .pgserver import ThrowawayServer
 
 WATCHER = "agent:watcher:main"

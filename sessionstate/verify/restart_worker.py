@@ -20,7 +20,7 @@ import time
 import traceback
 
 from ..errors import StorageError
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 
 DRAIN_PAUSE_SECONDS = 0.02
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..config import normalize_url
+from ..shared.config import normalize_url
 from ..store.factory import is_postgres_url
 from ..store.sqlite import sqlite_path
 

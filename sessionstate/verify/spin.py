@@ -247,7 +247,7 @@ def replay_trail(
     step), which moves it past the wake window and fires every gateway's due owed wakes, so a
     window is open in the real store exactly while it is in the model. Only A's wakes are
     compared: B is a sub-agent in the model but ``agent:b:main`` in the replay's keys."""
-    from ..gateway import Gateway
+    from ..facade.gateway import Gateway
     from . import replay
     from .trace_check import TraceChecker, Violation
     from .trace_read import read_trace

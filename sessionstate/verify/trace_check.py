@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ProtocolError
-from ..formats import notice_text
-from ..provenance import PROVENANCE_AMBIENT, PROVENANCES
+from ..shared.formats import notice_text
+from ..shared.provenance import PROVENANCE_AMBIENT, PROVENANCES
 from ..statemachine import NOTIFYING_KINDS, Positions, derive_state, fire
 from ..statemachine.machine import DERIVED_EFFECTS, TRANSITION_TABLE
 from ..statemachine.table import (

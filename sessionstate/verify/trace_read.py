@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..formats import TRACE_VERSION
+from ..shared.formats import TRACE_VERSION
 
 Proc = tuple[int, str]  # (process id, gateway instance)
 _PREFIX = re.compile(r'^\{"v":\d+,"pid":(\d+),"gw":"(\w+)","n":\d+,"tx":(\d+),')

@@ -6,7 +6,7 @@ import random
 from typing import Callable
 
 from ..errors import SessionExists
-from ..gateway import Gateway
+from ..facade.gateway import Gateway
 
 SESSIONS = tuple(f"agent:w{i}:main" for i in range(4))
 PAIRS = ((SESSIONS[0], SESSIONS[1]), (SESSIONS[0], SESSIONS[2]), (SESSIONS[1], SESSIONS[2]), (SESSIONS[3], SESSIONS[1]))

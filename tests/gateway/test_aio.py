@@ -1,4 +1,4 @@
-"""``sessionstate.aio.AsyncGateway``: the same API as coroutines, the loop never blocked."""
+"""``sessionstate.facade.aio.AsyncGateway``: the same API as coroutines, the loop never blocked."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, StorageUnavailable, UnknownSession, notice_text
-from sessionstate.aio import AsyncGateway, public_methods
+from sessionstate.facade.aio import AsyncGateway, public_methods
 
 MANAGER = "agent:main:main"
 CHILD = "agent:main:subagent:child"

@@ -2,7 +2,7 @@
 decided in memory) give what deciding each event on its own gives.
 
 Two gateways, each on a database of its own, live through the same history; then one records
-a batch with ``record_events`` (the batch path: ``services/batch_decisions.py``) and the other
+a batch with ``record_events`` (the batch path: ``services/notice/batch_decisions.py``) and the other
 records the same events one ``record_event`` after the other inside one transaction of its own
 (each event reads and writes its cursors itself; notices and wakes still wait for the one
 commit). Sequences, every stored row, queued lines in order, wakes and later drains must

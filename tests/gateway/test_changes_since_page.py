@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.timefmt import iso_millis
+from sessionstate.shared.timefmt import iso_millis
 from tests.backends import sqlite_database
 
 KEY = "agent:main:subagent:page"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, fenced_text
-from sessionstate.services.announce_created import LINE_MAX_CHARS, created_line
+from sessionstate.services.notice.announce import LINE_MAX_CHARS, created_line
 from sessionstate.statemachine import NOTIFYING_KINDS
 
 MAIN = "agent:main:main"

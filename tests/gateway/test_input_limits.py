@@ -17,7 +17,7 @@ import pytest
 
 from sessionstate import Gateway, InvalidArgument
 from sessionstate.tools.schemas import TOOL_SCHEMAS
-from sessionstate.validation import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
+from sessionstate.shared.validation import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
 
 from ..tools.support import MANAGER, PEER, full_dump, open_gateway
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, notice_text
-from sessionstate.services.announce_created import created_line
+from sessionstate.services.notice.announce import created_line
 
 MAIN = "agent:main:main"
 GROUP = "agent:main:group:lobby"

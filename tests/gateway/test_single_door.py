@@ -49,6 +49,6 @@ def test_the_door_check_can_fail(db_url):
         store = plain.store
         gw = LeakyGateway(store)
         assert service_doors(gw) == [
-            "record_event -> sessionstate.services.notice_protocol",
+            "record_event -> sessionstate.services.notice.protocol",
             "registry -> sessionstate.services.registry",
         ]

@@ -2,7 +2,7 @@ from datetime import datetime, timezone
 
 from hypothesis import example, given, strategies as st
 
-from sessionstate.timefmt import iso_millis
+from sessionstate.shared.timefmt import iso_millis
 
 
 def reference(epoch: float) -> str:

@@ -12,7 +12,7 @@ from mcp import Client
 from mcp_types import CallToolResult
 
 from sessionstate import Gateway
-from sessionstate.mcp import SessionToolServer
+from sessionstate.clients.mcp import SessionToolServer
 from sessionstate.runner import ScriptedRunner
 from sessionstate.tools.policy import ToolPolicy
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from sessionstate.mcp import SessionToolServer
+from sessionstate.clients.mcp import SessionToolServer
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 

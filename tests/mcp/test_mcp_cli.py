@@ -9,7 +9,7 @@ from sessionstate import Gateway
 
 
 def run_mcp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sessionstate.cli", "mcp", *args],
+    return subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", "mcp", *args],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 

@@ -7,9 +7,9 @@ import sys
 
 PROBE = """
 import sys
-import sessionstate, sessionstate.cli, sessionstate.tools.dispatch
-sessionstate.cli.build_parser()
-loaded = sorted(m for m in sys.modules if m.split('.')[0] in {'mcp', 'mcp_types', 'sessionstate.mcp'} or m.startswith('sessionstate.mcp'))
+import sessionstate, sessionstate.clients.cli, sessionstate.tools.dispatch
+sessionstate.clients.cli.build_parser()
+loaded = sorted(m for m in sys.modules if m.split('.')[0] in {'mcp', 'mcp_types', 'sessionstate.clients.mcp'} or m.startswith('sessionstate.clients.mcp'))
 print(loaded)
 """
 
@@ -24,7 +24,7 @@ def test_import_sessionstate_does_not_import_mcp():
 
 def test_the_probe_sees_mcp_once_the_server_package_is_imported():
     # The same probe must be able to fail: importing the server package loads the SDK.
-    assert "'mcp'" in run_probe("import sessionstate.mcp\n" + PROBE)
+    assert "'mcp'" in run_probe("import sessionstate.clients.mcp\n" + PROBE)
 
 
 def test_the_cli_names_the_extra_when_the_sdk_is_missing(tmp_path):
@@ -37,7 +37,7 @@ class NoMcp:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 sys.meta_path.insert(0, NoMcp())
-from sessionstate.cli import main
+from sessionstate.clients.cli import main
 sys.exit(main(['mcp', '--db', {str(tmp_path / 's.db')!r}, '--session', 'agent:main:main']))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

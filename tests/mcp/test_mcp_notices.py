@@ -11,7 +11,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import INVALID_PARAMS, ResourceUpdatedNotification
 
 from sessionstate import Gateway, notice_text
-from sessionstate.mcp import SessionToolServer, notices_uri, session_of_notices_uri
+from sessionstate.clients.mcp import SessionToolServer, notices_uri, session_of_notices_uri
 
 from ..tools.support import MANAGER, PEER
 from .support import with_client

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from sessionstate import Gateway
-from sessionstate.mcp import SessionToolServer
+from sessionstate.clients.mcp import SessionToolServer
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
@@ -88,7 +88,7 @@ def _database(tmp_path) -> str:
 
 def _stdio(url: str, session: str) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "sessionstate.cli", "mcp", "--db", url, "--session", session])
+                                 args=["-m", "sessionstate.clients.cli", "mcp", "--db", url, "--session", session])
 
 
 def test_session_main_is_read_as_the_tools_read_it(tmp_path):
@@ -103,7 +103,7 @@ def test_session_main_is_read_as_the_tools_read_it(tmp_path):
 
 
 def test_an_unknown_bare_session_names_both_readings(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "sessionstate.cli", "mcp", "--db", _database(tmp_path),
+    done = subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", "mcp", "--db", _database(tmp_path),
                            "--session", "ghost"], capture_output=True, text=True, timeout=WAIT_SECONDS,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and done.stdout == ""
@@ -112,7 +112,7 @@ def test_an_unknown_bare_session_names_both_readings(tmp_path):
 
 def test_ctrl_c_ends_the_server_at_once_with_130_and_no_traceback(tmp_path):
     url = _database(tmp_path)
-    process = subprocess.Popen([sys.executable, "-m", "sessionstate.cli", "mcp", "--db", url, "--session", MANAGER],
+    process = subprocess.Popen([sys.executable, "-m", "sessionstate.clients.cli", "mcp", "--db", url, "--session", MANAGER],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -134,7 +134,7 @@ def test_ctrl_c_ends_the_server_at_once_with_130_and_no_traceback(tmp_path):
 
 def _raw_exchange(url: str, requests: list[dict]) -> dict[int, dict]:
     """JSON-RPC lines to ``sessionstate mcp`` over stdio, the replies by id, as on the wire."""
-    process = subprocess.Popen([sys.executable, "-m", "sessionstate.cli", "mcp", "--db", url, "--session", MANAGER],
+    process = subprocess.Popen([sys.executable, "-m", "sessionstate.clients.cli", "mcp", "--db", url, "--session", MANAGER],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     wanted = {r["id"] for r in requests if "id" in r}
     replies: dict[int, dict] = {}

@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import ResourceUpdatedNotification
 
 from sessionstate import Gateway
-from sessionstate.mcp import notices_uri
+from sessionstate.clients.mcp import notices_uri
 
 MANAGER = "agent:main:main"
 CHILD = "agent:main:subagent:worker"
@@ -34,7 +34,7 @@ def test_stdio_subscribe_update_read_and_reconcile(tmp_path):
     uri = notices_uri(MANAGER)
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "sessionstate.cli", "mcp", "--db", url, "--session", MANAGER, "--poll-interval", "0.05"],
+        args=["-m", "sessionstate.clients.cli", "mcp", "--db", url, "--session", MANAGER, "--poll-interval", "0.05"],
     )
     updates: list[str] = []
     updated = anyio.Event()
@@ -97,7 +97,7 @@ def test_garbage_on_stdin_never_stops_the_server(tmp_path):
         {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "session_status"}},
     ]
     payload = "".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in messages).encode()
-    command = [sys.executable, "-m", "sessionstate.cli", "mcp", "--db", url, "--session", MANAGER]
+    command = [sys.executable, "-m", "sessionstate.clients.cli", "mcp", "--db", url, "--session", MANAGER]
 
     async def main() -> tuple[dict[int, dict], int | None]:
         replies: dict[int, dict] = {}

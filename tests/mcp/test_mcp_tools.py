@@ -9,8 +9,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolRequest, CallToolRequestParams, CallToolResult
 
-from sessionstate.mcp import SessionToolServer
-from sessionstate.services.announce_created import created_line
+from sessionstate.clients.mcp import SessionToolServer
+from sessionstate.services.notice.announce import created_line
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 

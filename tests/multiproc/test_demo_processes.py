@@ -8,7 +8,7 @@ import sys
 
 def test_demo_with_two_processes(db_url):
     out = subprocess.run(
-        [sys.executable, "-m", "sessionstate.cli", "demo", "--processes", "2", "--db", db_url],
+        [sys.executable, "-m", "sessionstate.clients.cli", "demo", "--processes", "2", "--db", db_url],
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout
     feed = "listens for the commits' NOTIFY" if db_url.startswith("postgres") else "polls PRAGMA data_version"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.services.rewake import Rewaker
-from sessionstate.services.wakes import WakeCoalescer
+from sessionstate.services.notice.rewake import Rewaker
+from sessionstate.services.notice.wakes import WakeCoalescer
 
 W, T, T2 = "agent:a:main", "agent:b:main", "agent:c:main"
 REASON = f"session-state: {T}"

@@ -30,7 +30,7 @@ from sessionstate import (
     UnsupportedBackend,
     notice_text,
 )
-from sessionstate.services.announce_created import created_line
+from sessionstate.services.notice.announce import created_line
 from sessionstate.store import bootstrap, migrations, schema
 from sessionstate.store.migrations import Migration, steps_between
 
@@ -54,7 +54,7 @@ def snapshot(path: Path) -> tuple[bytes, list[str]]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sessionstate.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 # -- item 3: in-memory databases -------------------------------------------------------------

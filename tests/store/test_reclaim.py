@@ -88,7 +88,7 @@ def test_an_older_file_reclaims_nothing_until_vacuumed_once(tmp_path):
         assert gw.prune()["pages_reclaimed"] == 0
     pruned = file_bytes(path)
     run = subprocess.run(
-        [sys.executable, "-m", "sessionstate.cli", "vacuum", "--db", str(path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "sessionstate.clients.cli", "vacuum", "--db", str(path)], capture_output=True, text=True, timeout=60
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(f"vacuumed {path}: ") and "auto-vacuum is now incremental" in run.stdout
@@ -101,7 +101,7 @@ def test_an_older_file_reclaims_nothing_until_vacuumed_once(tmp_path):
 
 def vacuum_command(url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sessionstate.cli", "vacuum", "--db", url], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "sessionstate.clients.cli", "vacuum", "--db", url], capture_output=True, text=True, timeout=120
     )
 
 
@@ -132,7 +132,7 @@ def test_the_vacuum_command_creates_no_database(backend: Backend):
 
 def test_vacuum_on_a_missing_file_creates_nothing(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "sessionstate.cli", "vacuum", "--db", str(tmp_path / "no" / "state.db")],
+        [sys.executable, "-m", "sessionstate.clients.cli", "vacuum", "--db", str(tmp_path / "no" / "state.db")],
         capture_output=True, text=True, timeout=60,
     )
     assert run.returncode == 2 and run.stderr.startswith("sessionstate: storage_unavailable: ")

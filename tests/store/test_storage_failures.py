@@ -247,7 +247,7 @@ def _owing_with_more_behind(path: Path) -> None:
 @pytest.mark.parametrize("how", ["mode=ro", "immutable", "query_only"])
 def test_a_read_only_database_owing_notices_opens_with_them_in_memory(tmp_path, immutable, how, capsys):
     """Issue 20: the startup sweep wrote, so the open failed with StorageUnavailable."""
-    from sessionstate.cli import main as cli
+    from sessionstate.clients.cli import main as cli
     from sessionstate import notice_text
 
     path = tmp_path / "state.db"

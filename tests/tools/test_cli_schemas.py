@@ -10,7 +10,7 @@ from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sessionstate.cli", "schemas", *args],
+    return subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", "schemas", *args],
                           capture_output=True, text=True, timeout=60, check=True)
 
 

@@ -6,9 +6,9 @@ exactly as the protocol says."""
 from __future__ import annotations
 
 from sessionstate import notice_text
-from sessionstate.fencing import fenced_text
+from sessionstate.shared.fencing import fenced_text
 from sessionstate.runner import Rule
-from sessionstate.services.announce_created import created_line
+from sessionstate.services.notice.announce import created_line
 from sessionstate.tools.policy import ToolPolicy
 
 from .support import MANAGER, PEER, ok, open_gateway

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from sessionstate import notice_text
-from sessionstate.fencing import END_LINE, QUOTE, UNTRUSTED_MARK, fence_untrusted, fenced_text, quote_untrusted
+from sessionstate.shared.fencing import END_LINE, QUOTE, UNTRUSTED_MARK, fence_untrusted, fenced_text, quote_untrusted
 from sessionstate.runner import Rule
-from sessionstate.services.announce_created import created_line
+from sessionstate.services.notice.announce import created_line
 from sessionstate.tools.policy import ToolPolicy
 
 from .support import MANAGER, PEER, ok, open_gateway

@@ -12,7 +12,7 @@ from hypothesis import note, strategies as st
 from hypothesis.stateful import precondition, rule
 
 from sessionstate import Gateway
-from sessionstate.keys import agent_of
+from sessionstate.shared.keys import agent_of
 from sessionstate.runner import Rule, ScriptedRunner
 from sessionstate.tools.policy import ToolPolicy
 from tests.backends import stateful_test_cases

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from sessionstate.fencing import fenced_text
+from sessionstate.shared.fencing import fenced_text
 from sessionstate.runner import Rule
-from sessionstate.services.announce_created import created_line
+from sessionstate.services.notice.announce import created_line
 from sessionstate.tools.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionstate.demo.story import run_demo
+from sessionstate.clients.demo.story import run_demo
 
 
 def test_demo_adopts_a_claude_session_and_the_manager_gets_one_notice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

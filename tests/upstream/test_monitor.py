@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sessionstate.errors import InvalidArgument, SessionExists
-from sessionstate.services.announce_created import created_line
+from sessionstate.services.notice.announce import created_line
 from sessionstate.upstream.adoption import Adopter
 from sessionstate.upstream.catalog import CatalogEntry
 from sessionstate.upstream.monitor import MISSES_BEFORE_DROP, UpstreamMonitor

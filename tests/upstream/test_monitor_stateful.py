@@ -22,7 +22,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sessionstate.services.announce_created import created_line
+from sessionstate.services.notice.announce import created_line
 from sessionstate.upstream.catalog import CatalogEntry
 from sessionstate.upstream.monitor import UpstreamMonitor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from sessionstate.cli import build_parser
+from sessionstate.clients.cli import build_parser
 from sessionstate.verify import runner
 
 

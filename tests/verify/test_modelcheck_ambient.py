@@ -49,7 +49,7 @@ def test_the_real_gateway_never_wakes_the_ambient_pair_on_a_replayed_trace(tmp_p
 
 
 def test_the_replay_sees_a_gateway_that_wakes_the_ambient_pair(tmp_path, monkeypatch):
-    from sessionstate.services.notice_protocol import NoticeProtocol
+    from sessionstate.services.notice.protocol import NoticeProtocol
 
     monkeypatch.setattr(NoticeProtocol, "wakes_for", lambda self, watcher, target: True)
     diff = replay_trace([("event", "C", None, True)], tmp_path)

@@ -335,7 +335,7 @@ def test_ci_installs_spin_and_requires_it():
 
 
 def test_the_model_command_prints_and_writes_the_generated_model(tmp_path, capsys):
-    from sessionstate.cli import main
+    from sessionstate.clients.cli import main
 
     assert main(["model", "--promela"]) == 0
     assert capsys.readouterr().out == generate()

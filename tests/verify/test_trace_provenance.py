@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 
 from sessionstate import Gateway
-from sessionstate.cli import main
+from sessionstate.clients.cli import main
 from tests.verify.trace_support import read_lines, write_lines
 
 MAIN = "agent:main:main"

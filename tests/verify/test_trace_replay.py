@@ -14,8 +14,8 @@ from typing import Any, Callable
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.cli import main
-from sessionstate.demo.story import run_demo
+from sessionstate.clients.cli import main
+from sessionstate.clients.demo.story import run_demo
 from sessionstate import notice_text
 from sessionstate.verify.trace_check import TraceChecker, Violation
 from sessionstate.verify.trace_read import read_trace
@@ -365,7 +365,7 @@ def test_a_cut_trace_still_reports_violations_before_the_cut(scenario, tmp_path)
 
 def test_the_progress_bar_goes_to_stderr(scenario, tmp_path):
     path = write_lines(tmp_path / "t.jsonl", scenario)
-    run = subprocess.run([sys.executable, "-m", "sessionstate.cli", "replay", "--progress", str(path)],
+    run = subprocess.run([sys.executable, "-m", "sessionstate.clients.cli", "replay", "--progress", str(path)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "100%" in run.stderr and "checking" in run.stderr
@@ -484,7 +484,7 @@ def test_the_two_process_demo_trace_replays_clean(tmp_path):
     serves nothing, both appending to the one trace file they inherit through the environment."""
     trace = tmp_path / "demo2.jsonl"
     run = subprocess.run(
-        [sys.executable, "-m", "sessionstate.cli", "demo", "--processes", "2", "--db", str(tmp_path / "d.db")],
+        [sys.executable, "-m", "sessionstate.clients.cli", "demo", "--processes", "2", "--db", str(tmp_path / "d.db")],
         env={**os.environ, "SESSIONSTATE_TRACE": str(trace)}, capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr

@@ -34,7 +34,7 @@ HoldsWakingAfter = Callable[[str, int], bool]
 
 
 def check_window(window: object) -> float:
-    from ..errors import InvalidArgument
+    from ...errors import InvalidArgument
 
     if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window < float("inf"):
         raise InvalidArgument("wake_window must be a positive finite number of seconds")

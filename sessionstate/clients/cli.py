@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from .config import normalize_url
-from .errors import SessionStateError
+from ..shared.config import normalize_url
+from ..errors import SessionStateError
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -84,12 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_operator_parsers(commands)
 
     check = commands.add_parser("check", help="model check, fuzz, crash and concurrency trials (exit 1 on failure)")
-    from .verify.runner import add_arguments as add_check_arguments
+    from ..verify.runner import add_arguments as add_check_arguments
 
     add_check_arguments(check)
 
     replay = commands.add_parser("replay", help="check protocol traces against the spec (exit 1 on a violation)")
-    from .verify.trace_cli import add_arguments as add_replay_arguments
+    from ..verify.trace_cli import add_arguments as add_replay_arguments
 
     add_replay_arguments(replay)
     return parser
@@ -121,11 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_operator_command(args)
         if args.command == "check":
-            from .verify.runner import run_check
+            from ..verify.runner import run_check
 
             return run_check(args)
         if args.command == "replay":
-            from .verify.trace_cli import run_replay
+            from ..verify.trace_cli import run_replay
 
             return run_replay(args)
         return _diagram(args)
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _model(args: argparse.Namespace) -> int:
-    from .verify.promela import generate
+    from ..verify.promela import generate
 
     text = generate()
     if args.write is None:
@@ -147,7 +147,7 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .gateway import Gateway
+    from ..facade.gateway import Gateway
 
     with Gateway.open(args.db, create=False) as gw:  # reading creates no file, no directory
         result = gw.session_status(args.key, changes_since=args.changes_since, agent_id=args.agent)
@@ -172,8 +172,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _vacuum(args: argparse.Namespace) -> int:
-    from .statemachine import NOTIFYING_KINDS
-    from .store import open_store
+    from ..statemachine import NOTIFYING_KINDS
+    from ..store import open_store
 
     # create=False: vacuuming a database that is not there creates nothing.
     store = open_store(normalize_url(args.db), notifying_kinds=NOTIFYING_KINDS, create=False)
@@ -190,7 +190,7 @@ def _mb(size: int) -> str:
 
 
 def _schemas(args: argparse.Namespace) -> int:
-    from .tools.schemas import TOOL_SCHEMAS, export_schemas
+    from ..tools.schemas import TOOL_SCHEMAS, export_schemas
 
     if args.write is None:
         print(json.dumps(TOOL_SCHEMAS, indent=2, sort_keys=True, ensure_ascii=False))
@@ -209,8 +209,8 @@ def _mcp(args: argparse.Namespace) -> int:
         print("sessionstate: missing_dependency: the MCP server needs the mcp extra:"
               " pip install 'sessionstate[mcp]'", file=sys.stderr)
         return 2
-    from .gateway import Gateway
-    from .tools.policy import ToolPolicy
+    from ..facade.gateway import Gateway
+    from ..tools.policy import ToolPolicy
 
     policy = ToolPolicy(visibility=args.visibility, agent_to_agent=args.agent_to_agent,
                         profile=args.profile, max_spawn_depth=args.max_spawn_depth)
@@ -228,7 +228,7 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _diagram(args: argparse.Namespace) -> int:
-    from .statemachine.diagram import diagram_markdown, mermaid
+    from ..statemachine.diagram import diagram_markdown, mermaid
 
     if args.write is None:
         print(mermaid(), end="")

@@ -14,8 +14,8 @@ import math
 import re
 from typing import Any
 
-from .errors import InvalidArgument
-from .statemachine import ACTOR_TYPES, KNOWN_KINDS, RUN_FAILED_OUTCOMES
+from ..errors import InvalidArgument
+from ..statemachine import ACTOR_TYPES, KNOWN_KINDS, RUN_FAILED_OUTCOMES
 
 MAX_SUMMARY_LENGTH = 200
 MAX_LABEL_LENGTH = 200

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Callable
 
-from ..keys import SessionRef
-from ..statemachine import derive_state
-from ..statemachine.table import CAUGHT_UP
-from ..store import Store
+from ...shared.keys import SessionRef
+from ...statemachine import derive_state
+from ...statemachine.table import CAUGHT_UP
+from ...store import Store
 
 Rows = list[tuple[str, tuple[int, int, int]]]
 Changes = list[tuple[str, tuple[int, int, int] | None]]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ..config import normalize_url
-from ..errors import InvalidArgument
+from ...shared.config import normalize_url
+from ...errors import InvalidArgument
 
 
 def demo_url(db: str | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import InvalidDatabaseUrl
+from ..errors import InvalidDatabaseUrl
 
 ENV_DB = "SESSIONSTATE_DB"
 

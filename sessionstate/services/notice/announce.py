@@ -8,8 +8,8 @@ after the commit, gone with a restart.
 
 from __future__ import annotations
 
-from ..fencing import quote_untrusted
-from ..keys import resolve_agent_id
+from ...shared.fencing import quote_untrusted
+from ...shared.keys import resolve_agent_id
 
 LABEL_MAX_CHARS = 200
 LINE_MAX_CHARS = 8_192

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable
 
-from ..keys import SessionRef
+from ...shared.keys import SessionRef
 from .wakes import WakeCoalescer
 
 

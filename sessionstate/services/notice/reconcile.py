@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..timefmt import MILLIS_TAIL, epoch_micros, second_prefix
-from ..validation import visible_payload
+from ...shared.timefmt import MILLIS_TAIL, epoch_micros, second_prefix
+from ...shared.validation import visible_payload
 
 
 def events_json(rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:

@@ -12,8 +12,8 @@ import signal
 import sys
 from typing import Any
 
-from .errors import InvalidArgument
-from .timefmt import iso_millis
+from ..errors import InvalidArgument
+from ..shared.timefmt import iso_millis
 
 DB_HELP = "database URL or file (default: the embedded default)"
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
     """A gateway that may write (startup sweep included), for ``sessions create`` and ``prune``."""
-    from .gateway import Gateway
+    from ..facade.gateway import Gateway
 
     return Gateway.open(args.db, create=create, retention_days=getattr(args, "retention_days", 30),
                         max_rows=getattr(args, "max_rows", 50_000))

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import mcp_types as types
 
-from ..tools.schemas import TOOL_SCHEMAS
+from ...tools.schemas import TOOL_SCHEMAS
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import json
 
 from .database import demo_url, refuse_non_empty
 from .narration import heading, show_json, show_lines
-from ..gateway import Gateway
-from ..timefmt import DAY_SECONDS
+from ...facade.gateway import Gateway
+from ...shared.timefmt import DAY_SECONDS
 
 MANAGER = "agent:main:main"
 WORKER = "agent:main:subagent:worker"
@@ -43,10 +43,10 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
     import uuid
     from pathlib import Path
 
-    from ..upstream.adoption import Adopter, adopted_key
-    from ..upstream.catalog import ClaudeJsonlSource, SessionCatalog
-    from ..upstream.monitor import UpstreamMonitor
-    from ..upstream.providers import ClaudeJsonlProvider
+    from ...upstream.adoption import Adopter, adopted_key
+    from ...upstream.catalog import ClaudeJsonlSource, SessionCatalog
+    from ...upstream.monitor import UpstreamMonitor
+    from ...upstream.providers import ClaudeJsonlProvider
 
     heading(number, "An external Claude Code session is adopted; a human types into it upstream")
     thread = "d3m0c0de-0000-4000-8000-000000000001"
@@ -78,8 +78,8 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
 
 def _tools_step(gw: Gateway, number: int) -> None:
     """The agent-facing tools: spawn, send with watch and a reply-back loop, kill, announce."""
-    from ..runner import Rule, ScriptedRunner
-    from ..tools.policy import ToolPolicy
+    from ...runner import Rule, ScriptedRunner
+    from ...tools.policy import ToolPolicy
 
     heading(number, "The session tools: spawn two children, a peer sends with watch:true, kill one, announce")
     peer = "agent:main:peer"

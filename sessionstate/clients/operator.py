@@ -13,16 +13,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import UnknownSession
-from .keys import DEFAULT_AGENT_ID, check_key, is_agent_qualified
-from .timefmt import DAY_SECONDS
-from .formats import notice_text
-from .statemachine.table import CAUGHT_UP
-from .statemachine.positions import derive_state
+from ..errors import UnknownSession
+from ..shared.keys import DEFAULT_AGENT_ID, check_key, is_agent_qualified
+from ..shared.timefmt import DAY_SECONDS
+from ..shared.formats import notice_text
+from ..statemachine.table import CAUGHT_UP
+from ..statemachine.positions import derive_state
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
-    from .store.records import CursorRecord
+    from ..facade.gateway import Gateway
+    from ..store.records import CursorRecord
 
 # Counting a pair's unread events stops here: an operator needs "very far behind", not the digit.
 BEHIND_CAP = 10_000
@@ -63,10 +63,10 @@ def observe(url: str | None, *, retention_days: float = 30, max_rows: int = 50_0
     """A gateway on an existing database for looking only: unlike ``Gateway.open`` it runs no
     startup sweep, whose ``sweep`` effect writes (N := M, R11) and would change the very
     positions an operator came to read. It serves nothing and creates nothing."""
-    from .config import normalize_url
-    from .gateway import Gateway
-    from .statemachine import NOTIFYING_KINDS
-    from .store import open_store
+    from ..shared.config import normalize_url
+    from ..facade.gateway import Gateway
+    from ..statemachine import NOTIFYING_KINDS
+    from ..store import open_store
 
     store = open_store(normalize_url(url), notifying_kinds=NOTIFYING_KINDS, create=False)
     try:

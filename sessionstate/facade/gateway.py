@@ -26,28 +26,28 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from .config import normalize_url
-from .errors import InvalidArgument
-from .keys import SessionRef, check_key
-from .services.notice_protocol import Clock, NoticeProtocol, PreparedEvent, WakeHook
-from .services.notices import QueuedEvent
-from .services.group_commit import Waiter
-from .services.observing import GatewayObserver, observe
-from .policy import ToolPolicy
-from .services.producers import Producers
-from .provenance import CursorPositions
-from .services.change_pump import ChangePump, start_pump
-from .services.registry import Registry
-from .runner.base import AgentRunner
-from .runner.executor import RunExecutor
-from .services.child_runs import Runs
-from .services.claims import SERVE_ALL, Serving
-from .statemachine import NOTIFYING_KINDS
-from .store import DEFAULT_SYNCHRONOUS, ChangeFeed, MessageRecord, MetaRecord, RunRecord, Store, open_store
-from .services.trace import Tracer, trace_path
-from .services.transcripts import Transcripts
-from .services.wakes import DEFAULT_WAKE_WINDOW
-from .tools.dispatch import allowed_tools as _allowed_tools, call_tool as _call_tool
+from ..shared.config import normalize_url
+from ..errors import InvalidArgument
+from ..shared.keys import SessionRef, check_key
+from ..services.notice.protocol import Clock, NoticeProtocol, PreparedEvent, WakeHook
+from ..services.notice.queue import QueuedEvent
+from ..services.notice.group_commit import Waiter
+from ..services.observing import GatewayObserver, observe
+from ..shared.policy import ToolPolicy
+from ..services.producers import Producers
+from ..shared.provenance import CursorPositions
+from ..services.change_pump import ChangePump, start_pump
+from ..services.registry import Registry
+from ..runner.base import AgentRunner
+from ..runner.executor import RunExecutor
+from ..services.child_runs import Runs
+from ..services.claims import SERVE_ALL, Serving
+from ..statemachine import NOTIFYING_KINDS
+from ..store import DEFAULT_SYNCHRONOUS, ChangeFeed, MessageRecord, MetaRecord, RunRecord, Store, open_store
+from ..services.trace import Tracer, trace_path
+from ..services.transcripts import Transcripts
+from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
+from ..tools.dispatch import allowed_tools as _allowed_tools, call_tool as _call_tool
 
 DEFAULT_POLICY = ToolPolicy()
 _OBSERVER_METHODS = ("recorded", "spawned", "queued", "drained", "wake_fired", "wake_owed")
@@ -428,7 +428,7 @@ class Gateway:
     def prepare_event(self, *args: Any, **kwargs: Any) -> PreparedEvent:
         """``record_event``'s arguments validated alone (pure: no lock, no store; bad input
         raises). For callers that validate on one thread and commit on another
-        (``sessionstate.aio``): hand the result to ``record_prepared``."""
+        (``sessionstate.facade.aio``): hand the result to ``record_prepared``."""
         return self._protocol.prepare_event(*args, **kwargs)
 
     def prepare_events(self, events: Sequence[Mapping[str, Any]]) -> list[PreparedEvent]:

@@ -16,8 +16,8 @@ import time
 from .narration import heading, show_json, show_lines
 from .story import MANAGER, WORKER
 from .database import demo_url, refuse_non_empty
-from ..gateway import Gateway
-from ..store.factory import is_postgres_url
+from ...facade.gateway import Gateway
+from ...store.factory import is_postgres_url
 
 
 def _recorder(url: str) -> None:
@@ -75,7 +75,7 @@ def run_demo_processes(db: str | None, *, reuse: bool = False) -> int:
         print(f"   attached {MANAGER} (claim generation {generation}); its change pump {feed}")
 
         recorder = subprocess.Popen(
-            [sys.executable, "-m", "sessionstate.demo.processes", "--recorder", url],
+            [sys.executable, "-m", "sessionstate.clients.demo.processes", "--recorder", url],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         try:

@@ -1,7 +1,7 @@
 """The MCP server of one calling session: its session tools and its notices resource.
 
 Built on the SDK's low-level ``Server`` so the published schemas go out untouched. Every
-request runs the gateway's public API through ``sessionstate.aio.AsyncGateway`` (one per
+request runs the gateway's public API through ``sessionstate.facade.aio.AsyncGateway`` (one per
 connection): store work on its worker thread, ``call_tool`` in anyio's thread pool
 (``sessions_send`` may wait up to its ``timeoutSeconds`` for a reply; the event loop must keep
 serving meanwhile):
@@ -38,15 +38,15 @@ from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from ..aio import AsyncGateway
-from ..errors import InvalidArgument, SessionStateError
+from ...facade.aio import AsyncGateway
+from ...errors import InvalidArgument, SessionStateError
 from .results import tool_listing, tool_result
 from .uris import notices_uri
 
 if TYPE_CHECKING:
-    from ..gateway import Gateway
+    from ...facade.gateway import Gateway
 
-log = logging.getLogger("sessionstate.mcp")
+log = logging.getLogger("sessionstate.clients.mcp")
 
 SERVER_NAME: Final = "sessionstate"
 DEFAULT_POLL_INTERVAL: Final = 0.2

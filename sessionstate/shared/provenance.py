@@ -7,9 +7,9 @@ cursor row (``store.schema``); this module holds the one rule that changes them.
 
 from __future__ import annotations
 
-from .errors import InvalidArgument
-from .statemachine import Positions
-from .store.schema import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, PROVENANCE_SPAWN, PROVENANCES
+from ..errors import InvalidArgument
+from ..statemachine import Positions
+from ..store.schema import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, PROVENANCE_SPAWN, PROVENANCES
 
 __all__ = ["CursorPositions", "PROVENANCES", "PROVENANCE_AMBIENT", "PROVENANCE_EXPLICIT", "PROVENANCE_SPAWN", "is_queue_only",
            "registered_provenance"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ..formats import notice_text
+from ...shared.formats import notice_text
 
 
 class QueuedEvent(NamedTuple):

@@ -20,12 +20,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .formats import notice_text
-from .statemachine import NOTIFYING_KINDS
-from .timefmt import iso_millis
+from ..shared.formats import notice_text
+from ..statemachine import NOTIFYING_KINDS
+from ..shared.timefmt import iso_millis
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from ..facade.gateway import Gateway
 
 Line = dict[str, Any]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Final, Mapping
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 VISIBILITY_LEVELS: Final = ("self", "tree", "agent", "all")
 ALL_TOOLS: Final = (

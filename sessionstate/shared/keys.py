@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 from .validation import refuse_surrogates
 
 # A registered session as the runtime names it everywhere: (session key, agent id).

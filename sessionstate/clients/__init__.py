@@ -1,0 +1,2 @@
+"""Programs and views built on the facade: the command line, the operator views, tail, metrics,
+the MCP server and the demo."""

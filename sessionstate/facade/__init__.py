@@ -1,0 +1,1 @@
+"""The public doors: ``Gateway`` and its async twin ``AsyncGateway``."""

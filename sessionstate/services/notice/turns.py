@@ -1,0 +1,125 @@
+"""A session's turn: the drain that acknowledges (R5, R8, R21), what it would return, the
+notices another process owes it (R18), plain lines, and ``session_status`` (reconciliation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import UnknownSession
+from ...shared.keys import SessionRef, check_key, is_agent_qualified, resolve_agent_id
+from ...shared.validation import MAX_SYSTEM_EVENT_CHARS, check_changes_since, check_text
+from ...statemachine import Positions, derive_state
+from ...statemachine.table import DRAIN, PENDING_STATES
+from ..locking import locked
+from .core import CHANGES_PAGE
+from .cursors import CursorLifecycle
+from .queue import plan_drain
+from .reconcile import events_json
+
+
+class Turns(CursorLifecycle):
+    """Drains, pending lines, owed notices and reconciliation."""
+
+    @locked
+    def drain_system_events(self, session_key: str) -> list[str]:
+        """The system lines for the session's next turn; acknowledges the notices among them.
+
+        R21: the durable cursors decide, whichever process queued what: one line per pending
+        pair, for the cursor's L; stale queued notices are dropped.
+        """
+        check_key(session_key)
+        entries = self.queue.peek(session_key)
+        if not entries:
+            self.resolve_any_agent(session_key)
+        serving = self.store.serving
+        # A read first: a watcher that owes nothing takes no write lock. A queued notice is
+        # the sign that it owes one (R21 decides inside the transaction): no read then.
+        if not is_agent_qualified(session_key) or (
+            not any(e.target is not None for e in entries) and not serving.pending_held_by(session_key)
+        ):
+            texts = [e.text for e in entries]
+            self.store.after_commit(lambda: self.queue.remove(session_key, texts))
+            return [e.text for e in entries if e.target is None]
+        now = self.clock()
+        follow_ups: list[tuple[str, SessionRef, int]] = []
+        with self.store.transaction():
+            self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
+            # One read for every pending pair, effective positions included (R7): the
+            # acknowledgements fire on them without reading each cursor again.
+            owed = {(r.target_key, r.target_agent_id): r.positions
+                    for r in self.store.pending_cursors_held_by(session_key)}
+            lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
+            for text, target in lines:
+                if target is None:
+                    continue
+                (step,) = self._fire_pairs(
+                    [(session_key, target, Positions(*owed[target]))], DRAIN, None, now, delivered=text
+                )
+                if step.notice_since is not None:
+                    follow_ups.append((session_key, target, step.notice_since))
+            texts = [e.text for e in entries]
+            self.store.after_commit(lambda: self.queue.remove(session_key, texts))
+            self.queue_notices(follow_ups)
+        return [text for text, _ in lines]
+
+    @locked
+    def pending_system_events(self, session_key: str) -> list[str]:
+        """What the next drain would return, without acknowledging anything."""
+        check_key(session_key)
+        return [e.text for e in self.queue.peek(session_key)]
+
+    @locked
+    def queue_owed_notices(self, session_key: str) -> int:
+        """R18: queue the notice of each pending pair of the session not queued here yet.
+
+        For a process that serves a session whose targets other processes record: it reads
+        the session's cursors, fires no trigger and writes nothing (a sweep would fold later
+        events into the pending notice), so a drain after it acknowledges exactly what a turn
+        in the recording process would. Returns how many notices it queued.
+        """
+        check_key(session_key)
+        queued = {e.target for e in self.queue.peek(session_key)}
+        owed: list[tuple[str, SessionRef, int]] = []
+        for record in self.store.cursors_held_by(session_key):
+            target = (record.target_key, record.target_agent_id)
+            positions = Positions(*record.positions)
+            if target not in queued and derive_state(positions) in PENDING_STATES:
+                owed.append((session_key, target, positions.last_seen))
+        self.queue_notices(owed)
+        return len(owed)
+
+    @locked
+    def enqueue_system_event(self, session_key: str, text: str) -> bool:
+        """Queue a plain system line (announcements) for the session's next turn."""
+        check_key(session_key)
+        self.resolve_any_agent(session_key)
+        check_text(text, "system event text", MAX_SYSTEM_EVENT_CHARS, allow_empty=False)
+        added = text not in {e.text for e in self.queue.peek(session_key)}
+        # R9: inside a transaction the line waits for the outermost commit (at once outside one).
+        self.store.after_commit(lambda: self._release_system_event(session_key, text))
+        return added
+
+    @locked
+    def session_status(
+        self, session_key: str, *, changes_since: int | None = None, agent_id: str | None = None
+    ) -> dict[str, Any]:
+        check_key(session_key)
+        if changes_since is not None:
+            check_changes_since(changes_since)
+        agent = resolve_agent_id(session_key, agent_id)
+        target = (session_key, agent) if agent is not None else self.resolve(session_key, None)
+        head = self.store.head(*target)
+        if head is None:  # every registered session has a head row; deleting removes both
+            raise UnknownSession(f"unknown session {session_key!r} (agent {target[1]!r})")
+        last, pruned = head
+        result: dict[str, Any] = {"sessionKey": target[0], "stateVersion": last}
+        if changes_since is not None:
+            rows = self.store.event_page(target[0], target[1], changes_since, CHANGES_PAGE + 1)
+            result["stateChanges"] = {
+                "events": events_json(rows[:CHANGES_PAGE]),
+                "truncated": len(rows) > CHANGES_PAGE,
+                "earliestAvailableSequence": self.store.earliest_sequence(*target),
+                "historyGap": changes_since < pruned,  # INV8: from the watermark only
+            }
+        return result
