@@ -26,7 +26,8 @@ from .world import PAIRS, SESSIONS, Action, provenance_of
 
 PROPERTIES = ("safety", "LIV1", "LIV2")
 # The bounds the tests and `sessionstate check --spin` use (seconds each on a loaded 2-core box).
-BOUNDS = {1: {"MAXSEQ": 2, "STEPS": 4}, 2: {"MAXSEQ": 2, "STEPS": 3}}
+# CI's bounds: two processes at STEPS 4, where the stranded notice of `attach_keeps_held` is found.
+BOUNDS = {1: {"MAXSEQ": 2, "STEPS": 4}, 2: {"MAXSEQ": 2, "STEPS": 4}}
 _STATS = re.compile(r"depth reached (\d+), errors: (\d+)")
 _STORED = re.compile(r"(\d+) states, stored")
 
