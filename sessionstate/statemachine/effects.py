@@ -52,7 +52,7 @@ def compile_effects(data: Mapping[str, EffectSpec] = EFFECT_DATA) -> dict[str, E
         namespace: dict[str, object] = {"Positions": Positions}
         exec(compile(python_source(name, spec), f"<effect {name}>", "exec"), namespace)  # noqa: S102
         function = namespace[name]
-        function.__doc__ = f"{name}: {spec} (compiled from statemachine/effectdata.py)"  # type: ignore[union-attr]
+        function.__doc__ = f"{name}: {spec} (compiled from statemachine/effectdata.py)"
         out[name] = function  # type: ignore[assignment]
     return out
 

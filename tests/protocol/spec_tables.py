@@ -38,6 +38,11 @@ def kind_rows() -> list[tuple[str, bool]]:
     return [(r[0], {"yes": True, "no": False}[r[1]]) for r in table_rows("8. Event kinds")]
 
 
+def effect_rows() -> list[tuple[str, str, str]]:
+    """Section 5: (effect, new positions, notice), as written."""
+    return [(r[0], r[1], r[2]) for r in table_rows("5. Effects")]
+
+
 def notice_template() -> str:
     block = re.search(r"```\n(.*?)\n```", section("9. Notice text"), re.S)
     assert block

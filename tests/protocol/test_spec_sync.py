@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from sessionstate import notice_text
 from sessionstate.statemachine import EVENT_KINDS, STATES, TRANSITION_TABLE, TRANSITIONS, TRIGGERS
 from sessionstate.statemachine.table import EFFECTS
-from tests.protocol.spec_tables import kind_rows, notice_template, table_rows, transition_rows
+from sessionstate.statemachine.effectdata import EFFECT_DATA
+from tests.protocol.spec_tables import effect_rows, kind_rows, notice_template, table_rows, transition_rows
 
 ILLEGAL = "—"
 
@@ -45,3 +48,39 @@ def test_event_kinds_match_the_spec():
 def test_notice_text_matches_the_spec():
     rendered = notice_template().replace("<target>", "agent:main:subagent:child").replace("<N>", "12")
     assert notice_text("agent:main:subagent:child", 12) == rendered
+
+
+def _expr_text(expr) -> str:
+    if isinstance(expr, str):
+        return expr
+    op, *args = expr
+    assert op == "max", expr
+    return f"max({_expr_text(args[0])}, {_expr_text(args[1])})"
+
+
+def _spec_notice(cell: str):
+    """The spec's notice column as the data's ``opened``: none, since X, or when A > B: since X."""
+    if cell.startswith("none") or "withdrawn" in cell:
+        return None
+    since = re.search(r"since (?:the old )?([LNMs])\b", cell)
+    assert since, cell
+    when = re.match(r"when ([LNMs]) > ([LNMs]):", cell)
+    return ("if_gt", when.group(1), when.group(2), since.group(1), None) if when else since.group(1)
+
+
+def test_effects_match_the_spec():
+    """Section 5's table is the effects' one source (statemachine/effectdata.py) row for row."""
+    rows = effect_rows()
+    assert [r[0] for r in rows] == list(EFFECT_DATA)
+    for name, positions, notice in rows:
+        spec = EFFECT_DATA[name]
+        if spec.cursor == "keep":
+            assert positions == "unchanged", name
+        elif spec.cursor == "remove":
+            assert positions == "no cursor row", name
+        else:
+            written = re.match(r"\(([^()]*(?:\([^()]*\)[^()]*)*)\)", positions)
+            assert written, positions
+            wanted = ", ".join(_expr_text(e) for e in (spec.L, spec.N, spec.M))
+            assert written.group(1).replace("v", "s") == wanted, name
+        assert _spec_notice(notice) == spec.opened, name

@@ -86,14 +86,19 @@ def test_check_spin_verifies_the_model_for_one_and_two_processes():
     assert "errors 0" in text and "errors 1" not in text and "all checks passed" in text
 
 
-def test_check_spin_fails_with_the_trail_when_the_model_is_broken(monkeypatch):
+def test_check_spin_fails_with_the_trail_when_the_model_is_broken(monkeypatch, tmp_path):
     from sessionstate.verify import promela
     from tests.verify.test_promela import MUTATIONS, need_spin
 
     need_spin()
     table, mutation, _, _ = MUTATIONS["drop_reopen_on_drain"]
     real_generate = promela.generate
-    monkeypatch.setattr(promela, "generate", lambda: real_generate(table, mutation))
+    broken = real_generate(table, mutation)
+    # --spin checks the committed file and refuses one that differs from what the code
+    # generates: here both are the broken model.
+    (tmp_path / "notice-protocol.pml").write_text(broken)
+    monkeypatch.setattr(promela, "SPEC_PATH", tmp_path / "notice-protocol.pml")
+    monkeypatch.setattr(promela, "generate", lambda: broken)
     code, text = run(["--fast", "--only", "spin"])
     assert code == 1, text
     assert "safety failed; trail in" in text and "('drain', 'A')" in text and "spin -t -DPROCS=1" in text
