@@ -261,10 +261,10 @@ inline delivered(gp, since) {
 }
 /* a delivered line covers the episode up to its frozen watermark */
 inline deliver(gp) {
-  delivered(gp, L[gp]);
-  gack[gp] = gN[gp];
   assert(PENDING(gp) && owed[gp] != 0);  /* INV10, R17: only a pending episode is delivered */
   assert(!dlv[gp]);                      /* INV10: and by one drain only */
+  delivered(gp, L[gp]);
+  gack[gp] = gN[gp];
   owed[gp] = owed[gp] & ~((2 << gN[gp]) - 1);
   if :: owed[gp] == 0 -> gN[gp] = 0; dlv[gp] = 1 :: else -> refreeze(gp); dlv[gp] = 0 fi  /* R8: a follow-up episode */
 }
