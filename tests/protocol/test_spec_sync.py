@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from sessionstate import notice_text
 from sessionstate.statemachine import EVENT_KINDS, STATES, TRANSITION_TABLE, TRANSITIONS, TRIGGERS
 from sessionstate.statemachine.table import EFFECTS
@@ -84,3 +86,13 @@ def test_effects_match_the_spec():
             wanted = ", ".join(_expr_text(e) for e in (spec.L, spec.N, spec.M))
             assert written.group(1).replace("v", "s") == wanted, name
         assert _spec_notice(notice) == spec.opened, name
+
+
+@pytest.mark.parametrize("name, change", [("ack", {"opened": None}), ("sweep", {"N": "L"}), ("freeze", {"opened": "N"})])
+def test_the_effects_sync_sees_a_changed_effect(name, change, monkeypatch):
+    """Probe: an effect changed in the data no longer matches section 5."""
+    import tests.protocol.test_spec_sync as this
+
+    monkeypatch.setattr(this, "EFFECT_DATA", dict(EFFECT_DATA, **{name: EFFECT_DATA[name]._replace(**change)}))
+    with pytest.raises(AssertionError):
+        test_effects_match_the_spec()
