@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..shared.formats import notice_text
-from .spin import SpinMissing, _action, _defines, spin_available
+from .spin import SpinMissing, spin_available, trail_actions
 from .world import PAIRS, Action, provenance_of
 
 # The bounds of a simulation: longer than the exhaustive search's (a run is one path).
@@ -79,7 +79,8 @@ def simulate(model: str, processes: int, seed: int, bounds: dict[str, int] | Non
     path = workdir / "sim.pml"
     path.write_text(with_queue_prints(model))
     endings = f"-DSIM_ENDINGS={int(seed % 4 == 0)}"
-    done = subprocess.run(["spin", *_defines(processes, bounds), endings, f"-u{max_steps}", f"-n{seed}", path.name],
+    defines = [f"-DPROCS={processes}"] + [f"-D{k}={v}" for k, v in bounds.items()]
+    done = subprocess.run(["spin", *defines, endings, f"-u{max_steps}", f"-n{seed}", path.name],
                           cwd=workdir, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 and "assertion violated" not in done.stdout:
         raise RuntimeError(f"spin simulation (seed {seed}) failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -111,7 +112,7 @@ def parse_run(lines: list[str], processes: int) -> list[SimStep]:
         if word == "@WAKE":
             wakes.append((int(args[0]), int(args[1])))
         elif word == "@ACT":
-            out.append(SimStep(_action(args[0], args[1:], processes), args[0], wakes=wakes))
+            out.append(SimStep(trail_actions([line], processes)[0][0], args[0], wakes=wakes))
             wakes = []
         elif word == "@POS" and out:
             pos = []
