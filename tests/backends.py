@@ -57,6 +57,21 @@ def postgres_skip_summary(skipped_reports: list[Any]) -> str | None:
     return f"PostgreSQL half skipped ({count} tests, no server): {PG_RUN_COMMAND}"
 
 
+def skip_or_fail_without_postgres(reason: str) -> None:
+    """A PostgreSQL test that cannot run: skips locally, fails where ``postgres_required()``."""
+    if postgres_required():
+        pytest.fail(f"{reason} (required here: {REQUIRE_PG_ENV}=1 or CI=true)")
+    pytest.skip(reason)
+
+
+def need_psycopg() -> None:
+    """``pytest.importorskip("psycopg")`` that obeys ``postgres_required()``."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        skip_or_fail_without_postgres(f"PostgreSQL backend: psycopg is not installed ({exc})")
+
+
 def postgres_required() -> bool:
     """In CI (``.ci/run`` sets SESSIONSTATE_REQUIRE_PG=1; CI=true too) a PostgreSQL test that
     cannot run fails instead of skipping: CI never passes with one backend untested."""

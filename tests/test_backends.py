@@ -58,8 +58,9 @@ def _pg_obtainable() -> bool:
     return os.geteuid() == 0 or bool(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or bool(shutil.which("initdb"))
 
 
-@pytest.mark.skipif(not _pg_obtainable(), reason="no PostgreSQL binaries and not root to install them")
 def test_dev_test_starts_a_throwaway_server_itself_and_stops_it():
+    if not _pg_obtainable():
+        backends.skip_or_fail_without_postgres("no PostgreSQL binaries and not root to install them")
     # The server's directory goes where the postgres user can reach it (pytest's tmp_path cannot be).
     scratch = Path(tempfile.mkdtemp(prefix="sessionstate-devtest-"))
     scratch.chmod(0o755)
@@ -110,3 +111,14 @@ def test_the_closing_line_counts_only_tests_skipped_for_want_of_a_server():
     assert backends.postgres_skip_summary([Report("needs spin")]) is None
     line = backends.postgres_skip_summary([Report(backends.SKIP_REASON), Report("other"), Report(backends.SKIP_REASON)])
     assert line is not None and line.startswith("PostgreSQL half skipped (2 tests")
+
+
+@pytest.mark.parametrize("variable", [backends.REQUIRE_PG_ENV, "CI"])
+def test_the_shared_skip_fails_where_postgres_is_required(monkeypatch, variable):
+    monkeypatch.delenv(backends.REQUIRE_PG_ENV, raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        backends.skip_or_fail_without_postgres("no server")
+    monkeypatch.setenv(variable, "1" if variable == backends.REQUIRE_PG_ENV else "true")
+    with pytest.raises(pytest.fail.Exception, match="required here"):
+        backends.skip_or_fail_without_postgres("no server")

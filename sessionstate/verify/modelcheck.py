@@ -58,6 +58,7 @@ class ModelCheckReport:
     depth_reached: int = 0
     exhausted: bool = False  # no new state at the last level: the whole space was seen
     liveness_checked: int = 0
+    owing_states: int = 0  # states reached in which some process owes a watcher a wake (LIV1 has work)
     # R26 witnessed, not vacuous: drains that delivered an ambient pair's notice, and wake
     # requests checked (none may name an ambient pair).
     ambient_delivered: int = 0
@@ -306,6 +307,7 @@ def run_modelcheck(
                     messages = messages or wakemodel.liv1_violations(child.wakes)
                     messages = messages or liveness_violations(child, drain_rounds)
                     report.liveness_checked += 1
+                    report.owing_states += any(child.wakes.owed)
                 if messages:
                     report.violation = Violation(messages, trace_to(parents, key) + [action])
                     break

@@ -157,11 +157,15 @@ def test_a_bad_window_is_refused(db_url, window):
         Gateway.open(db_url, wake_window=window)
 
 
+LATE_ON_A_LOADED_BOX = 3.0
+
+
 @pytest.mark.parametrize("pump", [False, True])
 def test_the_timer_fires_an_owed_wake_by_itself(db_url, pump):
     """No further event, call or tick: the gateway's own timer fires the owed wake, with or
-    without the change pump, on the real clock, at most 1 s late (a generous bound is
-    allowed for a loaded machine: the wake must come, and never before the window ends)."""
+    without the change pump, on the real clock: never before the window ends, and late by at
+    most LATE_ON_A_LOADED_BOX (LIV1's 1 s, plus 2 s of scheduling slack on a loaded 2-core
+    machine; tests/multiproc/test_owed_wakes_processes.py holds the 1 s itself)."""
     window = 1.5
     woken: list[float] = []
     arrived = threading.Event()
@@ -180,4 +184,5 @@ def test_the_timer_fires_an_owed_wake_by_itself(db_url, pump):
         assert arrived.wait(window + 10), "the owed wake never fired"
         lateness = woken[1] - (woken[0] + window)
         assert lateness >= -0.01           # never inside the window (WAKE1)
+        assert lateness <= LATE_ON_A_LOADED_BOX, f"the owed wake came {lateness:.2f} s after the window"
         assert gw.diagnostics().wake_timer_running

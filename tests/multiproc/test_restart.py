@@ -17,7 +17,7 @@ import pytest
 from sessionstate import Gateway
 from sessionstate import notice_text
 from sessionstate.verify.pgserver import ThrowawayServer, server_binaries
-from tests.backends import postgres_required
+from tests.backends import need_psycopg, skip_or_fail_without_postgres
 
 W, T = "agent:a:main", "agent:b:main"
 # A liveness bound, generous for a loaded machine: the pump used to sleep a whole 5 s
@@ -28,10 +28,8 @@ FEED_BACK_SECONDS = 2.5
 @pytest.fixture(scope="module")
 def server() -> Iterator[ThrowawayServer]:
     if server_binaries() is None:
-        if postgres_required():
-            pytest.fail("no PostgreSQL server binaries for the restart trials")
-        pytest.skip("no PostgreSQL server binaries (apt-get install postgresql)")
-    pytest.importorskip("psycopg")
+        skip_or_fail_without_postgres("no PostgreSQL server binaries (apt-get install postgresql)")
+    need_psycopg()
     with ThrowawayServer() as started:
         yield started
 

@@ -66,9 +66,11 @@ def test_the_restart_trials_run_on_a_throwaway_postgresql_server():
 
     from sessionstate.verify.pgserver import server_binaries
 
+    from tests.backends import need_psycopg, skip_or_fail_without_postgres
+
     if server_binaries() is None:
-        pytest.skip("no PostgreSQL server binaries")
-    pytest.importorskip("psycopg")
+        skip_or_fail_without_postgres("no PostgreSQL server binaries")
+    need_psycopg()
     code, text = run(["--fast", "--only", "restart"])
     assert code == 0, text
     assert "restart: 1 immediate restarts of PostgreSQL" in text and "all checks passed" in text

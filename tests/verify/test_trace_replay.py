@@ -492,3 +492,46 @@ def test_the_two_process_demo_trace_replays_clean(tmp_path):
     assert code == 0, out
     assert "2 process(es)" in out
     assert any(line["op"] == "notice" and line["served"] is False for line in read_lines(trace))
+
+
+# -- one position at a time (L, N or M), each T-rule on its own -------------------------------------
+
+POSITIONS = ("L", "N", "M")
+
+
+def _one_position(where: str, index: int, change: Callable[[Any], Any]) -> Callable[[Lines], None]:
+    """The drain's ack step of MAIN on PEER with one of its ``before``/``after`` positions changed."""
+    def mutate(lines: Lines) -> None:
+        line = lines[find(lines, step("drain", "ack", watcher=MAIN, target=[PEER, "a"]))]
+        line[where] = list(line[where])
+        line[where][index] = change(line[where][index])
+    return mutate
+
+
+# Each position alone (the step's before is [2, 15, 15]): T3 where the change keeps the
+# positions ordered (a step that does not start where the pair's last step left it), INV1 where
+# it does not; T1 a position that is not a number; the effect's result with one position edited.
+_MOVES = [("L", 0, +1, "T3"), ("L", 0, -1, "T3"), ("N", 1, -1, "T3"), ("M", 2, +1, "T3"),
+          ("N", 1, +1, "INV1"), ("M", 2, -1, "INV1")]
+ONE_POSITION = {
+    **{f"{rule} {p} moved by {d:+d} in before": (_one_position("before", i, lambda v, d=d: v + d), rule)
+       for p, i, d, rule in _MOVES},
+    **{f"T1 {p} not a number in before": (_one_position("before", i, lambda v: "x"), "T1")
+       for i, p in enumerate(POSITIONS)},
+    **{f"T1 {p} not a number in after": (_one_position("after", i, lambda v: "x"), "T1")
+       for i, p in enumerate(POSITIONS)},
+    # the ack leaves [15, 15, 15]: only L can move alone and stay ordered
+    **{f"{rule} {p} moved by {d:+d} in after": (_one_position("after", i, lambda v, d=d: v + d), rule)
+       for p, i, d, rule in [("L", 0, -1, "EFFECT ack"), ("N", 1, -1, "INV1"), ("M", 2, +1, "INV1")]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_POSITION))
+def test_one_position_changed_alone_is_rejected(scenario, tmp_path, name):
+    mutate, rule = ONE_POSITION[name]
+    lines = copy.deepcopy(scenario)
+    mutate(lines)
+    assert lines != scenario
+    code, out = replay(write_lines(tmp_path / "t.jsonl", lines))
+    assert code == 1, out
+    assert out.startswith(f"VIOLATION {rule}:"), out
