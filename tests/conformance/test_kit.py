@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from sessionstate.clients.cli import main
 from sessionstate.conformance.kit import DIFFERENCE, RULES, run
 
@@ -34,6 +36,7 @@ def test_the_project_s_gateway_conforms():
     assert report.implementation == "sessionstate Gateway"
 
 
+@pytest.mark.slow  # the search and its shrinking take minutes on a loaded machine
 def test_a_planted_defect_is_found_shrunk_and_named():
     report = run(ADAPTER + ["--fault", "queue-survives-reset"], examples=60, steps=15, max_findings=1)
     assert [f.rule for f in report.findings] == ["R14"], report.text()
