@@ -123,7 +123,7 @@ def test_the_tools_see_only_their_host():
 # The tools sit below the facade: the gateway hands them a host (tools/host.py) and they import
 # neither it nor a service.
 LAYERS = ("errors", "statemachine", "store", "shared", "runner", "services", "tools", "facade",
-          "upstream", "verify", "clients", "api")
+          "upstream", "verify", "conformance", "clients", "api")
 ABOVE_THE_FACADE = LAYERS[LAYERS.index("facade") + 1:]
 
 

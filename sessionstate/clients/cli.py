@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_check_arguments(check)
 
+    conformance = commands.add_parser(
+        "conformance", help="check an implementation behind an adapter against the spec (exit 1 on a violation)")
+    conformance.add_argument("--adapter", help="the adapter's command line (default: this project's own Gateway)")
+    conformance.add_argument("--examples", type=int, default=60, help="runs per search (default: 60)")
+    conformance.add_argument("--steps", type=int, default=25, help="steps per run at most (default: 25)")
+    conformance.add_argument("--max-findings", type=int, default=8, help="stop after this many findings (default: 8)")
+    conformance.add_argument("--json", action="store_true", help="the report as JSON")
+
     replay = commands.add_parser("replay", help="check protocol traces against the spec (exit 1 on a violation)")
     from ..verify.trace_cli import add_arguments as add_replay_arguments
 
@@ -124,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..verify.runner import run_check
 
             return run_check(args)
+        if args.command == "conformance":
+            return _conformance(args)
         if args.command == "replay":
             from ..verify.trace_cli import run_replay
 
@@ -240,3 +250,14 @@ def _diagram(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    import shlex
+
+    from ..conformance.kit import run
+
+    command = shlex.split(args.adapter) if args.adapter else [sys.executable, "-m", "sessionstate.conformance.gateway_adapter"]
+    report = run(command, examples=args.examples, steps=args.steps, max_findings=args.max_findings)
+    print(json.dumps(report.as_json(), indent=2) if args.json else report.text())
+    return 1 if report.violations else 0
