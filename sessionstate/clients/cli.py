@@ -255,7 +255,13 @@ if __name__ == "__main__":  # pragma: no cover
 def _conformance(args: argparse.Namespace) -> int:
     import shlex
 
-    from ..conformance.kit import run
+    try:
+        from ..conformance.kit import run
+    except ModuleNotFoundError as exc:  # the kit is a Hypothesis state machine
+        if exc.name != "hypothesis":
+            raise
+        print("sessionstate conformance needs Hypothesis: pip install 'sessionstate[conformance]'", file=sys.stderr)
+        return 2
 
     command = shlex.split(args.adapter) if args.adapter else [sys.executable, "-m", "sessionstate.conformance.gateway_adapter"]
     report = run(command, examples=args.examples, steps=args.steps, max_findings=args.max_findings)
