@@ -151,6 +151,14 @@ def active() -> Results | None:
     return _ACTIVE[-1] if _ACTIVE else None
 
 
+def push(rec: Results) -> None:
+    _ACTIVE.append(rec)
+
+
+def pop(rec: Results) -> None:
+    _ACTIVE.remove(rec)
+
+
 def stat(**figures: object) -> None:
     if _ACTIVE:
         _ACTIVE[-1].stat(**figures)

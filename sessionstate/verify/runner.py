@@ -81,11 +81,11 @@ def run_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
         profile["budget"] = f"{parse_duration(args.fuzz_for)}s"
     rec = _results.Results("check", seed=args.seed)
-    _results._ACTIVE.append(rec)
+    _results.push(rec)
     try:
         return _run_parts(args, profile, parts, failures, say, rec)
     finally:
-        _results._ACTIVE.remove(rec)
+        _results.pop(rec)
         _write_results(args, rec, say)
 
 
