@@ -126,3 +126,31 @@ def test_mermaid_itself_parses_the_docs_diagram(tmp_path):
     bad = subprocess.run(["node", str(script)], input="sequenceDiagram\n    A->>: x", text=True,
                          capture_output=True, timeout=120)
     assert bad.returncode == 1  # the parser can fail
+
+
+def test_time_boxed_fuzz_through_check_writes_its_figures(tmp_path, monkeypatch):
+    import json
+
+    status, out = _check(tmp_path, monkeypatch, "--only", "fuzz", "--fuzz-for", "1s", "--seed", "5",
+                         "--example-db", "db", "--json", "s.json", "--junit-xml", "j.xml")
+    assert status == 0, out
+    fuzz = json.loads((tmp_path / "s.json").read_text())["parts"]["fuzz"]
+    assert fuzz["examples"] >= 1 and fuzz["seed"] == 5 and fuzz["budget"] == "1.0s" and fuzz["from_db"] == 0
+
+
+def test_replay_junit_names_the_broken_rule(tmp_path):
+    import argparse
+
+    from sessionstate.verify.trace_cli import add_arguments, run_replay
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"v": 99}\n')
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    import io
+
+    status = run_replay(parser.parse_args([str(bad), "--junit-xml", str(tmp_path / "r.xml")]), io.StringIO(),
+                        io.StringIO())
+    assert status == 1
+    failing = [c.get("name") for c in ET.parse(tmp_path / "r.xml").iter("testcase") if c.find("failure") is not None]
+    assert "T1" in failing and str(bad) in failing
