@@ -119,6 +119,49 @@ def ratio_rows(by_key: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def default_limits() -> dict[str, float]:
+    """The documented limit of each gated path: its target in ``RATIOS`` (numerator key)."""
+    return {num: target for _label, num, _den, target in RATIOS if target is not None}
+
+
+def _split(text: str) -> tuple[str, float]:
+    path, sep, ratio = text.partition("=")
+    if not sep or not path:
+        raise ValueError(f"--fail-above wants PATH=RATIO, not {text!r}")
+    try:
+        value = float(ratio)
+    except ValueError:
+        raise ValueError(f"--fail-above {text!r}: {ratio!r} is not a number") from None
+    if path not in {num for _l, num, _d, _t in RATIOS}:
+        raise ValueError(f"--fail-above {text!r}: unknown path; known: {', '.join(n for _l, n, _d, _t in RATIOS)}")
+    return path, value
+
+
+def gate_limits(options: list[str], *, defaults: bool) -> dict[str, float]:
+    limits = default_limits() if defaults else {}
+    limits.update(_split(o) for o in options)
+    return limits
+
+
+def check_gate(by_key: dict[str, dict[str, Any]], limits: dict[str, float], explicit: set[str] = frozenset()) -> list[str]:
+    """One line per path whose ratio to its same-run baseline exceeds its limit. A path named
+    explicitly but absent from the JSON fails too (a gate that cannot measure must not pass);
+    a default limit on a path this run did not measure (e.g. PostgreSQL) is skipped."""
+    out = []
+    for label, num, den, _target in RATIOS:
+        if num not in limits:
+            continue
+        a, b = side_median(by_key, num), side_median(by_key, den)
+        if a is None or b is None:
+            if num in explicit:
+                out.append(f"GATE {num}: not measured in this JSON ({label})")
+            continue
+        if a / b > limits[num]:
+            out.append(f"GATE {num}: {a / b:.2f}x its baseline {den} exceeds {limits[num]:g}x ({label};"
+                       f" {fmt_time(a)} vs {fmt_time(b)})")
+    return out
+
+
 def render(data: dict[str, Any], plot_note: str) -> str:
     by_key, curves = index(data)
     smoke = any(b.get("extra_info", {}).get("smoke") for b in data["benchmarks"])
@@ -247,8 +290,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("json", type=Path, help="pytest-benchmark JSON (--benchmark-json)")
     parser.add_argument("--doc", type=Path, default=DOC, help="markdown file whose generated section is rewritten")
     parser.add_argument("--no-write", action="store_true", help="print only; touch no file")
+    parser.add_argument("--fail-above", action="append", default=[], metavar="PATH=RATIO",
+                        help="exit 1 when benchmark PATH (its key, e.g. record.w3.project) is more than RATIO"
+                             " times its baseline of the same run (repeatable)")
+    parser.add_argument("--gate", action="store_true",
+                        help="use every path's documented target (the RATIOS table) as its --fail-above limit")
     args = parser.parse_args(argv)
+    try:
+        limits = gate_limits(args.fail_above, defaults=args.gate)
+    except ValueError as exc:
+        parser.error(str(exc))
     data = load(args.json)
+    if limits:
+        failures = check_gate(index(data)[0], limits, explicit={k for k, _ in map(_split, args.fail_above)})
+        for line in failures:
+            print(line, file=sys.stderr)
+        if args.no_write or failures:
+            print(f"benchmark gate: {len(limits)} path(s) checked, {len(failures)} over the limit", file=sys.stderr)
+        if failures:
+            return 1
     note = "_(Plot not written: --no-write.)_" if args.no_write else plot(data, args.doc.parent / PLOT.name)
     section = render(data, note)
     print(section)

@@ -20,6 +20,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lines shown before a violation (default 10)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="a progress bar on stderr (default: on a terminal, for inputs of 1 MiB or more)")
+    parser.add_argument("--junit-xml", type=Path, default=None, metavar="PATH",
+                        help="write JUnit XML: one test case per trace check, the broken rule's case failing")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="write a JSON summary (lines, steps, pairs, the violation)")
+
+
+def run_replay(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Check the traces; with ``--junit-xml``/``--json`` also write the results (results.py)."""
+    import io
+    import time
+
+    from .results import Case, Results
+
+    if getattr(args, "junit_xml", None) is None and getattr(args, "json", None) is None:
+        return _run_replay(args, out, err)
+    out = out or sys.stdout
+    buffer = io.StringIO()
+    started = time.monotonic()
+    status = _run_replay(args, buffer, err)
+    text = buffer.getvalue()
+    out.write(text)
+    rec = Results("replay")
+    first = text.splitlines()[0] if text else ""
+    rule = first.split()[1] if first.startswith("VIOLATION ") else None
+    for path in args.traces:
+        rec.cases.append(Case("replay", str(path), time.monotonic() - started,
+                              failure=text if status else None))
+    if rule is not None:
+        rec.cases.append(Case("replay", rule, failure=text))
+    rec.stats["replay"] = {"status": status, "output": text.splitlines()}
+    if args.junit_xml:
+        rec.write_junit(args.junit_xml)
+    if args.json:
+        rec.write_json(args.json)
+    return status
 
 
 class ProgressBar:
@@ -45,7 +80,7 @@ class ProgressBar:
             self.stream.flush()
 
 
-def run_replay(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _run_replay(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     paths: list[Path] = args.traces

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Mutation testing with mutmut (the `verify` extra) over one layer, in a scratch copy of the tree
+# so the worktree is never touched:  scripts/mutmut.sh statemachine|store|services
+# Each module runs only its fastest relevant tests (docs/verification.md, "Mutation testing").
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+module="${1:?usage: scripts/mutmut.sh statemachine|store|services|services/notice/wakes.py ...}"
+case "$module" in
+    statemachine) tests='"tests/protocol/test_transition_sweep.py", "tests/protocol/test_spec_sync.py"' ;;
+    store) tests='"tests/store"' ;;
+    services) tests='"tests/gateway/test_owed_wakes.py", "tests/gateway/test_stateful.py"' ;;
+    services/notice/wakes.py|services/notice/rewake.py) tests='"tests/gateway/test_owed_wakes.py"' ;;
+    services/notice/batch_decisions.py) tests='"tests/gateway/test_batch_decisions.py"' ;;
+    *) echo "unknown module: $module" >&2; exit 2 ;;
+esac
+work="$(mktemp -d)/sessionstate-mutmut-${module//\//-}"
+mkdir -p "$work"
+git ls-files | tar -cf - -T - | tar -xf - -C "$work"
+cat >> "$work/pyproject.toml" <<CFG
+
+[tool.mutmut]
+source_paths = ["sessionstate/$module"]
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
+pytest_add_cli_args_test_selection = [$tests]
+also_copy = ["sessionstate", "spec", "tests", "docs", "benchmarks"]
+CFG
+cd "$work"
+SESSIONSTATE_TEST_PG=off "$OLDPWD/.venv/bin/mutmut" run --max-children "${MUTMUT_CHILDREN:-1}"
+"$OLDPWD/.venv/bin/mutmut" results --all true | sed -E 's/^ *sessionstate\.([a-z_.]+)\.x.*: (.*)$/\1 \2/' | sort | uniq -c
+echo "results in $work (mutmut show NAME for one mutant)"
