@@ -197,24 +197,40 @@ class GroupCommit(Generic[_E]):
             assert first is not None
             first.set()
 
-    @staticmethod
-    def _pass_on(mine: Waiter[_E]) -> None:
-        """Wake the next caller of ``mine``'s batch (once)."""
-        nxt, mine.after = mine.after, None
-        if nxt is not None:
-            assert nxt.wake is not None
-            nxt.wake.set()
+    def _pass_on(self, mine: Waiter[_E]) -> None:
+        """Wake the next caller of ``mine``'s batch that still waits (once)."""
+        with self._state:
+            nxt, mine.after = mine.after, None
+            while nxt is not None and nxt.wake is None:  # abandoned: the one after it
+                skipped, nxt = nxt, nxt.after
+                skipped.after = None
+            wake = nxt.wake if nxt is not None else None
+        if wake is not None:
+            wake.set()
 
     def _leave(self) -> None:
         """A drainer lets go of the queue: the first queued caller drains next, or nobody."""
         with self._state:
-            if self._queue:
-                nxt = self._queue[0]
+            nxt = next((waiter for waiter in self._queue if waiter.wake is not None), None)
+            if nxt is not None:  # (a waiter without an event was abandoned, or never waits)
                 nxt.promoted = True
-                assert nxt.wake is not None  # only _join queues, and it gives every waiter one
-                nxt.wake.set()
-            else:
+                wake = nxt.wake
+            else:  # the next caller to queue drains whatever is left
                 self._draining = False
+                return
+        assert wake is not None
+        wake.set()
+
+    def _abandon(self, mine: Waiter[_E]) -> None:
+        """A queued caller stops waiting (an interrupt): its events are still committed, but
+        it is no link of a wake-up chain any more, and a turn it was handed goes on."""
+        with self._state:
+            mine.wake = None  # _release leaves it out of the chain
+            done, promoted = mine.done, mine.promoted
+        if done:
+            self._pass_on(mine)
+        if promoted:
+            self._leave()
 
     def _join(self, events: Sequence[_E]) -> list[Any]:
         mine: Waiter[_E] = Waiter(events, threading.Event())
@@ -233,15 +249,17 @@ class GroupCommit(Generic[_E]):
         while not drains:
             try:
                 wake.wait()
-            finally:
-                with state:
-                    done, drains = mine.done, mine.promoted  # promoted: perhaps committed along too
-                    if not (done or drains):
-                        wake.clear()
-                if done:
-                    self._pass_on(mine)
-            if done and not drains:
-                break
+            except BaseException:  # interrupted while waiting: nobody may be left waiting on us
+                self._abandon(mine)
+                raise
+            with state:
+                done, drains = mine.done, mine.promoted  # promoted: perhaps committed along too
+                if not (done or drains):
+                    wake.clear()
+            if done:
+                self._pass_on(mine)
+                if not drains:
+                    break
         else:
             try:
                 with self._lock:
