@@ -13,6 +13,8 @@ after the other and in this order, N notifying events
   when nobody else records);
 - ``burst8``: one thread calling ``record_events`` with 8 events per call (one transaction
   per 8, no thread hand-over at all: what 8 threads could reach at best);
+- ``burst8_one_target``: the same with all 8 events of a call on one target (what the
+  issue's quiet-machine table measured; ``burst8`` is what ``batch_ceiling.py`` measures);
 - ``tT`` for each thread count T: T threads calling ``record_event`` together.
 
 Ratios are taken round by round (each side against the same round's ``raw``) and their
@@ -74,8 +76,9 @@ def one_round(gw, events: int, slots: int) -> float:
     return elapsed
 
 
-def burst_round(gw, events: int) -> float:
-    burst = [{"session_key": target(i), "kind": KIND, "actor_type": "human", "summary": "hello"} for i in range(BURST)]
+def burst_round(gw, events: int, one_target: bool = False) -> float:
+    burst = [{"session_key": target(0 if one_target else i), "kind": KIND, "actor_type": "human", "summary": "hello"}
+             for i in range(BURST)]
     record, began = gw.record_events, time.perf_counter()
     for _ in range(events // BURST):
         record(burst)
@@ -135,7 +138,7 @@ def main() -> None:
         raw_round(raw, events // 4, slots), one_round(gw, events // 4, slots), burst_round(gw, events // 4)
         for _ in range(rounds):
             sides = {"raw": raw_round(raw, events, slots), "one": one_round(gw, events, slots),
-                     "burst8": burst_round(gw, events)}
+                     "burst8": burst_round(gw, events), "burst8_one_target": burst_round(gw, events, True)}
             for threads in counts:
                 name = f"t{threads}"
                 log: list[tuple[float, float, float, int]] = []
