@@ -16,10 +16,12 @@ kept). So a queued caller is never woken to take the lock: the thread that is al
 running, with the lock and the interpreter, commits for it (the first version handed the
 turn to a new leader after every batch, a thread switch and a lock hand-over per batch).
 
-After a batch of several callers, an empty queue usually means the callers just woken have
-not been scheduled yet: the drainer gives the interpreter away once (``time.sleep(0)``)
-before it looks again, so their next events join the next batch instead of each committing
-alone (a GIL convoy). One thread alone never forms such a batch and never pays it.
+After a batch that held queued callers, an empty queue usually means the callers just woken
+have not been scheduled yet: the drainer waits on a condition (holding the lock, not the
+interpreter) until as many have queued again as it woke, or ``GATHER_SECONDS`` passed, so
+their next events join the next batch instead of each committing alone (a GIL convoy). The
+callers of a batch are woken as a chain, each by the one before it, so that one woken thread
+at a time wants the interpreter. One thread alone never queues, so it never waits for this.
 
 A thread that already holds the lock (inside ``Gateway.transaction()`` or ``locked()``)
 never queues: waiting for a drainer that needs the lock this thread holds would never end.
