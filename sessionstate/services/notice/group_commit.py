@@ -1,32 +1,54 @@
 """Group commit: concurrent recorders on one store share a transaction.
 
-A recorder that finds the store's write turn free (nobody holds ``store.lock`` and nobody is
-queued) commits alone, at once: one thread pays nothing for this module. A recorder that
-finds it taken queues its already validated events and waits. Of the waiters, one at a time
-leads: it takes the write turn (``store.lock``) and, once it holds it, every batch queued
-by then, and hands them to ``run`` in one call, which commits them in one transaction and
-gives each its own outcome. Only then is any waiter released, so no caller learns a
-sequence before the commit that holds its event.
+A recorder that finds the store's write turn free (nobody holds ``store.lock``) commits
+alone, at once: one thread pays nothing for this module but one unlocked look at the queue.
+A recorder that finds it taken hands its already validated events over (queues them) and
+waits once, on an event of its own, until a commit that holds them has happened; only then
+does it learn its sequences.
+
+Who commits the queue: whoever holds the write turn when it finishes its own work. The
+holder of the turn (a caller that committed alone, or the first caller that queued while
+nobody was committing, the *drainer*) commits everything queued by then in one transaction,
+wakes exactly those callers, and looks again, while it still holds the turn, for callers
+that queued meanwhile; it leaves only when the queue is empty (or after ``MAX_ROUNDS``
+batches, when it hands the turn to the first queued caller so that its own caller is not
+kept). So a queued caller is never woken to take the lock: the thread that is already
+running, with the lock and the interpreter, commits for it (the first version handed the
+turn to a new leader after every batch, a thread switch and a lock hand-over per batch).
+
+After a batch that held queued callers, an empty queue usually means the callers just woken
+have not been scheduled yet: the drainer waits on a condition (holding the lock, not the
+interpreter) until as many have queued again as it woke, or ``GATHER_SECONDS`` passed, so
+their next events join the next batch instead of each committing alone (a GIL convoy). The
+callers of a batch are woken as a chain, each by the one before it, so that one woken thread
+at a time wants the interpreter. One thread alone never queues, so it never waits for this.
 
 A thread that already holds the lock (inside ``Gateway.transaction()`` or ``locked()``)
-never queues: waiting for a leader that needs the lock this thread holds would never end.
-Inside a transaction it records in that transaction; holding the lock outside one,
-it commits whatever is queued together with its own events.
+never queues: waiting for a drainer that needs the lock this thread holds would never end.
+Inside a transaction it records in that transaction; holding the lock outside one, it
+commits whatever is queued together with its own events.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 _E = TypeVar("_E")
 
+GATHER_SECONDS = 0.0005
+"""How long a drainer waits for the callers it just woke to queue again (see above)."""
+
+MAX_ROUNDS = 32
+"""Batches one drainer commits before it hands the turn on (its own caller waits meanwhile)."""
+
 
 class Waiter(Generic[_E]):
     """One caller's events in the queue and, once its batch committed, its outcome."""
 
-    __slots__ = ("events", "result", "error", "done", "wake", "promoted")
+    __slots__ = ("events", "result", "error", "done", "wake", "promoted", "after", "queued_at", "committed_at", "batch")
 
     def __init__(self, events: Sequence[_E], wake: threading.Event | None = None) -> None:
         self.events = events
@@ -34,7 +56,11 @@ class Waiter(Generic[_E]):
         self.error: BaseException | None = None
         self.done = False
         self.wake = wake  # set when done, or when handed the turn; only a queued caller has one
-        self.promoted = False  # the previous leader handed this caller the write turn
+        self.promoted = False  # a drainer that left with callers queued handed this one the turn
+        self.after: Waiter[_E] | None = None  # the next caller of its batch, woken by this one
+        self.queued_at = 0.0  # the three below only while GroupCommit.timings is on
+        self.committed_at = 0.0
+        self.batch = 0
 
     def outcome(self) -> list[Any]:
         if self.error is not None:
@@ -62,8 +88,14 @@ class GroupCommit(Generic[_E]):
         self._run = run
         self._state = threading.Lock()  # guards the two fields below and the waiters' flags
         self._queue: list[Waiter[_E]] = []
-        self._leading = False  # a waiter is taking, or holds, the write turn for the queue
+        self._arrived = threading.Condition(self._state)  # a caller queued while a drainer gathers
+        self._expected = 0  # how many queued callers the gathering drainer waits for
+        self._draining = False  # a queued caller is taking, or holds, the turn to drain the queue
         self.batches = 0  # batches of more than one caller committed (tests and benchmarks)
+        self.gather = True  # give the interpreter away once after a shared batch (see above)
+        # (queued_at, committed_at, woken_at, batch size) per queued call, perf_counter
+        # seconds; None (off) unless a benchmark sets a list.
+        self.timings: list[tuple[float, float, float, int]] | None = None
 
     def submit(self, events: Sequence[_E]) -> list[Any]:
         """Commit ``events`` (validated already) and return ``run``'s result for them."""
@@ -71,13 +103,19 @@ class GroupCommit(Generic[_E]):
         if not lock.acquire(False):  # another thread holds the turn (an RLock: never this one)
             return self._join(events)
         try:
-            # The queue is read without the condition's lock: a stale answer only commits
-            # this call alone just before, or together with, a group that is forming.
-            if not (self._leading or self._queue) or self._in_transaction():
+            if self._in_transaction():
                 return self._run_alone(events)
-            # A group formed while the turn was free and its leader is about to take it:
-            # commit it from here (its leader then finds nothing left to do).
-            return self._lead_here(events)
+            # The queue is read without ``_state``: a caller queued just after this look
+            # is committed by the drain below or by its own drainer.
+            if not self._queue:
+                result = self._run_alone(events)
+                if self._queue:  # callers queued while this one committed: take them along
+                    self._drain()
+                return result
+            mine: Waiter[_E] = Waiter(events)
+            self._commit([mine])
+            self._drain()
+            return mine.outcome()
         finally:
             lock.release()
 
@@ -87,90 +125,151 @@ class GroupCommit(Generic[_E]):
         call holding its outcome."""
         waiters = [Waiter(events) for events in calls]
         with self._lock:
-            self._commit_with_queued(waiters)
+            self._commit(waiters)
+            self._drain()
         return waiters
 
     def idle(self) -> bool:
-        """Nobody queued and nobody leading (tests check no turn was left held)."""
+        """Nobody queued and nobody draining (tests check no turn was left held)."""
         with self._state:
-            return not self._queue and not self._leading
+            return not self._queue and not self._draining
 
     def queued(self) -> int:
-        """How many callers wait for a leader's commit right now (tests synchronise on it)."""
+        """How many callers wait for a drainer's commit right now (tests synchronise on it)."""
         with self._state:
             return len(self._queue)
 
-    def _lead_here(self, events: Sequence[_E]) -> list[Any]:
-        mine: Waiter[_E] = Waiter(events)
-        self._commit_with_queued([mine])
-        return mine.outcome()
-
-    def _commit_with_queued(self, waiters: list[Waiter[_E]]) -> None:
-        """Holding the write turn: commit ``waiters`` with every caller queued behind it, as
-        one group; a failure answers whoever is still unanswered."""
+    def _commit(self, waiters: list[Waiter[_E]]) -> None:
+        """Holding the write turn: commit ``waiters`` with every caller queued by now, as one
+        group."""
         with self._state:
             batch, self._queue = self._queue + waiters, []
+        self._commit_batch(batch)
+
+    def _commit_batch(self, batch: list[Waiter[_E]]) -> None:
+        """Holding the write turn: ``batch`` in one transaction; a failure answers whoever is
+        still unanswered."""
         try:
             self._run(batch)
         except BaseException as exc:
             _fail_unanswered(batch, exc)
             raise
         finally:
-            self._release(batch, leader=False)
+            self._release(batch)
 
-    def _release(self, batch: list[Waiter[_E]], *, leader: bool) -> None:
-        """Mark ``batch`` done and wake exactly its waiters; a leader also hands the turn to
-        the first caller queued meanwhile (woken alone: the others sleep on)."""
+    def _drain(self, rounds: int = MAX_ROUNDS) -> None:
+        """Holding the write turn: commit the queue until it is found empty, at most
+        ``rounds`` batches."""
+        for _ in range(rounds):
+            with self._state:
+                batch, self._queue = self._queue, []
+            if not batch:
+                return
+            self._commit_batch(batch)
+            woken = sum(1 for waiter in batch if waiter.wake is not None)
+            if woken and self.gather:
+                self._gather(woken)
+
+    def _gather(self, expected: int) -> None:
+        """Wait (holding the write turn, not the interpreter) until the ``expected`` callers
+        just woken have queued their next events, or ``GATHER_SECONDS`` passed."""
+        with self._arrived:
+            self._expected = expected
+            self._arrived.wait_for(lambda: len(self._queue) >= expected, GATHER_SECONDS)
+            self._expected = 0
+
+    def _release(self, batch: list[Waiter[_E]]) -> None:
+        """Mark ``batch`` done and wake its first queued caller, which wakes the next one
+        (``_pass_on``), and so on: one woken thread at a time wants the interpreter, instead
+        of all of them at once while the drainer still runs."""
+        timings = self.timings
+        stamp = time.perf_counter() if timings is not None else 0.0
         with self._state:
+            # A promoted caller waits on the lock, not on its event: it is no link of the chain.
+            queued = [waiter for waiter in batch if waiter.wake is not None and not waiter.promoted]
             for waiter in batch:
                 waiter.done = True
+                waiter.committed_at, waiter.batch = stamp, len(batch)
+            for waiter, nxt in zip(queued, queued[1:]):
+                waiter.after = nxt
             if len(batch) > 1:
                 self.batches += 1
-            if leader:
-                self._hand_over()
-        for waiter in batch:
-            if waiter.wake is not None:
-                waiter.wake.set()
+        if queued:
+            first = queued[0].wake
+            assert first is not None
+            first.set()
 
-    def _hand_over(self) -> None:
-        """With ``_state`` held: the next queued caller leads, or nobody does."""
-        if self._queue:
-            nxt = self._queue[0]
-            nxt.promoted = True
-            assert nxt.wake is not None  # only _join queues, and it gives every waiter one
-            nxt.wake.set()
-        else:
-            self._leading = False
+    def _pass_on(self, mine: Waiter[_E]) -> None:
+        """Wake the next caller of ``mine``'s batch that still waits (once)."""
+        with self._state:
+            nxt, mine.after = mine.after, None
+            while nxt is not None and nxt.wake is None:  # abandoned: the one after it
+                skipped, nxt = nxt, nxt.after
+                skipped.after = None
+            wake = nxt.wake if nxt is not None else None
+        if wake is not None:
+            wake.set()
+
+    def _leave(self) -> None:
+        """A drainer lets go of the queue: the first queued caller drains next, or nobody."""
+        with self._state:
+            nxt = next((waiter for waiter in self._queue if waiter.wake is not None), None)
+            if nxt is not None:  # (a waiter without an event was abandoned, or never waits)
+                nxt.promoted = True
+                wake = nxt.wake
+            else:  # the next caller to queue drains whatever is left
+                self._draining = False
+                return
+        assert wake is not None
+        wake.set()
+
+    def _abandon(self, mine: Waiter[_E]) -> None:
+        """A queued caller stops waiting (an interrupt): its events are still committed, but
+        it is no link of a wake-up chain any more, and a turn it was handed goes on."""
+        with self._state:
+            mine.wake = None  # _release leaves it out of the chain
+            done, promoted = mine.done, mine.promoted
+        if done:
+            self._pass_on(mine)
+        if promoted:
+            self._leave()
 
     def _join(self, events: Sequence[_E]) -> list[Any]:
         mine: Waiter[_E] = Waiter(events, threading.Event())
+        timings = self.timings
+        if timings is not None:
+            mine.queued_at = time.perf_counter()
         state = self._state
         with state:
             self._queue.append(mine)
-            leading = not self._leading
-            self._leading = True
-        while not leading:
-            assert mine.wake is not None
-            mine.wake.wait()
+            if self._expected and len(self._queue) >= self._expected:
+                self._arrived.notify()
+            drains = mine.promoted = not self._draining  # (promoted: never a link of a chain)
+            self._draining = True
+        wake = mine.wake
+        assert wake is not None
+        while not drains:
+            try:
+                wake.wait()
+            except BaseException:  # interrupted while waiting: nobody may be left waiting on us
+                self._abandon(mine)
+                raise
             with state:
-                if mine.promoted and mine.done:  # handed the turn, but a lock holder took us along
-                    self._hand_over()
-                if mine.done:
-                    return mine.outcome()
-                leading = mine.promoted
-                mine.wake.clear()
-        batch: list[Waiter[_E]] = []
-        try:
-            with self._lock:
-                with state:  # everything queued while the turn was being taken
-                    batch, self._queue = self._queue, []
-                if batch:  # empty when a holder of the lock committed it meanwhile
-                    self._run(batch)
-        except BaseException as exc:
-            _fail_unanswered(batch, exc)
-            raise
-        finally:
-            self._release(batch, leader=True)
+                done, drains = mine.done, mine.promoted  # promoted: perhaps committed along too
+                if not (done or drains):
+                    wake.clear()
+            if done:
+                self._pass_on(mine)
+                if not drains:
+                    break
+        else:
+            try:
+                with self._lock:
+                    self._drain()
+            finally:
+                self._leave()
+        if timings is not None:
+            timings.append((mine.queued_at, mine.committed_at, time.perf_counter(), mine.batch))
         return mine.outcome()
 
 

@@ -1,0 +1,186 @@
+"""Where the time of several recording threads goes: the hand-over of group commit, paired.
+
+Run: ./dev run .venv/bin/python benchmarks/handover.py [--rounds R] [--events N] [--threads 2,4,8]
+         [--synchronous NORMAL|FULL] [--no-gather]
+
+One gateway (SQLite, one target per thread slot, three watchers each, as thread_scaling.py)
+and, on a file of its own, raw ``sqlite3`` doing the same statements per event
+(``_support.RawLog``: insert, head bump, caught-up read, cursor upsert). Each round runs, one
+after the other and in this order, N notifying events
+
+- ``raw``: raw sqlite3, one thread, one transaction per event (the baseline of every ratio);
+- ``one``: one thread calling ``record_event`` (one transaction each: the group-commit path
+  when nobody else records);
+- ``burst8``: one thread calling ``record_events`` with 8 events per call (one transaction
+  per 8, no thread hand-over at all: what 8 threads could reach at best);
+- ``burst8_one_target``: the same with all 8 events of a call on one target (what the
+  issue's quiet-machine table measured; ``burst8`` is what ``batch_ceiling.py`` measures);
+- ``tT`` for each thread count T: T threads calling ``record_event`` together.
+
+Ratios are taken round by round (each side against the same round's ``raw``) and their
+median printed, so a slow phase of the shared machine falls on both sides of a ratio. For
+the threaded sides it also prints, over every round, how the events were committed (batch
+sizes: 1 is a call committed alone), for the calls that queued the median time from queueing
+to the commit that held them and from that commit to the caller running again, and the
+process's context switches per event (``getrusage``: voluntary ones are a thread going to
+sleep on a lock or event, the interpreter's hand-overs included).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.environ.get("SESSIONSTATE_TREE", str(Path(__file__).resolve().parent.parent)))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _support import RawLog  # noqa: E402
+from thread_scaling import KIND, WATCHERS, open_side, target  # noqa: E402
+
+BURST = 8
+
+
+def _switches() -> tuple[int, int]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw, usage.ru_nivcsw
+
+
+def raw_round(raw: RawLog, events: int, slots: int) -> float:
+    record, began = raw.record, time.perf_counter()
+    for i in range(events):
+        record(target(i % slots))
+    elapsed = time.perf_counter() - began
+    raw.db.execute("UPDATE session_watch_cursors SET last_seen_sequence = notified_sequence")  # untimed: drained
+    return elapsed
+
+
+def drained(gw) -> None:
+    for watcher in WATCHERS:
+        gw.drain_system_events(watcher)
+
+
+def one_round(gw, events: int, slots: int) -> float:
+    record, began = gw.record_event, time.perf_counter()
+    for i in range(events):
+        record(target(i % slots), KIND, actor_type="human", summary="hello")
+    elapsed = time.perf_counter() - began
+    drained(gw)
+    return elapsed
+
+
+def burst_round(gw, events: int, one_target: bool = False) -> float:
+    burst = [{"session_key": target(0 if one_target else i), "kind": KIND, "actor_type": "human", "summary": "hello"}
+             for i in range(BURST)]
+    record, began = gw.record_events, time.perf_counter()
+    for _ in range(events // BURST):
+        record(burst)
+    elapsed = time.perf_counter() - began
+    drained(gw)
+    return elapsed
+
+
+def threads_round(gw, threads: int, events: int) -> tuple[float, tuple[int, int]]:
+    per_thread = events // threads
+    barrier = threading.Barrier(threads + 1)
+
+    def work(index: int) -> None:
+        key, record = target(index), gw.record_event
+        barrier.wait()
+        for _ in range(per_thread):
+            record(key, KIND, actor_type="human", summary="hello")
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    v0, i0 = _switches()
+    began = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - began
+    v1, i1 = _switches()
+    drained(gw)
+    return elapsed, (v1 - v0, i1 - i0)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    options = {"--rounds": "5", "--events": "480", "--threads": "2,4,8", "--synchronous": "NORMAL"}
+    for name in list(options):
+        if name in args:
+            options[name] = args[args.index(name) + 1]
+    rounds, events = int(options["--rounds"]), int(options["--events"])
+    counts = [int(n) for n in options["--threads"].split(",")]
+    slots = max(counts + [BURST])
+    with tempfile.TemporaryDirectory() as tmp:
+        open_side(f"sqlite:///{tmp}/raw.db", slots, options["--synchronous"]).close()
+        raw = RawLog(Path(tmp) / "raw.db")
+        raw.db.execute(f"PRAGMA synchronous = {options['--synchronous']}")
+        gw = open_side(f"sqlite:///{tmp}/gw.db", slots, options["--synchronous"])
+        group = gw._protocol.group  # the gateway's GroupCommit (its counters and probes)
+        if "--no-gather" in args:
+            group.gather = False
+        timed = hasattr(group, "timings")
+        seconds: dict[str, list[float]] = collections.defaultdict(list)
+        ratios: dict[str, list[float]] = collections.defaultdict(list)
+        sizes: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+        to_commit: dict[str, list[float]] = collections.defaultdict(list)
+        to_wake: dict[str, list[float]] = collections.defaultdict(list)
+        switches: dict[str, list[float]] = collections.defaultdict(list)
+        raw_round(raw, events // 4, slots), one_round(gw, events // 4, slots), burst_round(gw, events // 4)
+        for _ in range(rounds):
+            sides = {"raw": raw_round(raw, events, slots), "one": one_round(gw, events, slots),
+                     "burst8": burst_round(gw, events), "burst8_one_target": burst_round(gw, events, True)}
+            for threads in counts:
+                name = f"t{threads}"
+                log: list[tuple[float, float, float, int]] = []
+                if timed:
+                    group.timings = log
+                sides[name], (voluntary, involuntary) = threads_round(gw, threads, events)
+                if timed:
+                    group.timings = None
+                    queued = len(log)
+                    for queued_at, committed_at, woken_at, size in log:
+                        to_commit[name].append(committed_at - queued_at)
+                        to_wake[name].append(woken_at - committed_at)
+                    alone = events // threads * threads - queued
+                    sizes[name][1] += alone
+                    for *_, size in log:
+                        sizes[name][size] += 1
+                switches[name].append((voluntary + involuntary) / events)
+            for name, elapsed in sides.items():
+                seconds[name].append(elapsed)
+                ratios[name].append(sides["raw"] / elapsed)  # throughput relative to raw
+        report: dict[str, object] = {"synchronous": options["--synchronous"], "rounds": rounds,
+                                     "events_per_round": events, "gather": group.gather if timed else None,
+                                     "tree": os.environ.get("SESSIONSTATE_TREE", "this")}
+        for name in seconds:
+            point: dict[str, object] = {
+                "events_per_s": round(events / statistics.median(seconds[name])),
+                "us_per_event": round(statistics.median(seconds[name]) / events * 1e6, 1),
+                "throughput_vs_raw": round(statistics.median(ratios[name]), 2),
+            }
+            if name.startswith("t"):
+                point["vs_burst8"] = round(statistics.median(
+                    b / s for b, s in zip(seconds["burst8"], seconds[name])), 2)
+                point["switches_per_event"] = round(statistics.median(switches[name]), 2)
+                if timed and to_commit[name]:
+                    point["queued_to_commit_us"] = round(statistics.median(to_commit[name]) * 1e6)
+                    point["commit_to_running_us"] = round(statistics.median(to_wake[name]) * 1e6)
+                    point["calls_by_batch_size"] = dict(sorted(sizes[name].items()))
+            report[name] = point
+        gw.close()
+        raw.close()
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The hand-over inside group commit (``services/notice/group_commit.py``), on the class alone:
+a fake runner stands in for the store, so each test forms its batch deterministically (the
+test holds the write turn while the callers queue) and checks who was woken, and when.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from sessionstate.services.notice import group_commit
+from sessionstate.services.notice.group_commit import GroupCommit, Waiter
+
+WAIT = 30.0  # only a hang reaches it
+
+
+class Interrupted(BaseException):
+    """Stands for KeyboardInterrupt arriving in one caller's wait."""
+
+
+class Fake:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.batches: list[list[int]] = []
+        self.committed: set[int] = set()
+        self.group: GroupCommit[int] = GroupCommit(self.lock, lambda: False, self.alone, self.run)
+
+    def alone(self, events: Sequence[int]) -> list[Any]:
+        self.batches.append(list(events))
+        self.committed.update(events)
+        return list(events)
+
+    def run(self, waiters: list[Waiter[int]]) -> None:
+        self.batches.append([e for w in waiters for e in w.events])
+        for waiter in waiters:
+            waiter.result = list(waiter.events)
+        self.committed.update(e for w in waiters for e in w.events)  # the "commit"
+
+
+def _queued_behind_the_turn(fake: Fake, count: int, outcomes: dict[int, Any]) -> list[threading.Thread]:
+    def call(i: int) -> None:
+        try:
+            result = fake.group.submit([i])
+            outcomes[i] = ("committed before return", i in fake.committed, result)
+        except BaseException as exc:  # the interrupted one
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for _ in range(int(WAIT * 1000)):
+        if fake.group.queued() == count:
+            break
+        time.sleep(0.001)  # (not an Event: one test replaces group_commit's)
+    assert fake.group.queued() == count
+    return threads
+
+
+def test_one_batch_wakes_every_caller_through_the_chain_after_the_commit():
+    fake = Fake()
+    outcomes: dict[int, Any] = {}
+    with fake.lock:
+        threads = _queued_behind_the_turn(fake, 6, outcomes)
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a caller of the batch was never woken"
+    assert sorted(fake.batches[0]) == list(range(6)) and len(fake.batches) == 1
+    assert outcomes == {i: ("committed before return", True, [i]) for i in range(6)}
+    assert fake.group.idle()
+
+
+def test_a_caller_interrupted_in_its_wait_breaks_no_chain(monkeypatch):
+    """The third caller's wait raises: it is left out of (or passes on) the chain, so every
+    other caller still returns, with its events committed; nothing is left draining."""
+    made: list[threading.Event] = []
+    real = threading.Event
+
+    class Raising(real):  # type: ignore[misc, valid-type]
+        def wait(self, timeout: float | None = None) -> bool:
+            raise Interrupted
+
+    def event() -> threading.Event:
+        made.append(Raising() if len(made) == 2 else real())
+        return made[-1]
+
+    fake = Fake()
+    outcomes: dict[int, Any] = {}
+    class Module:  # the module's ``threading`` with Event replaced (Thread.start needs the real one)
+        Event = staticmethod(event)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(threading, name)
+
+    monkeypatch.setattr(group_commit, "threading", Module())
+    with fake.lock:
+        threads = _queued_behind_the_turn(fake, 5, outcomes)
+    monkeypatch.undo()
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a caller behind the interrupted one was never woken"
+    interrupted = [i for i, o in outcomes.items() if isinstance(o, Interrupted)]
+    assert len(interrupted) == 1
+    assert all(outcomes[i] == ("committed before return", True, [i]) for i in outcomes if i not in interrupted)
+    assert fake.committed == set(range(5)), "the interrupted caller's events are committed all the same"
+    assert fake.group.idle()
+
+
+def test_one_thread_alone_commits_at_once_and_never_queues():
+    fake = Fake()
+    assert [fake.group.submit([i])[0] for i in range(3)] == [0, 1, 2]
+    assert fake.batches == [[0], [1], [2]] and fake.group.batches == 0 and fake.group.idle()
+
+
+@pytest.mark.parametrize("gather", [True, False])
+def test_free_running_threads_all_return_with_gathering_on_or_off(gather):
+    fake = Fake()
+    fake.group.gather = gather
+    per_thread, count = 200, 8
+
+    def work(base: int) -> None:
+        for i in range(per_thread):
+            assert fake.group.submit([base + i]) == [base + i]
+
+    threads = [threading.Thread(target=work, args=(t * per_thread,)) for t in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert sorted(e for batch in fake.batches for e in batch) == list(range(per_thread * count))
+    assert fake.group.idle()
