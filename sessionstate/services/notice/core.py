@@ -95,7 +95,8 @@ class NoticeCore:
         if self.tracer is not None:
             self.tracer.wake(watcher, at, self.wakes.window, due)
 
-    def resolve(self, key: Any, agent_id: Any) -> SessionRef:
+    @locked
+    def resolve(self, key: Any, agent_id: Any = None) -> SessionRef:
         """(key, agent id) of an existing session, or ``UnknownSession``."""
         check_key(key)
         agent = resolve_agent_id(key, agent_id)
