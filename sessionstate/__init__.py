@@ -22,8 +22,7 @@ from .errors import (
     UnsupportedBackend,
 )
 from .shared.fencing import fence_untrusted, fenced_text, quote_untrusted
-from .facade.gateway import Diagnostics, Gateway
-from .services.observing import GatewayObserver
+from .facade.gateway import Diagnostics, Gateway, GatewayObserver
 from .shared.keys import SessionRef
 from .shared.formats import notice_text
 from .shared.provenance import PROVENANCES, CursorPositions

@@ -38,7 +38,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import StorageUnavailable
-from .gateway import Gateway, _Protocol
+from .gateway import Gateway, ProtocolMethod
 from ..services.notice.recording import EventArgs
 from ..store import DEFAULT_SYNCHRONOUS
 from ..services.claims import SERVE_ALL
@@ -294,7 +294,7 @@ def _mirror(name: str, call: Callable[..., Awaitable[Any]], how: str) -> Callabl
     """``call`` as ``Gateway.<name>``'s coroutine: its name, its signature (read from the
     method, never written again here) and its doc, with ``how`` it runs."""
     method = vars(Gateway).get(name)
-    method = method.method if isinstance(method, _Protocol) else getattr(Gateway, name)
+    method = method.method if isinstance(method, ProtocolMethod) else getattr(Gateway, name)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"``Gateway.{name}`` {how}.\n\n{method.__doc__ or ''}"
     call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
@@ -359,7 +359,7 @@ def public_methods() -> list[str]:
     """The public methods of ``Gateway`` (properties excluded): what ``AsyncGateway`` mirrors."""
     return sorted(
         name for name, member in vars(Gateway).items()
-        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, (classmethod, _Protocol)))
+        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, (classmethod, ProtocolMethod)))
     )
 
 

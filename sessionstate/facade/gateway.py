@@ -16,7 +16,7 @@ parts, each a service whose methods are written once, where they live:
   ``forget_queued``, ``fire_due_wakes``, ``observe``, ``startup_sweep``, cursor inspection,
   ``reset_session``/``delete_session``, the prepared recording of ``facade.aio``).
 
-The protocol methods on ``Gateway`` are the protocol's own (``_Protocol`` descriptors: no
+The protocol methods on ``Gateway`` are the protocol's own (``ProtocolMethod`` descriptors: no
 second signature). They share one store, whose ``transaction()`` is the one unit of work: it
 holds the one lock and releases every notice, queued line and wake only after the outermost
 commit (R9). The agent-facing tools (``sessionstate.tools``) are a layer below: they see the
@@ -43,6 +43,7 @@ from ..services.child_runs import Runs
 from ..services.claims import SERVE_ALL, Serving
 from ..services.notice.protocol import Clock, Diagnostics, NoticeProtocol, WakeHook
 from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
+from ..services.observing import GatewayObserver
 from ..services.producers import Producers
 from ..services.registry import Registry
 from ..services.trace import trace_path
@@ -53,7 +54,7 @@ from ..statemachine import NOTIFYING_KINDS
 from ..store import DEFAULT_SYNCHRONOUS, Store, open_store
 from ..tools.dispatch import allowed_tools as _allowed_tools, call_tool as _call_tool
 
-__all__ = ["DEPRECATED", "Diagnostics", "Gateway", "GatewayToolHost", "PUBLIC_NAMES"]
+__all__ = ["DEPRECATED", "Diagnostics", "Gateway", "GatewayObserver", "GatewayToolHost", "PUBLIC_NAMES", "ProtocolMethod"]
 
 DEFAULT_POLICY = ToolPolicy()
 
@@ -61,7 +62,7 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-class _Protocol(Generic[_P, _R]):
+class ProtocolMethod(Generic[_P, _R]):
     """A ``Gateway`` method that is the notice protocol's method of that name: looked up on
     the gateway's protocol at each call (so ``ops.observe`` sees it), with its signature and
     doc, never written a second time."""
@@ -73,13 +74,18 @@ class _Protocol(Generic[_P, _R]):
         self.__wrapped__ = method  # inspect.signature follows it (facade.aio mirrors it)
 
     @overload
-    def __get__(self, gateway: None, owner: type | None = None) -> "_Protocol[_P, _R]": ...
+    def __get__(self, gateway: None, owner: type | None = None) -> "ProtocolMethod[_P, _R]": ...
     @overload
     def __get__(self, gateway: "Gateway", owner: type | None = None) -> Callable[_P, _R]: ...
     def __get__(self, gateway: "Gateway | None", owner: type | None = None) -> Any:
         if gateway is None:
             return self
         return getattr(gateway.ops, self.name)
+
+    def __call__(self, gateway: "Gateway", *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``Gateway.<name>(gateway, ...)``, as a method called through its class."""
+        method: Callable[_P, _R] = getattr(gateway.ops, self.name)
+        return method(*args, **kwargs)
 
 
 class Gateway:
@@ -211,15 +217,15 @@ class Gateway:
 
     # -- the notice protocol ----------------------------------------------------------------
 
-    create_session = _Protocol(NoticeProtocol.create_session)
-    record_event = _Protocol(NoticeProtocol.record_event)
-    record_events = _Protocol(NoticeProtocol.record_events)
-    watch = _Protocol(NoticeProtocol.watch)
-    unwatch = _Protocol(NoticeProtocol.unwatch)
-    drain_system_events = _Protocol(NoticeProtocol.drain_system_events)
-    pending_system_events = _Protocol(NoticeProtocol.pending_system_events)
-    session_status = _Protocol(NoticeProtocol.session_status)
-    prune = _Protocol(NoticeProtocol.prune)
+    create_session = ProtocolMethod(NoticeProtocol.create_session)
+    record_event = ProtocolMethod(NoticeProtocol.record_event)
+    record_events = ProtocolMethod(NoticeProtocol.record_events)
+    watch = ProtocolMethod(NoticeProtocol.watch)
+    unwatch = ProtocolMethod(NoticeProtocol.unwatch)
+    drain_system_events = ProtocolMethod(NoticeProtocol.drain_system_events)
+    pending_system_events = ProtocolMethod(NoticeProtocol.pending_system_events)
+    session_status = ProtocolMethod(NoticeProtocol.session_status)
+    prune = ProtocolMethod(NoticeProtocol.prune)
 
     # -- the agent-facing tools -------------------------------------------------------------
 
@@ -307,7 +313,7 @@ DEPRECATED: dict[str, str] = {
 }
 _DEPRECATED_SETTABLE = frozenset({"retention_days", "max_rows"})
 
-# What ``Gateway`` answers to (``tests/facade/test_gateway_shape.py`` holds it to this list).
+# What ``Gateway`` answers to (``tests/gateway/test_gateway_shape.py`` holds it to this list).
 PUBLIC_NAMES = (
     "allowed_tools", "call_tool", "close", "closed", "clock", "cluster", "configure_tools",
     "create_session", "drain_system_events", "locked", "open", "ops", "pending_system_events",

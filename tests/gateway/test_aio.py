@@ -49,7 +49,7 @@ def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
         async with await AsyncGateway.open(db_url, clock=lambda: 1_800_000_000.0, on_wake=on_wake) as gw:
             await gw.create_session(MANAGER)
             await gw.create_session(CHILD, kind="subagent", parent=MANAGER)
-            before = await gw.state_version(CHILD)
+            before = await gw.ops.state_version(CHILD)
             seq = await gw.record_event(CHILD, "human_direct_message", **EVENT)
             assert seq == before + 1
             assert await gw.record_events([dict(session_key=CHILD, kind="goal_changed", **EVENT)] * 2) == [
@@ -66,7 +66,7 @@ def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
                 await gw.record_event("agent:main:subagent:nobody", "goal_changed", **EVENT)
             with pytest.raises(UnknownSession):
                 await gw.drain_system_events("agent:main:subagent:nobody")
-            assert await gw.run(lambda g: g.state_version(CHILD), gw.gateway) == seq + 2
+            assert await gw.run(lambda g: g.ops.state_version(CHILD), gw.gateway) == seq + 2
         for _ in range(200):  # the relay delivers after the commit, on the loop
             if woken:
                 break
@@ -79,7 +79,7 @@ def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
         except Exception as exc:
             outcomes.append(type(exc))
         try:
-            outcomes.append(await gw.state_version(CHILD))
+            outcomes.append(await gw.ops.state_version(CHILD))
         except Exception as exc:
             outcomes.append(type(exc))
         assert outcomes[0] == outcomes[1]
@@ -179,7 +179,7 @@ def test_the_loop_is_never_blocked_while_100_tasks_record_10000_events(db_url, l
         if attempt:
             with Gateway.open(db_url) as gw:  # the next run starts from an empty log again
                 for key in ["agent:main:main"] + [f"agent:main:subagent:t{i}" for i in range(10)]:
-                    gw.delete_session(key)
+                    gw.ops.delete_session(key)
         stats = _loop_gaps(db_url, loop_backend)
         assert stats["ticks"] > 10
         runs.append(stats)

@@ -61,13 +61,13 @@ BAD = {
 def world(module_db_url):
     gw, runner = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
     runner.add(Rule("*", "task", ["x"], delay=60))
-    gw.register_session(MANAGER)
-    gw.register_session(PEER)
-    gw.register_session(OTHER)
+    gw.registry.register_session(MANAGER)
+    gw.registry.register_session(PEER)
+    gw.registry.register_session(OTHER)
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", CHILD_TASK))
     names = {"LEAF": spawned["childSessionKey"], "CHILD": spawned["childSessionKey"], "RUN": spawned["runId"]}
     yield gw, names
-    gw.stop_runs()
+    gw.runs.stop_runs()
     gw.close()
 
 

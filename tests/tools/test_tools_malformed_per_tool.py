@@ -42,10 +42,10 @@ def malformed_sets(tool: str) -> list[Any]:
 @pytest.fixture(scope="module")
 def gw(module_db_url):
     gateway, _ = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
-    gateway.register_session(MANAGER)
-    gateway.register_session(PEER)
+    gateway.registry.register_session(MANAGER)
+    gateway.registry.register_session(PEER)
     yield gateway
-    gateway.stop_runs()
+    gateway.runs.stop_runs()
     gateway.close()
 
 
