@@ -110,9 +110,9 @@ def test_the_tools_see_only_their_host():
     graph = import_graph()
     assert tool_layer_violations(graph) == []
     graph["sessionstate.tools.context"] = graph["sessionstate.tools.context"] | {"sessionstate.facade.gateway"}
-    graph["sessionstate.services.registry"] = graph["sessionstate.services.registry"] | {"sessionstate.tools.policy"}
+    graph["sessionstate.services.registry"] = graph["sessionstate.services.registry"] | {"sessionstate.tools.dispatch"}
     assert tool_layer_violations(graph) == [
-        "sessionstate.services.registry imports sessionstate.tools.policy",
+        "sessionstate.services.registry imports sessionstate.tools.dispatch",
         "sessionstate.tools.context imports sessionstate.facade.gateway",
     ]
 

@@ -210,7 +210,7 @@ def _mcp(args: argparse.Namespace) -> int:
               " pip install 'sessionstate[mcp]'", file=sys.stderr)
         return 2
     from ..facade.gateway import Gateway
-    from ..tools.policy import ToolPolicy
+    from ..shared.policy import ToolPolicy
 
     policy = ToolPolicy(visibility=args.visibility, agent_to_agent=args.agent_to_agent,
                         profile=args.profile, max_spawn_depth=args.max_spawn_depth)

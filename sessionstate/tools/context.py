@@ -11,7 +11,7 @@ from ..errors import InvalidArgument, UnknownSession
 from ..shared.keys import SessionRef, agent_of, is_agent_qualified
 from ..shared.policy import ToolPolicy, can_see
 from ..store import MetaRecord
-from .errors import Forbidden
+from .tool_errors import Forbidden
 from .host import ToolHost
 
 # Thread-scoped chat sessions are not targets: the parent channel's session is.

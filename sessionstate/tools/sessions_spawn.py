@@ -15,7 +15,7 @@ from typing import Any
 from ..shared.fencing import fence_untrusted
 from ..store import RUNNING, MetaRecord, RunRecord
 from .context import ToolContext
-from .errors import ToolNotAllowed
+from .tool_errors import ToolNotAllowed
 
 FORK_MESSAGES = 50
 

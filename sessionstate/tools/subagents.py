@@ -11,7 +11,7 @@ from ..errors import InvalidArgument, UnknownSession
 from ..shared.keys import check_key
 from ..store import RunRecord
 from .context import ToolContext
-from .errors import Forbidden, RunNotActive
+from .tool_errors import Forbidden, RunNotActive
 from .rows import run_json
 
 LIST_LIMIT = 50

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from sessionstate.clients.mcp import SessionToolServer
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from ..tools.support import MANAGER, PEER, full_dump

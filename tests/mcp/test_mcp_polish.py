@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters
 
 from sessionstate import Gateway
 from sessionstate.clients.mcp import SessionToolServer
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from ..tools.support import MANAGER, PEER

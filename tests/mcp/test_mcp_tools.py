@@ -11,7 +11,7 @@ from mcp_types import INVALID_PARAMS, CallToolRequest, CallToolRequestParams, Ca
 
 from sessionstate.clients.mcp import SessionToolServer
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from ..tools.support import MANAGER, OTHER, PEER, full_dump

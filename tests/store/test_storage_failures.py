@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from sessionstate import Gateway, StorageBusy, StorageError, StorageFull, StorageUnavailable
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from tests.tools.support import full_dump, open_gateway
 
 MAIN = "agent:main:main"

@@ -9,7 +9,7 @@ from sessionstate import notice_text
 from sessionstate.shared.fencing import fenced_text
 from sessionstate.runner import Rule
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 from .support import MANAGER, PEER, ok, open_gateway
 

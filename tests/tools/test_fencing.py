@@ -19,7 +19,7 @@ from sessionstate import notice_text
 from sessionstate.shared.fencing import END_LINE, QUOTE, UNTRUSTED_MARK, fence_untrusted, fenced_text, quote_untrusted
 from sessionstate.runner import Rule
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 from .support import MANAGER, PEER, ok, open_gateway
 

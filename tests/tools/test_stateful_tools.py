@@ -14,7 +14,7 @@ from hypothesis.stateful import precondition, rule
 from sessionstate import Gateway
 from sessionstate.shared.keys import agent_of
 from sessionstate.runner import Rule, ScriptedRunner
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from tests.backends import stateful_test_cases
 from tests.gateway.test_stateful import GatewayVersusModel
 

@@ -10,7 +10,7 @@ import pytest
 from sessionstate.shared.fencing import fenced_text
 from sessionstate.runner import Rule
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from .support import MANAGER, OTHER, PEER, error_code, full_dump, ok, open_gateway

@@ -13,7 +13,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from .support import MANAGER, PEER, error_code, full_dump, open_gateway

@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
 from sessionstate.runner import Rule
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 from .support import full_dump, open_gateway
 

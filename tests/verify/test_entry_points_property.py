@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from sessionstate import Gateway, SessionStateError
 from sessionstate.clients.cli import build_parser, main
 from sessionstate.runner import Rule, ScriptedRunner
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 MANAGER = "agent:main:main"

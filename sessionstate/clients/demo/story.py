@@ -79,7 +79,7 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
 def _tools_step(gw: Gateway, number: int) -> None:
     """The agent-facing tools: spawn, send with watch and a reply-back loop, kill, announce."""
     from ...runner import Rule, ScriptedRunner
-    from ...tools.policy import ToolPolicy
+    from ...shared.policy import ToolPolicy
 
     heading(number, "The session tools: spawn two children, a peer sends with watch:true, kill one, announce")
     peer = "agent:main:peer"
