@@ -34,13 +34,14 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from ..errors import InvalidArgument
 from ..runner.base import AgentRunner
 from ..services.change_pump import ChangePump, start_pump
 from ..services.child_runs import Runs
 from ..services.claims import SERVE_ALL, Serving
+from ..services.notice.core import ProtocolOptions
 from ..services.notice.protocol import Clock, Diagnostics, NoticeProtocol, WakeHook
 from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
 from ..services.observing import GatewayObserver
@@ -91,23 +92,12 @@ class ProtocolMethod(Generic[_P, _R]):
 class Gateway:
     """Session state awareness for one process that owns a state database."""
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        clock: Clock | None = None,
-        on_wake: WakeHook | None = None,
-        retention_days: float = 30,
-        max_rows: int = 50_000,
-        serve: Sequence[str] = SERVE_ALL,
-        wake_window: float = DEFAULT_WAKE_WINDOW,
-    ) -> None:
+    def __init__(self, store: Store, *, clock: Clock | None = None, **options: Unpack[ProtocolOptions]) -> None:
+        """A gateway over an open ``store``; ``options`` are the protocol's (``on_wake``,
+        ``retention_days``, ``max_rows``, ``serve``, ``wake_window``: see ``open``)."""
         self.store = store
         self.clock: Clock = clock or time.time
-        self.ops = NoticeProtocol(
-            store, clock=self.clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows,
-            serve=serve, wake_window=wake_window,
-        )
+        self.ops = NoticeProtocol(store, clock=self.clock, **options)
         self.cluster: Serving = self.ops.claims
         self.registry = Registry(store, self.clock, self.ops)
         self.transcripts = Transcripts(store, self.clock, self.ops, self.registry)
