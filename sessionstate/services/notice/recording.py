@@ -142,7 +142,7 @@ class Recording(Turns):
         """Validate one event's arguments (raising, nothing written); pure, so it runs before
         the caller waits for the write turn. The target is resolved here when its key names the
         agent and no dedupe key asks for a read, else inside the append's transaction (R15)."""
-        if event.keys() - EVENT_ARGS or REQUIRED_EVENT_ARGS - event.keys():
+        if not EVENT_ARGS.issuperset(event) or not REQUIRED_EVENT_ARGS <= event.keys():
             unknown, missing = sorted(event.keys() - EVENT_ARGS), sorted(REQUIRED_EVENT_ARGS - event.keys())
             raise TypeError(f"record_event() got unexpected keyword arguments {unknown}" if unknown
                             else f"record_event() missing required keyword arguments {missing}")
