@@ -75,7 +75,7 @@ def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
         # Closed: the same outcome as the sync API's closed gateway (on SQLite StorageUnavailable).
         outcomes: list[object] = []
         try:
-            outcomes.append(gw.gateway.state_version(CHILD))
+            outcomes.append(gw.gateway.ops.state_version(CHILD))
         except Exception as exc:
             outcomes.append(type(exc))
         try:
@@ -158,7 +158,7 @@ def _loop_gaps(db_url: str, loop_backend: str, *, block: bool = False) -> dict[s
             stats.update(
                 max_cpu_gap=max(cpu_gaps), max_wall_gap=max(wall_gaps), ticks=len(cpu_gaps),
                 worst_tick=cpu_gaps.index(max(cpu_gaps)),
-                batches=gw.gateway.diagnostics().group_batches,
+                batches=gw.gateway.ops.diagnostics().group_batches,
             )
 
     try:

@@ -128,7 +128,7 @@ def test_a_sweep_behind_a_trimmed_change_log_resynchronises(sqlite_url, monkeypa
 def test_attach_checks_its_input(url):
     with Gateway.open(url) as no_pump, Gateway.open(url, pump=True) as gw:
         with pytest.raises(InvalidArgument):
-            no_pump.attach(W)
+            no_pump.cluster.attach(W)
         with pytest.raises(UnknownSession):
             gw.cluster.attach("agent:z:main")
         with pytest.raises(InvalidArgument):
