@@ -234,7 +234,7 @@ def make_pending(db: sqlite3.Connection, target: str = TARGET, skip: str | None 
 
 
 def clear_queue(gw: Gateway) -> None:
-    gw.forget_queued()  # benchmark setup only: forget queued notices
+    gw.ops.forget_queued()  # benchmark setup only: forget queued notices
 
 
 # -- timing write locks from outside -------------------------------------------------------

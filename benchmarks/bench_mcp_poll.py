@@ -37,7 +37,7 @@ def test_mcp_poll_project(benchmark, tmp_path):
     gw.record_event(TARGETS[0], KIND, actor_type="human", summary="hello")  # one pending, queued
 
     def tick() -> list[str]:
-        gw.queue_owed_notices(W)
+        gw.ops.queue_owed_notices(W)
         return gw.pending_system_events(W)
 
     assert len(measure(benchmark, tick, key="mcp.poll.project", rounds_full=2000)) == 1

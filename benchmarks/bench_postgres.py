@@ -175,7 +175,7 @@ def test_pg_record(benchmark, pg_schema, watchers):
     paired(benchmark, gw.record_event, raw.record, key=f"pg.record.w{watchers}", rounds_full=1000,
            setup_project=setup_project, setup_other=lambda: _reset_caught_up(raw.db),
            args=(TARGET, KIND), kwargs=EVENT)
-    assert len(gw.diagnostics().queued) == watchers
+    assert len(gw.ops.diagnostics().queued) == watchers
     raw.close()
     gw.close()
 

@@ -67,7 +67,7 @@ def test_record(benchmark, tmp_path, watchers):
     paired(benchmark, gw.record_event, raw.record, key=f"record.w{watchers}.project", rounds_full=2000,
            setup_project=_reset(gw), setup_other=lambda: reset_caught_up(raw.db),
            args=(TARGET, KIND), kwargs=EVENT)
-    assert len(gw.diagnostics().queued) == watchers
+    assert len(gw.ops.diagnostics().queued) == watchers
     raw.close()
     gw.close()
 

@@ -109,7 +109,7 @@ def test_sweep_project(benchmark, sweep_template, tmp_path):
         with gw.store.transaction():
             db.execute("DELETE FROM session_watch_cursors")
             db.executemany("INSERT INTO session_watch_cursors VALUES (?, ?, ?, ?, ?, ?, ?, ?)", before)
-        gw.forget_queued()
+        gw.ops.forget_queued()
         state["gw"] = gw
 
     def sweep():

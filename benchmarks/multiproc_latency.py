@@ -178,7 +178,7 @@ def latency(mode: str, episodes: int, directory: Path, pg_url: str | None = None
             def wake_fired(self, *args: object) -> None: ...
             def wake_owed(self, *args: object) -> None: ...
 
-        b.observe(Noting())
+        b.ops.observe(Noting())
         reset = lambda: b.drain_system_events(W)  # noqa: E731
         stop = b.close
     elif pg_url is not None:

@@ -75,7 +75,7 @@ def append_cost(directory: Path, watchers: int, rounds: int = 2_000) -> dict[str
     for gw in (owed_gw, plain_gw):
         gw.record_event(T1, KIND, actor_type="human", summary="first")   # woken (owed_gw)
         gw.record_event(T2, KIND, actor_type="human", summary="second")  # inside the window: owed
-    assert len(owed_gw.diagnostics().owed_wakes) == watchers and not plain_gw.diagnostics().owed_wakes
+    assert len(owed_gw.ops.diagnostics().owed_wakes) == watchers and not plain_gw.ops.diagnostics().owed_wakes
     raw_db, raw_record = raw_side(directory / "raw.db")
     sides = {
         "owed": lambda: owed_gw.record_event(T1, KIND, actor_type="human", summary="more"),
@@ -110,7 +110,7 @@ def idle_cpu(directory: Path, watchers: int, seconds: float = 10.0) -> dict[str,
                clock=lambda: time.time() + ahead[0], window=3600.0)
     gw.record_event(T1, KIND, actor_type="human", summary="first")
     gw.record_event(T2, KIND, actor_type="human", summary="second")  # owed an hour ahead
-    assert len(gw.diagnostics().owed_wakes) == watchers and gw.diagnostics().wake_timer_running
+    assert len(gw.ops.diagnostics().owed_wakes) == watchers and gw.ops.diagnostics().wake_timer_running
     time.sleep(1.0)
     before = cpu_seconds()
     time.sleep(seconds)
@@ -118,8 +118,8 @@ def idle_cpu(directory: Path, watchers: int, seconds: float = 10.0) -> dict[str,
     for i in range(watchers):  # drained: the owed wakes will find nothing; empty the heap
         gw.drain_system_events(watcher(i))
     ahead[0] = 7200.0
-    gw.fire_due_wakes()  # pop everything (all cancelled: nothing held)
-    assert not gw.diagnostics().owed_wakes
+    gw.ops.fire_due_wakes()  # pop everything (all cancelled: nothing held)
+    assert not gw.ops.diagnostics().owed_wakes
     time.sleep(1.0)
     before = cpu_seconds()
     time.sleep(seconds)
@@ -137,7 +137,7 @@ def lateness(directory: Path, watchers: int, window: float = 2.0) -> dict[str, f
         gw.drain_system_events(watcher(i))
     fired.clear()
     gw.record_event(T2, KIND, actor_type="human", summary="second")  # inside the window: owed
-    due = gw.diagnostics().owed_wakes
+    due = gw.ops.diagnostics().owed_wakes
     assert len(due) == watchers
     deadline = time.monotonic() + window + 30
     while len(fired) < watchers and time.monotonic() < deadline:

@@ -78,7 +78,7 @@ def test_a_database_with_sessions_is_refused_unless_reuse(tmp_path):
     again = demo(tmp_path, "--db", str(db), "--reuse")  # its own sessions from the last run are recreated
     assert again.returncode == 0 and "manager's queue after twenty messages: 1 line(s)" in again.stdout
     with Gateway.open(str(db), create=False) as gw:
-        assert gw.session_exists("agent:ops:main")
+        assert gw.ops.session_exists("agent:ops:main")
 
 
 def test_an_empty_database_given_with_db_needs_no_reuse(tmp_path):

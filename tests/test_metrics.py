@@ -57,7 +57,7 @@ def test_counters_histogram_and_gauges(measured):
     gw.record_events([{"session_key": WORKER, "kind": "goal_changed", "actor_type": "human", "summary": "goal"}])
     before_drain = collected(reader)
     assert before_drain["sessionstate.watcher.lag"] == [({"watcher": MANAGER}, 4)]
-    positions = gw.cursor_positions(MANAGER, WORKER)
+    positions = gw.ops.cursor_positions(MANAGER, WORKER)
     high_water = gw.store.sequence_high_water()
     # Row cap 100: the oldest unread event (L + 1) goes once 100 events are newer than it.
     assert before_drain["sessionstate.watcher.lead"] == [({"watcher": MANAGER}, 100 - (high_water - (positions.last_seen + 1)))]
@@ -122,7 +122,7 @@ def test_owed_wakes_fired_and_late(timed):
     human(gw)                                   # inside the window: owed, due at t=20
     assert collected(reader)["sessionstate.wakes.owed"] == [({"watcher": MANAGER}, 1)]
     clock.now = start + 20.5
-    gw.fire_due_wakes()                         # (or the timer first: the lock orders them)
+    gw.ops.fire_due_wakes()                         # (or the timer first: the lock orders them)
     assert [at for _, at in wakes] == [start, start + 20.5]
     found = collected(reader)
     assert total(found, "sessionstate.wakes.sent") == 2  # the owed wake is an on_wake call too
@@ -133,7 +133,7 @@ def test_owed_wakes_fired_and_late(timed):
     clock.now = start + 25
     human(gw)                                   # owed again, due at 20.5 + 20 = 40.5
     clock.now = start + 43
-    gw.fire_due_wakes()                         # 2.5 s after its due time: late
+    gw.ops.fire_due_wakes()                         # 2.5 s after its due time: late
     found = collected(reader)
     assert total(found, "sessionstate.wakes.owed") == 2
     assert found["sessionstate.wakes.owed_fired"] == [({"watcher": MANAGER}, 2)]
@@ -156,7 +156,7 @@ def test_an_owed_wake_is_counted_once(timed, monkeypatch):
     clock.now = start + 12
     assert gw.drain_system_events(MANAGER)      # drained before it fell due
     clock.now = start + 21
-    gw.fire_due_wakes()
+    gw.ops.fire_due_wakes()
     found = collected(reader)
     assert total(found, "sessionstate.wakes.owed") == 1 and "sessionstate.wakes.owed_fired" not in found
 
@@ -175,10 +175,10 @@ def test_an_owed_wake_is_counted_once(timed, monkeypatch):
 
     monkeypatch.setattr(gw.store.serving, "take_wake_slot", flaky)
     clock.now = start + 50
-    gw.fire_due_wakes()                         # the slot fails: owed again at t=51
-    assert len(wakes) == 2 and gw.diagnostics().owed_wakes == {MANAGER: start + 51}
+    gw.ops.fire_due_wakes()                         # the slot fails: owed again at t=51
+    assert len(wakes) == 2 and gw.ops.diagnostics().owed_wakes == {MANAGER: start + 51}
     clock.now = start + 51
-    gw.fire_due_wakes()
+    gw.ops.fire_due_wakes()
     found = collected(reader)
     assert len(wakes) == 3
     assert total(found, "sessionstate.wakes.owed") == 2  # not 3: the retry is the same owed wake
@@ -199,7 +199,7 @@ def test_detach(timed):
     gw.record_events([dict(session_key=PEER, kind="goal_changed", actor_type="human", summary="g")])
     human(gw, PEER)                              # inside the window: owed
     assert gw.drain_system_events(MANAGER)
-    assert wakes and gw.diagnostics().owed_wakes  # the gateway still woke and owes
+    assert wakes and gw.ops.diagnostics().owed_wakes  # the gateway still woke and owes
     assert counted() == before
 
 

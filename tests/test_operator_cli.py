@@ -58,7 +58,7 @@ def test_sessions_create_then_list(db_url):
     assert [(r["key"], r["kind"], r["parent"], r["stateVersion"]) for r in rows] == [
         (MANAGER, "main", None, 1), (WORKER, "subagent", MANAGER, 3)]  # each `created` (R27), then the spawn
     with Gateway.open(db_url, create=False) as gw:
-        assert gw.cursor_positions(MANAGER, WORKER) is not None  # the spawn edge seeded it
+        assert gw.ops.cursor_positions(MANAGER, WORKER) is not None  # the spawn edge seeded it
 
 
 def test_sessions_create_makes_the_database_an_mcp_entry_can_serve(tmp_path):
@@ -66,7 +66,7 @@ def test_sessions_create_makes_the_database_an_mcp_entry_can_serve(tmp_path):
     assert cli("sessions", "create", MANAGER, "--db", str(db)).returncode == 0
     assert db.exists()
     with Gateway.open(str(db), create=False) as gw:
-        assert gw.session_exists(MANAGER)
+        assert gw.ops.session_exists(MANAGER)
 
 
 def test_sessions_bad_input(db_url, tmp_path):
@@ -83,7 +83,7 @@ def test_sessions_bad_input(db_url, tmp_path):
 
 def test_watchers_shows_each_pair_without_changing_it(world):
     with observe(world) as gw:  # Gateway.open would sweep (N := M) before we looked
-        before = gw.cursor_positions(MANAGER, WORKER)
+        before = gw.ops.cursor_positions(MANAGER, WORKER)
     assert before[0] < before[1] < before[2]  # pending with more: the sweep would have moved N
     shown = cli("watchers", "main", "--db", world, "--max-rows", "100")
     assert shown.returncode == 0, shown.stderr
@@ -100,7 +100,7 @@ def test_watchers_shows_each_pair_without_changing_it(world):
     assert row["leadEvents"] == 100 - (M - (L + 1))
     assert 29 * DAY_SECONDS < row["leadSeconds"] <= 30 * DAY_SECONDS
     with observe(world) as gw:
-        assert gw.cursor_positions(MANAGER, WORKER) == before  # watchers ran no sweep
+        assert gw.ops.cursor_positions(MANAGER, WORKER) == before  # watchers ran no sweep
 
 
 def test_watchers_bad_input(world):

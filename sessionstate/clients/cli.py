@@ -161,7 +161,7 @@ def _status(args: argparse.Namespace) -> int:
 
     with Gateway.open(args.db, create=False) as gw:  # reading creates no file, no directory
         result = gw.session_status(args.key, changes_since=args.changes_since, agent_id=args.agent)
-        watchers = gw.watchers_of(args.key, target_agent_id=args.agent)
+        watchers = gw.ops.watchers_of(args.key, target_agent_id=args.agent)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -220,7 +220,7 @@ def _mcp(args: argparse.Namespace) -> int:
               " pip install 'sessionstate[mcp]'", file=sys.stderr)
         return 2
     from ..facade.gateway import Gateway
-    from ..tools.policy import ToolPolicy
+    from ..shared.policy import ToolPolicy
 
     policy = ToolPolicy(visibility=args.visibility, agent_to_agent=args.agent_to_agent,
                         profile=args.profile, max_spawn_depth=args.max_spawn_depth)
@@ -229,11 +229,11 @@ def _mcp(args: argparse.Namespace) -> int:
     with Gateway.open(args.db, create=False) as gw:  # the session must exist, so must the file
         gw.configure_tools(policy)
         session = resolve_session_argument(gw, args.session)
-        exit_on_interrupt(lambda: gw.stop_runs(timeout=1.0))
+        exit_on_interrupt(lambda: gw.runs.stop_runs(timeout=1.0))
         try:
             serve_stdio(gw, session, poll_interval=args.poll_interval)
         finally:
-            gw.stop_runs()  # runs live in this process: end them before the database closes
+            gw.runs.stop_runs()  # runs live in this process: end them before the database closes
     return 0
 
 

@@ -91,10 +91,10 @@ def _sessions(args: argparse.Namespace) -> int:
         with _open(args, create=True) as gw:
             parent = None if args.parent is None else resolve_session_argument(gw, args.parent, "--parent")
             gw.create_session(args.key, agent_id=args.agent, kind=args.kind, parent=parent, label=args.label)
-            agent = gw.resolve(args.key, args.agent)[1]
+            agent = gw.ops.resolve(args.key, args.agent)[1]
             watched = ""
             if parent is not None:  # R3: only an agent-qualified parent holds a cursor
-                held = gw.cursor_positions(parent, args.key, target_agent_id=agent) is not None
+                held = gw.ops.cursor_positions(parent, args.key, target_agent_id=agent) is not None
                 watched = f"; child of {parent}" + (", which watches it" if held else " (which holds no cursor: not agent-qualified)")
             print(f"created {args.key} (kind {args.kind}, agent {agent}) in {gw.store.where}{watched}")
         return 0

@@ -20,7 +20,7 @@ Instruments (meter ``sessionstate``):
   Kafka's ``records-lead-min``; at 0 a ``historyGap`` is next), read from the database at each
   collection (operator.py).
 
-The counts come through ``Gateway.observe`` (``GatewayMetrics`` is the observer): nothing is
+The counts come through ``Gateway.ops.observe`` (``GatewayMetrics`` is the observer): nothing is
 added to the record path of a gateway nobody observes, and ``detach()`` takes it all back
 (services/observing.py).
 """
@@ -95,7 +95,7 @@ class GatewayMetrics:
         meter.create_observable_gauge(
             "sessionstate.watcher.lead", callbacks=[self._observe_lead], unit="{event}",
             description="fewest events before one of the watcher's unread events is pruned")
-        self._detach: Callable[[], None] | None = gateway.observe(self)
+        self._detach: Callable[[], None] | None = gateway.ops.observe(self)
 
     # -- the wake coalescer's hooks (wake.py) ---------------------------------------------------
 

@@ -82,13 +82,13 @@ def resolve_session_argument(gw: "Gateway", key: str, field: str = "session key"
     under agent ``main``, else the alias ``agent:main:<key>``, else the one agent's session of
     that key."""
     check_key(key, field)
-    if is_agent_qualified(key) or gw.session_exists(key, DEFAULT_AGENT_ID):
+    if is_agent_qualified(key) or gw.ops.session_exists(key, DEFAULT_AGENT_ID):
         return key
     alias = f"agent:{DEFAULT_AGENT_ID}:{key}"
-    if gw.session_exists(alias):
+    if gw.ops.session_exists(alias):
         return alias
     try:
-        return gw.resolve(key)[0]
+        return gw.ops.resolve(key)[0]
     except UnknownSession:
         raise UnknownSession(f"unknown session {key!r} (nor {alias!r})") from None
 
@@ -123,8 +123,8 @@ def _pair(gw: "Gateway", record: "CursorRecord") -> PairView:
         # The row cap keeps the newest max_rows events: the oldest unread one goes once
         # max_rows events are newer than it. high_water - sequence counts deleted sequences
         # too, so this is never more than the real lead.
-        lead_events = max(0, gw.max_rows - (store.sequence_high_water() - oldest.sequence))
-        lead_seconds = max(0.0, oldest.recorded_at + gw.retention_days * DAY_SECONDS - gw.clock())
+        lead_events = max(0, gw.ops.max_rows - (store.sequence_high_water() - oldest.sequence))
+        lead_seconds = max(0.0, oldest.recorded_at + gw.ops.retention_days * DAY_SECONDS - gw.clock())
     return PairView(
         watcher=record.watcher,
         target_key=record.target_key,
@@ -163,7 +163,7 @@ class PrunePlan:
 
 def prune_plan(gw: "Gateway") -> PrunePlan:
     """The dry run of ``prune()``: reads every retained event's sequence and time once."""
-    cutoff = gw.clock() - gw.retention_days * DAY_SECONDS
+    cutoff = gw.clock() - gw.ops.retention_days * DAY_SECONDS
     with gw.locked() as store:
         events: list[tuple[int, float, tuple[str, str]]] = []
         for session in store.list_sessions():
@@ -173,7 +173,7 @@ def prune_plan(gw: "Gateway") -> PrunePlan:
                 events += [(e.sequence, e.recorded_at, target) for e in page]
                 after = page[-1].sequence
         events.sort()
-        over = max(0, len(events) - gw.max_rows)
+        over = max(0, len(events) - gw.ops.max_rows)
         going = [e for i, e in enumerate(events) if i < over or e[1] < cutoff]
         last_going: dict[tuple[str, str], int] = {}
         for sequence, _, target in going:
@@ -187,7 +187,7 @@ def prune_plan(gw: "Gateway") -> PrunePlan:
         ]
         return PrunePlan(
             cutoff=cutoff,
-            max_rows=gw.max_rows,
+            max_rows=gw.ops.max_rows,
             events_total=len(events),
             events_over_row_cap=over,
             events_past_retention=sum(1 for e in events if e[1] < cutoff),

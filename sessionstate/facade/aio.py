@@ -1,12 +1,15 @@
 """``AsyncGateway``: the gateway for asyncio and trio applications (anyio), never blocking the loop.
 
 Every public ``Gateway`` method is a coroutine here, ``call_tool`` included, with the same
-arguments, results and typed errors. No store work runs on the event loop:
+arguments, results and typed errors, and so is every method of its parts (``await
+agw.registry.register_session(...)``, ``await agw.cluster.attach(...)``, ``await
+agw.ops.diagnostics()``): generated from the sync ones, no signature written again. No store
+work runs on the event loop:
 
 - Recording validates on the loop (pure checks, microseconds; bad input raises at once, as
   in the sync API) and hands the prepared events to the store's worker thread. That thread
   takes every request queued by then and commits all the recordings among them as one group
-  (``Gateway.record_prepared``: one transaction, each caller its own result, none
+  (``Gateway.ops.record_prepared``: one transaction, each caller its own result, none
   before the commit), then wakes all their tasks with one call into the loop.
 - Every other store call runs on the same worker thread, one at a time, in arrival order.
 - Calls that may wait for seconds (``call_tool``: ``sessions_send`` waits for a reply;
@@ -27,7 +30,7 @@ import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import anyio
 import anyio.from_thread
@@ -35,7 +38,8 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import StorageUnavailable
-from .gateway import Gateway
+from .gateway import Gateway, ProtocolMethod
+from ..services.notice.recording import EventArgs
 from ..store import DEFAULT_SYNCHRONOUS
 from ..services.claims import SERVE_ALL
 from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
@@ -102,7 +106,7 @@ class _StoreWorker:
         recordings = [job for job in batch if job.events is not None]
         if recordings:
             try:
-                waiters = self._gateway.record_prepared([job.events for job in recordings])  # type: ignore[misc]
+                waiters = self._gateway.ops.record_prepared([job.events for job in recordings])  # type: ignore[misc]
             except BaseException as exc:  # an interrupt: every recording hears of it
                 for job in recordings:
                     job.error = exc
@@ -124,7 +128,7 @@ class _StoreWorker:
 def _work_alone(gateway: Gateway, job: _Job) -> None:
     try:
         if job.events is not None:
-            (waiter,) = gateway.record_prepared([job.events])
+            (waiter,) = gateway.ops.record_prepared([job.events])
             job.result, job.error = waiter.result, waiter.error
         elif job.call is not None:
             job.result = job.call()
@@ -186,6 +190,13 @@ class AsyncGateway:
         self._worker = _StoreWorker(gateway, self._token)
         self._wakes = _wakes
         self.closed = False
+        # The gateway's parts, their methods as coroutines (``_AsyncPart``).
+        self.registry = _AsyncPart(self, gateway.registry)
+        self.transcripts = _AsyncPart(self, gateway.transcripts)
+        self.producers = _AsyncPart(self, gateway.producers)
+        self.runs = _AsyncPart(self, gateway.runs)
+        self.cluster = _AsyncPart(self, gateway.cluster)
+        self.ops = _AsyncPart(self, gateway.ops)
 
     @classmethod
     async def open(
@@ -271,7 +282,7 @@ class AsyncGateway:
 
     async def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
         """``Gateway.record_events``: validated here, committed together in the next group."""
-        prepared = self.gateway.prepare_events(events)
+        prepared = self.gateway.ops.prepare_events(events)
         return await self._submit(_Job(None, prepared))
 
     async def call_tool(self, caller_key: str, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -282,17 +293,50 @@ class AsyncGateway:
 def _mirror(name: str, call: Callable[..., Awaitable[Any]], how: str) -> Callable[..., Awaitable[Any]]:
     """``call`` as ``Gateway.<name>``'s coroutine: its name, its signature (read from the
     method, never written again here) and its doc, with ``how`` it runs."""
-    method = getattr(Gateway, name)
+    method = vars(Gateway).get(name)
+    method = method.method if isinstance(method, ProtocolMethod) else getattr(Gateway, name)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"``Gateway.{name}`` {how}.\n\n{method.__doc__ or ''}"
     call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
     return call
 
 
-async def _record_event(self: AsyncGateway, *args: Any, **kwargs: Any) -> int | None:
-    event = self.gateway.prepare_event(*args, **kwargs)  # validated on the loop: bad input raises here
-    (sequence,) = await self._submit(_Job(None, (event,)))
+async def _record_event(self: AsyncGateway, session_key: str, kind: str, **event: Unpack[EventArgs]) -> int | None:
+    # validated on the loop: bad input raises here
+    prepared = self.gateway.ops.prepare_event(session_key, kind, **event)
+    (sequence,) = await self._submit(_Job(None, (prepared,)))
     return sequence
+
+
+class _AsyncPart:
+    """One of the gateway's parts for the loop: each of its methods, looked up by name, as a
+    coroutine on the store's worker thread (or anyio's pool for the calls that may wait, as
+    ``Gateway``'s); its plain attributes (``runs.runner``, ``cluster.feed``) as they are."""
+
+    def __init__(self, owner: AsyncGateway, part: object) -> None:
+        self._owner = owner
+        self._part = part
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        member = getattr(self._part, name)
+        if not callable(member):
+            return member
+        owner = self._owner
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if name in _POOLED:
+                return await anyio.to_thread.run_sync(lambda: member(*args, **kwargs))
+            return await owner._submit(_Job(lambda: member(*args, **kwargs), None))
+
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = member.__doc__
+        try:
+            call.__signature__ = inspect.signature(member)  # type: ignore[attr-defined]
+        except (TypeError, ValueError):
+            pass
+        return call
 
 
 def _store_call(name: str) -> Callable[..., Awaitable[Any]]:
@@ -315,7 +359,7 @@ def public_methods() -> list[str]:
     """The public methods of ``Gateway`` (properties excluded): what ``AsyncGateway`` mirrors."""
     return sorted(
         name for name, member in vars(Gateway).items()
-        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, classmethod))
+        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, (classmethod, ProtocolMethod)))
     )
 
 

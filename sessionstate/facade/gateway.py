@@ -1,20 +1,29 @@
-"""``Gateway``: the public face of the runtime, a thin facade over its services, and the only door.
+"""``Gateway``: the public face of the runtime, and the only door.
 
-Each service is constructed here with what it needs, owns its part and stays private:
+``Gateway`` itself is the notice protocol as an application meets it: open and close, the unit
+of work (``locked``, ``transaction``), sessions, recording, watching, turns (drain, pending),
+``session_status``, ``prune`` and the agent-facing tools. Everything else is one of its named
+parts, each a service whose methods are written once, where they live:
 
-- ``_protocol`` (``NoticeProtocol``): the signal log, cursors, queue and wakes (spec R1-R18);
-- ``_registry`` (``Registry``): session metadata, routes, the parent chain;
-- ``_transcripts`` (``Transcripts``): messages and human turns;
-- ``_runs`` (``Runs``): child runs, the runner and the background executor;
-- ``_producers`` (``Producers``): goal and compaction events.
+- ``registry`` (``services.registry.Registry``): session metadata, routes, the parent chain;
+- ``transcripts`` (``services.transcript_service.Transcripts``): messages and human turns;
+- ``producers`` (``services.producers.Producers``): goal and compaction events;
+- ``runs`` (``services.child_runs.Runs``): child runs, the runner and the background executor;
+- ``cluster`` (``services.claims.Serving``): several processes on one database (R19-R22:
+  ``serve``, ``serves``, ``register``, ``heartbeat``, ``attach``, ``detach``, ``sweep``);
+- ``ops`` (``services.notice.protocol.NoticeProtocol``): the whole notice protocol, for
+  operators, drills, replays and tests (``diagnostics``, ``queued_events``,
+  ``forget_queued``, ``fire_due_wakes``, ``observe``, ``startup_sweep``, cursor inspection,
+  ``reset_session``/``delete_session``, the prepared recording of ``facade.aio``).
 
-Applications, the tools, the operator views, the replays and the tests call the methods
-below; none of them holds a service. They share one store, whose ``transaction()`` is the one
-unit of work: it holds the one lock and releases every notice, queued line and wake only
-after the outermost commit (R9). The agent-facing tools (``sessionstate.tools``) are a layer
-below this one: they see the small ``tools.host.ToolHost`` protocol, which
-``GatewayToolHost`` here fills from the public methods and the few service calls only the
-tools make.
+The protocol methods on ``Gateway`` are the protocol's own (``ProtocolMethod`` descriptors: no
+second signature). They share one store, whose ``transaction()`` is the one unit of work: it
+holds the one lock and releases every notice, queued line and wake only after the outermost
+commit (R9). The agent-facing tools (``sessionstate.tools``) are a layer below: they see the
+``tools.host.ToolHost`` protocol, which ``GatewayToolHost`` fills with the same parts.
+
+The names this release moved into the parts still answer on ``Gateway`` for one release, with
+a ``DeprecationWarning`` (``DEPRECATED``); they are not listed by ``dir``.
 """
 
 from __future__ import annotations
@@ -22,79 +31,79 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overload
 
-from ..shared.config import normalize_url
 from ..errors import InvalidArgument
-from ..shared.keys import SessionRef, check_key
-from ..services.notice.protocol import Clock, NoticeProtocol, PreparedEvent, WakeHook
-from ..services.notice.queue import QueuedEvent
-from ..services.notice.group_commit import Waiter
-from ..services.observing import GatewayObserver, observe
-from ..shared.policy import ToolPolicy
-from ..services.producers import Producers
-from ..shared.provenance import CursorPositions
-from ..services.change_pump import ChangePump, start_pump
-from ..services.registry import Registry
 from ..runner.base import AgentRunner
-from ..runner.executor import RunExecutor
+from ..services.change_pump import ChangePump, start_pump
 from ..services.child_runs import Runs
 from ..services.claims import SERVE_ALL, Serving
-from ..statemachine import NOTIFYING_KINDS
-from ..store import DEFAULT_SYNCHRONOUS, ChangeFeed, MessageRecord, MetaRecord, RunRecord, Store, open_store
-from ..services.trace import Tracer, trace_path
-from ..services.transcripts import Transcripts
+from ..services.notice.core import ProtocolOptions
+from ..services.notice.protocol import Clock, Diagnostics, NoticeProtocol, WakeHook
 from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
+from ..services.observing import GatewayObserver
+from ..services.producers import Producers
+from ..services.registry import Registry
+from ..services.trace import trace_path
+from ..services.transcript_service import Transcripts
+from ..shared.config import normalize_url
+from ..shared.policy import ToolPolicy
+from ..statemachine import NOTIFYING_KINDS
+from ..store import DEFAULT_SYNCHRONOUS, Store, open_store
 from ..tools.dispatch import allowed_tools as _allowed_tools, call_tool as _call_tool
 
+__all__ = ["DEPRECATED", "Diagnostics", "Gateway", "GatewayObserver", "GatewayToolHost", "PUBLIC_NAMES", "ProtocolMethod"]
+
 DEFAULT_POLICY = ToolPolicy()
-_OBSERVER_METHODS = ("recorded", "spawned", "queued", "drained", "wake_fired", "wake_owed")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-class Diagnostics(NamedTuple):
-    """A snapshot of a gateway's in-memory workings, for operators, drills and tests."""
+class ProtocolMethod(Generic[_P, _R]):
+    """A ``Gateway`` method that is the notice protocol's method of that name: looked up on
+    the gateway's protocol at each call (so ``ops.observe`` sees it), with its signature and
+    doc, never written a second time."""
 
-    owed_wakes: dict[str, float]  # watcher -> when its owed wake falls due (R12)
-    owed_wakes_cancelled: int  # owed wakes that fell due with nothing new held (drained meanwhile)
-    wake_timer_running: bool  # the wake timer was started (by the first owed wake)
-    unwoken: frozenset[str]  # watchers holding a waking line newer than this process's last wake of them
-    queued: dict[str, int]  # session -> lines queued for it in this process's memory
-    group_batches: int  # group commits of more than one caller so far
-    group_queued: int  # callers waiting for the write turn now
-    group_idle: bool  # no caller holds or waits for the write turn
-    server_id: str | None  # this process's server id (R19-R20) once registered
-    tracing: bool  # the protocol trace is being written (spec section 15)
+    def __init__(self, method: Callable[Concatenate[NoticeProtocol, _P], _R]) -> None:
+        self.method = method
+        self.name = method.__name__
+        self.__doc__ = method.__doc__
+        self.__wrapped__ = method  # inspect.signature follows it (facade.aio mirrors it)
+
+    @overload
+    def __get__(self, gateway: None, owner: type | None = None) -> "ProtocolMethod[_P, _R]": ...
+    @overload
+    def __get__(self, gateway: "Gateway", owner: type | None = None) -> Callable[_P, _R]: ...
+    def __get__(self, gateway: "Gateway | None", owner: type | None = None) -> Any:
+        if gateway is None:
+            return self
+        return getattr(gateway.ops, self.name)
+
+    def __call__(self, gateway: "Gateway", *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``Gateway.<name>(gateway, ...)``, as a method called through its class."""
+        method: Callable[_P, _R] = getattr(gateway.ops, self.name)
+        return method(*args, **kwargs)
 
 
 class Gateway:
     """Session state awareness for one process that owns a state database."""
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        clock: Clock | None = None,
-        on_wake: WakeHook | None = None,
-        retention_days: float = 30,
-        max_rows: int = 50_000,
-        serve: Sequence[str] = SERVE_ALL,
-        wake_window: float = DEFAULT_WAKE_WINDOW,
-    ) -> None:
+    def __init__(self, store: Store, *, clock: Clock | None = None, **options: Unpack[ProtocolOptions]) -> None:
+        """A gateway over an open ``store``; ``options`` are the protocol's (``on_wake``,
+        ``retention_days``, ``max_rows``, ``serve``, ``wake_window``: see ``open``)."""
         self.store = store
         self.clock: Clock = clock or time.time
-        self._protocol = NoticeProtocol(
-            store, clock=self.clock, on_wake=on_wake, retention_days=retention_days, max_rows=max_rows,
-            serve=serve, wake_window=wake_window,
-        )
-        self._registry = Registry(store, self.clock, self._protocol)
-        self._transcripts = Transcripts(store, self.clock, self._protocol, self._registry)
-        self._runs = Runs(store, self.clock, self._protocol, self._registry, self._transcripts)
-        self._producers = Producers(self._protocol)
-        self._tools = GatewayToolHost(self, self._registry, self._transcripts, self._runs)
-        self._tool_policy = DEFAULT_POLICY
-        self._id_factory: Callable[[], str] | None = None
+        self.ops = NoticeProtocol(store, clock=self.clock, **options)
+        self.cluster: Serving = self.ops.claims
+        self.registry = Registry(store, self.clock, self.ops)
+        self.transcripts = Transcripts(store, self.clock, self.ops, self.registry)
+        self.runs = Runs(store, self.clock, self.ops, self.registry, self.transcripts)
+        self.producers = Producers(self.ops)
+        self._tools = GatewayToolHost(self)
         self._pump: ChangePump | None = None
         self.closed = False
 
@@ -124,7 +133,7 @@ class Gateway:
         scheme picks the backend (``store.open_store``).
         ``serve``: the session key patterns this process serves when unclaimed (R19);
         ``pump``: run the change pump, for a database shared with other gateway processes
-        (R22; needed for ``attach``). ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the
+        (R22; needed for ``cluster.attach``). ``trace`` (default ``$SESSIONSTATE_TRACE``) appends the
         protocol trace to that file (spec section 15). R27: ``record_created`` logs a
         ``created`` event for each new session; ``notify_on_create`` tells an agent's main
         session, in one line for its next turn, about each session created for that agent (not
@@ -142,14 +151,14 @@ class Gateway:
         try:
             gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
                           max_rows=max_rows, serve=serve, wake_window=wake_window)
-            gateway._protocol.record_created = record_created
-            gateway._protocol.notify_on_create = notify_on_create
+            gateway.ops.record_created = record_created
+            gateway.ops.notify_on_create = notify_on_create
             path = trace_path(trace)
             if path is not None:
-                gateway._protocol.tracer = Tracer(path, store, gateway._protocol.queue)
+                gateway.ops.trace_to(path)
             if pump:
                 gateway._pump = start_pump(_Pumped(gateway))
-            gateway.startup_sweep()
+            gateway.ops.startup_sweep()
         except BaseException:
             store.close()
             raise
@@ -164,17 +173,11 @@ class Gateway:
             raise InvalidArgument("unregister must be a boolean")
         if self._pump is not None:  # joined outside the lock: its sweep takes the lock
             self._pump.stop()
-        self._protocol.stop_wakes()  # likewise the wake timer
+        self.ops.stop_wakes()  # likewise the wake timer
         with self.store.lock:
             if not self.closed:
                 self.closed = True
-                serving = self._protocol.serving
-                if unregister:
-                    serving.unregister()
-                elif serving.feed is not None:
-                    serving.feed.close()
-                if self._protocol.tracer is not None:
-                    self._protocol.tracer.close()
+                self.ops.shut(unregister=unregister)
                 self.store.close()
 
     def __enter__(self) -> "Gateway":
@@ -202,40 +205,19 @@ class Gateway:
         with self.store.transaction():
             yield self.store
 
-    # -- settings ---------------------------------------------------------------------------
+    # -- the notice protocol ----------------------------------------------------------------
 
-    @property
-    def retention_days(self) -> float:
-        return self._protocol.retention_days
+    create_session = ProtocolMethod(NoticeProtocol.create_session)
+    record_event = ProtocolMethod(NoticeProtocol.record_event)
+    record_events = ProtocolMethod(NoticeProtocol.record_events)
+    watch = ProtocolMethod(NoticeProtocol.watch)
+    unwatch = ProtocolMethod(NoticeProtocol.unwatch)
+    drain_system_events = ProtocolMethod(NoticeProtocol.drain_system_events)
+    pending_system_events = ProtocolMethod(NoticeProtocol.pending_system_events)
+    session_status = ProtocolMethod(NoticeProtocol.session_status)
+    prune = ProtocolMethod(NoticeProtocol.prune)
 
-    @retention_days.setter
-    def retention_days(self, days: float) -> None:
-        self._protocol.retention_days = days
-
-    @property
-    def max_rows(self) -> int:
-        return self._protocol.max_rows
-
-    @max_rows.setter
-    def max_rows(self, rows: int) -> None:
-        self._protocol.max_rows = rows
-
-    @property
-    def wake_window(self) -> float:
-        """Seconds within which a watcher is woken at most once (R12, R23)."""
-        return self._protocol.wakes.window
-
-    def fire_due_wakes(self) -> int:
-        """Fire the owed wakes due by the gateway's clock now; returns how many fired (R12).
-
-        The gateway's wake timer does this by itself when a wake falls due. A test with a fake
-        ``clock`` moves the clock past the window's end and calls this to fire them at once
-        (the timer would notice the moved clock within a second)."""
-        return self._protocol.fire_due_wakes()
-
-    @property
-    def stats(self) -> dict[str, int]:
-        return self._protocol.stats
+    # -- the agent-facing tools -------------------------------------------------------------
 
     def configure_tools(
         self,
@@ -255,27 +237,11 @@ class Gateway:
             raise InvalidArgument("runner must have a run_turn(request, ctx) method")
         # Checked first, applied together: a refused call changes nothing.
         if id_factory is not None:
-            self._id_factory = id_factory
+            self._tools.id_factory = id_factory
         if policy is not None:
-            self._tool_policy = policy
+            self._tools.tool_policy = policy
         if runner is not None:
-            self._runs.runner = runner
-
-    @property
-    def tool_policy(self) -> ToolPolicy:
-        return self._tool_policy
-
-    @property
-    def runner(self) -> AgentRunner:
-        return self._runs.runner
-
-    @property
-    def run_executor(self) -> RunExecutor:
-        return self._runs.executor
-
-    def new_id(self) -> str:
-        """A fresh token for run ids, exchange ids and child session keys."""
-        return str(self._id_factory()) if self._id_factory is not None else uuid.uuid4().hex[:12]
+            self.runs.runner = runner
 
     def call_tool(self, caller_key: str, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run an agent-facing tool; failures come back as error results, never raised."""
@@ -287,447 +253,86 @@ class Gateway:
         with self.store.lock:
             return _allowed_tools(self._tools, caller_key)
 
-    # -- observing --------------------------------------------------------------------------
+    # -- the names of the previous release (deprecated) -------------------------------------
 
-    def observe(self, observer: GatewayObserver) -> Callable[[], None]:
-        """Report this gateway's recordings, queued and drained notices and wakes to
-        ``observer`` (``metrics.instrument`` does); returns the function that stops it.
-        A gateway nobody observes pays nothing for it."""
-        missing = [name for name in _OBSERVER_METHODS if not callable(getattr(observer, name, None))]
-        if missing:
-            raise InvalidArgument(f"observer must have the GatewayObserver methods; missing {', '.join(missing)}")
-        return observe(self._protocol, observer)
+    def __getattr__(self, name: str) -> Any:
+        where = DEPRECATED.get(name)
+        if where is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"Gateway.{name} is deprecated; use gateway.{where}", DeprecationWarning, stacklevel=2)
+        value: Any = self
+        for part in where.split("."):
+            value = getattr(value, part)
+        return value
 
-    def diagnostics(self) -> Diagnostics:
-        """A snapshot of the in-memory workings: owed wakes, the group commit, the server id."""
-        protocol = self._protocol
-        with self.store.lock:
-            wakes, group = protocol.wakes, protocol.group
-            return Diagnostics(
-                owed_wakes=wakes.owed(), owed_wakes_cancelled=wakes.owed_cancelled,
-                wake_timer_running=wakes.timer is not None,
-                unwoken=frozenset(w for w in protocol.queue.sessions() if wakes.holds_unwoken(w)),
-                queued={s: n for s in protocol.queue.sessions() if (n := len(protocol.queue.peek(s)))},
-                group_batches=group.batches, group_queued=group.queued(), group_idle=group.idle(),
-                server_id=protocol.serving.server_id, tracing=protocol.tracer is not None,
-            )
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _DEPRECATED_SETTABLE:
+            warnings.warn(f"Gateway.{name} is deprecated; set gateway.{DEPRECATED[name]}",
+                          DeprecationWarning, stacklevel=2)
+            setattr(self.ops, name, value)
+            return
+        object.__setattr__(self, name, value)
 
-    def queued_events(self, session_key: str) -> list[QueuedEvent]:
-        """The lines queued in this process's memory for the session, in order, each with its
-        notice's target (``None`` for a plain line); unlike ``pending_system_events`` not
-        re-derived from the cursors."""
-        check_key(session_key)
-        with self.store.lock:
-            return self._protocol.queue.peek(session_key)
 
-    def forget_queued(self, session_key: str | None = None) -> None:
-        """Drop the lines queued in memory (for one session, or all), as a restart does; the
-        cursors still owe their notices (R11: the next sweep queues them again)."""
-        if session_key is not None:
-            check_key(session_key)
-        queue = self._protocol.queue
-        with self.store.lock:
-            for session in [session_key] if session_key is not None else queue.sessions():
-                queue.clear(session)
+# Every public name of the previous release that moved into a part -> where it lives now.
+DEPRECATED: dict[str, str] = {
+    **{name: f"ops.{name}" for name in (
+        "session_exists", "resolve", "prepare_event", "prepare_events", "record_prepared",
+        "queue_owed_notices", "enqueue_system_event", "reset_session", "delete_session",
+        "startup_sweep", "cursor_positions", "watchers_of", "state_version", "fire_due_wakes",
+        "stats", "retention_days", "max_rows", "wake_window", "observe", "diagnostics",
+        "queued_events", "forget_queued",
+    )},
+    "attach": "cluster.attach", "detach": "cluster.detach", "serves": "cluster.serves",
+    "sweep_changes": "cluster.sweep", "register_server": "cluster.register",
+    "heartbeat": "cluster.heartbeat", "serve": "cluster.serve",
+    "attached_sessions": "cluster.attached", "change_feed": "cluster.feed",
+    **{name: f"registry.{name}" for name in (
+        "register_session", "session_meta", "resolve_session_id", "set_model_override", "set_route",
+    )},
+    **{name: f"transcripts.{name}" for name in (
+        "append_message", "human_message", "recent_user_messages", "transcript",
+    )},
+    "goal_changed": "producers.goal_changed", "compacted": "producers.compacted",
+    **{name: f"runs.{name}" for name in (
+        "get_run", "runs_of", "runs_of_child", "active_runs", "start_run", "finish_run", "kill_run",
+        "steer_run", "wait_for_runs", "stop_runs", "runner",
+    )},
+    "run_executor": "runs.executor",
+    "tool_policy": "_tools.tool_policy", "new_id": "_tools.new_id",
+    # the private services of the previous release, which drills and other branches' tests reach
+    "_protocol": "ops", "_registry": "registry", "_transcripts": "transcripts", "_runs": "runs",
+    "_producers": "producers",
+}
+_DEPRECATED_SETTABLE = frozenset({"retention_days", "max_rows"})
 
-    # -- several processes (spec section 6a) ------------------------------------------------
-
-    def attach(self, session_key: str) -> int:
-        """R20: serve ``session_key`` from this process (the last attach wins); returns the
-        claim's generation. Needs the change pump."""
-        return self._protocol.attach(session_key)
-
-    def detach(self, session_key: str) -> bool:
-        """R20: drop this process's claim on ``session_key``; ``True`` when it held one."""
-        return self._protocol.detach(session_key)
-
-    def serves(self, session_key: str) -> bool:
-        """R19: whether notices for ``session_key`` are queued (and wakes sent) here."""
-        return self._protocol.serves(session_key)
-
-    def sweep_changes(self) -> int:
-        """R22: one incremental sweep now (what the pump runs on a change); notices queued."""
-        return self._protocol.sweep_changes()
-
-    def register_server(self) -> None:
-        """R19-R20: become a server (a heartbeat row, the claims as they stand, a change feed)
-        without the pump's thread: the caller sweeps (``sweep_changes``) and heartbeats
-        itself, as the replays do. ``open(pump=True)`` registers and starts the pump."""
-        with self.store.lock:
-            self._protocol.serving.register()
-
-    def heartbeat(self) -> None:
-        """R20: refresh this server's heartbeat and release the servers whose lease ran out
-        (the pump does this every 5 s); nothing before ``register_server``."""
-        with self.store.lock:
-            self._protocol.serving.heartbeat()
-
-    def serve(self, patterns: Sequence[str]) -> None:
-        """R19: replace the session key patterns served here when unclaimed (``open``'s ``serve``)."""
-        with self.store.lock:
-            self._protocol.serving.serve(patterns)
-
-    def attached_sessions(self) -> list[str]:
-        """R20: the session keys this process holds a claim on, sorted."""
-        with self.store.lock:
-            return self._protocol.serving.attached()
-
-    @property
-    def change_feed(self) -> ChangeFeed | None:
-        """The store's feed of other connections' commits, open while this is a server."""
-        return self._protocol.serving.feed
-
-    # -- the notice protocol ----------------------------------------------------------------
-
-    def create_session(
-        self,
-        key: str,
-        *,
-        agent_id: str | None = None,
-        kind: str = "main",
-        parent: str | None = None,
-        label: str | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        """Register a session; with ``parent``, a spawn edge (child_spawned + seeded cursor)."""
-        self._protocol.create_session(key, agent_id=agent_id, kind=kind, parent=parent, label=label, run_id=run_id)
-
-    def session_exists(self, key: str, agent_id: str | None = None) -> bool:
-        return self._protocol.session_exists(key, agent_id)
-
-    def resolve(self, key: str, agent_id: str | None = None) -> SessionRef:
-        """(key, agent id) of an existing session, or ``UnknownSession``."""
-        with self.store.lock:
-            return self._protocol.resolve(key, agent_id)
-
-    def record_event(
-        self,
-        session_key: str,
-        kind: str,
-        *,
-        actor_type: str,
-        summary: str,
-        actor_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        payload: dict[str, Any] | None = None,
-        dedupe_key: str | None = None,
-        occurred_at: float | None = None,
-    ) -> int | None:
-        """Append one event; returns its sequence, or ``None`` if storage failed (R15)."""
-        return self._protocol.record_event(
-            session_key, kind, actor_type=actor_type, summary=summary, actor_id=actor_id,
-            agent_id=agent_id, run_id=run_id, payload=payload, dedupe_key=dedupe_key,
-            occurred_at=occurred_at,
-        )
-
-    def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
-        """Append a burst in one transaction (see ``NoticeProtocol.record_events``)."""
-        return self._protocol.record_events(events)
-
-    def prepare_event(self, *args: Any, **kwargs: Any) -> PreparedEvent:
-        """``record_event``'s arguments validated alone (pure: no lock, no store; bad input
-        raises). For callers that validate on one thread and commit on another
-        (``sessionstate.facade.aio``): hand the result to ``record_prepared``."""
-        return self._protocol.prepare_event(*args, **kwargs)
-
-    def prepare_events(self, events: Sequence[Mapping[str, Any]]) -> list[PreparedEvent]:
-        """``record_events``' validation alone, as ``prepare_event``."""
-        return self._protocol.prepare_events(events)
-
-    def record_prepared(self, calls: Sequence[Sequence[PreparedEvent]]) -> list[Waiter[PreparedEvent]]:
-        """Commit several callers' prepared events as one group (with whatever other threads
-        queued), waiting for the write turn; each waiter holds its caller's outcome."""
-        if isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence) or not all(
-            isinstance(events, Sequence) and all(isinstance(e, PreparedEvent) for e in events) for events in calls
-        ):
-            raise InvalidArgument("calls must be a sequence of sequences of prepared events (prepare_event)")
-        return self._protocol.record_prepared(calls)
-
-    def watch(
-        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None, ambient: bool = False
-    ) -> bool:
-        """Watch ``target_key`` from its current state version (R4); ``True`` when new.
-        ``ambient``: registered by the gateway itself, queue-only (never wakes, R26); an
-        explicit watch promotes it, an ambient one never demotes (R25)."""
-        return self._protocol.watch(watcher_key, target_key, target_agent_id=target_agent_id, ambient=ambient)
-
-    def unwatch(self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None) -> bool:
-        """Stop watching; ``True`` when a cursor was removed."""
-        return self._protocol.unwatch(watcher_key, target_key, target_agent_id=target_agent_id)
-
-    def drain_system_events(self, session_key: str) -> list[str]:
-        """The system lines for the session's next turn; acknowledges the notices among them."""
-        return self._protocol.drain_system_events(session_key)
-
-    def pending_system_events(self, session_key: str) -> list[str]:
-        """What the next drain would return, without acknowledging anything."""
-        return self._protocol.pending_system_events(session_key)
-
-    def queue_owed_notices(self, session_key: str) -> int:
-        """R18: queue the notices of the session's pending pairs not queued here yet."""
-        return self._protocol.queue_owed_notices(session_key)
-
-    def enqueue_system_event(self, session_key: str, text: str) -> bool:
-        """Queue a plain system line (announcements) for the session's next turn."""
-        return self._protocol.enqueue_system_event(session_key, text)
-
-    def session_status(
-        self, session_key: str, *, changes_since: int | None = None, agent_id: str | None = None
-    ) -> dict[str, Any]:
-        return self._protocol.session_status(session_key, changes_since=changes_since, agent_id=agent_id)
-
-    def reset_session(self, key: str, *, agent_id: str | None = None) -> None:
-        """R14: the session's own cursors go; the history of its targets stays."""
-        self._protocol.reset_session(key, agent_id=agent_id)
-
-    def delete_session(self, key: str, *, agent_id: str | None = None) -> None:
-        """R14: remove the session's events, head, registry row and every cursor naming it."""
-        self._protocol.delete_session(key, agent_id=agent_id)
-
-    def prune(self) -> dict[str, int]:
-        """R13: retention window and row cap for events; expiry for idle cursors."""
-        return self._protocol.prune()
-
-    def startup_sweep(self) -> int:
-        """R11: re-materialise every owed notice from the durable cursors; returns how many."""
-        return self._protocol.startup_sweep()
-
-    def cursor_positions(
-        self, watcher_key: str, target_key: str, *, target_agent_id: str | None = None
-    ) -> CursorPositions | None:
-        """The pair's effective positions, with ``.provenance`` (``None`` when unwatched)."""
-        return self._protocol.cursor_positions(watcher_key, target_key, target_agent_id=target_agent_id)
-
-    def watchers_of(self, target_key: str, *, target_agent_id: str | None = None) -> list[tuple[str, CursorPositions]]:
-        """Who watches the session: (watcher key, positions with ``.provenance``), by watcher."""
-        return self._protocol.watchers_of(target_key, target_agent_id=target_agent_id)
-
-    def state_version(self, key: str, agent_id: str | None = None) -> int:
-        return self._protocol.state_version(key, agent_id)
-
-    # -- the registry -----------------------------------------------------------------------
-
-    def register_session(
-        self,
-        key: str,
-        *,
-        agent_id: str | None = None,
-        kind: str = "main",
-        parent: str | None = None,
-        label: str | None = None,
-        run_id: str | None = None,
-        channel: str | None = None,
-        model: str | None = None,
-        thinking: str | None = None,
-        runtime: str | None = None,
-        sandboxed: bool | None = None,
-    ) -> str:
-        """``create_session`` plus runtime metadata; returns the new session id."""
-        return self._registry.register_session(
-            key, agent_id=agent_id, kind=kind, parent=parent, label=label, run_id=run_id,
-            channel=channel, model=model, thinking=thinking, runtime=runtime, sandboxed=sandboxed,
-        )
-
-    def session_meta(self, key: str, agent_id: str | None = None) -> MetaRecord:
-        """The session's metadata (defaults when it has no row)."""
-        return self._registry.session_meta(key, agent_id)
-
-    def resolve_session_id(self, session_id: str) -> SessionRef:
-        """(key, agent id) of the session with this session id, or ``UnknownSession``."""
-        return self._registry.resolve_session_id(session_id)
-
-    def set_model_override(self, key: str, model: str | None, *, agent_id: str | None = None) -> None:
-        """Set the session's model override; ``None`` (or ``"default"``) clears it."""
-        self._registry.set_model_override(key, model, agent_id=agent_id)
-
-    def set_route(self, key: str, channel: str, to: str | None = None, *, agent_id: str | None = None) -> None:
-        """Store where replies to the session go (``lastChannel``/``lastTo``)."""
-        self._registry.set_route(key, channel, to, agent_id=agent_id)
-
-    # -- transcripts ------------------------------------------------------------------------
-
-    def append_message(
-        self,
-        session_key: str,
-        role: str,
-        text: str,
-        *,
-        agent_id: str | None = None,
-        actor_type: str | None = None,
-        actor_id: str | None = None,
-        provenance: dict[str, Any] | None = None,
-        tool_calls: list[Any] | None = None,
-        tool_result: Any = None,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> int:
-        """Append one transcript message; returns its id."""
-        return self._transcripts.append_message(
-            session_key, role, text, agent_id=agent_id, actor_type=actor_type, actor_id=actor_id,
-            provenance=provenance, tool_calls=tool_calls, tool_result=tool_result,
-            input_tokens=input_tokens, output_tokens=output_tokens,
-        )
-
-    def human_message(
-        self,
-        session_key: str,
-        text: str,
-        *,
-        channel: str | None = None,
-        sender: str | None = None,
-        agent_id: str | None = None,
-    ) -> int | None:
-        """A human's turn typed straight into the session; returns its event's sequence, or ``None``
-        when nobody watches the session (R24: the message is stored, no event) or storage failed."""
-        return self._transcripts.human_message(session_key, text, channel=channel, sender=sender, agent_id=agent_id)
-
-    def recent_user_messages(self, session_key: str, limit: int = 10, *, agent_id: str | None = None) -> list[str]:
-        """The newest ``limit`` user-role messages the gateway put into the session."""
-        return self._transcripts.recent_user_messages(session_key, limit, agent_id=agent_id)
-
-    def transcript(self, session_key: str, *, limit: int = 1000, agent_id: str | None = None) -> list[MessageRecord]:
-        """The newest ``limit`` messages, oldest first."""
-        return self._transcripts.transcript(session_key, limit=limit, agent_id=agent_id)
-
-    # -- producers --------------------------------------------------------------------------
-
-    def goal_changed(
-        self,
-        session_key: str,
-        change: str,
-        *,
-        actor_type: str,
-        actor_id: str | None = None,
-        agent_id: str | None = None,
-        occurred_at: float | None = None,
-    ) -> int | None:
-        """Record ``goal_changed`` (notifies watchers, except the actor itself)."""
-        return self._producers.goal_changed(
-            session_key, change, actor_type=actor_type, actor_id=actor_id, agent_id=agent_id,
-            occurred_at=occurred_at,
-        )
-
-    def compacted(
-        self,
-        session_key: str,
-        op_id: str,
-        *,
-        actor_type: str = "system",
-        actor_id: str | None = None,
-        agent_id: str | None = None,
-        messages_before: int | None = None,
-        messages_after: int | None = None,
-        occurred_at: float | None = None,
-    ) -> int | None:
-        """Record ``compacted`` once per compaction operation (dedupe ``compacted:<opId>``)."""
-        return self._producers.compacted(
-            session_key, op_id, actor_type=actor_type, actor_id=actor_id, agent_id=agent_id,
-            messages_before=messages_before, messages_after=messages_after, occurred_at=occurred_at,
-        )
-
-    # -- runs -------------------------------------------------------------------------------
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        return self._runs.get_run(run_id)
-
-    def runs_of(self, requester: SessionRef, limit: int = 50) -> list[RunRecord]:
-        return self._runs.runs_of(requester, limit)
-
-    def runs_of_child(self, child: SessionRef) -> list[RunRecord]:
-        return self._runs.runs_of_child(child)
-
-    def active_runs(self) -> list[RunRecord]:
-        return self._runs.active_runs()
-
-    def start_run(self, run: RunRecord, prompt: str) -> None:
-        """Run the child's task in the background (the row is already committed)."""
-        self._runs.start_run(run, prompt)
-
-    def finish_run(
-        self,
-        run_id: str,
-        outcome: str,
-        *,
-        text: str | None = None,
-        actor_type: str = "agent",
-        actor_id: str | None = None,
-        announce: bool = True,
-        usage: tuple[int, int] = (0, 0),
-    ) -> bool:
-        """Record the run's end once; ``False`` when it had already ended (or is gone)."""
-        return self._runs.finish_run(
-            run_id, outcome, text=text, actor_type=actor_type, actor_id=actor_id, announce=announce, usage=usage,
-        )
-
-    def kill_run(self, run_id: str, *, actor_id: str | None = None, announce: bool = False) -> bool:
-        """Cancel a running run: ``run_failed`` with outcome ``cancelled``."""
-        return self._runs.kill_run(run_id, actor_id=actor_id, announce=announce)
-
-    def steer_run(self, run_id: str, guidance: str, *, sender: str) -> bool:
-        """Deliver follow-up guidance into a running child (transcript + the live run)."""
-        return self._runs.steer_run(run_id, guidance, sender=sender)
-
-    def wait_for_runs(self, timeout: float = 10.0) -> bool:
-        """Wait (without the lock) until no background job runs; ``False`` on timeout."""
-        return self._runs.wait_for_runs(timeout)
-
-    def stop_runs(self, timeout: float = 5.0) -> list[str]:
-        """Shutdown: cancel every run still running, then wait for the jobs."""
-        return self._runs.stop_runs(timeout)
+# What ``Gateway`` answers to (``tests/gateway/test_gateway_shape.py`` holds it to this list).
+PUBLIC_NAMES = (
+    "allowed_tools", "call_tool", "close", "closed", "clock", "cluster", "configure_tools",
+    "create_session", "drain_system_events", "locked", "open", "ops", "pending_system_events",
+    "producers", "prune", "record_event", "record_events", "registry", "runs", "session_status",
+    "store", "transaction", "transcripts", "unwatch", "watch",
+)
 
 
 class GatewayToolHost:
-    """The gateway as its tools see it (``tools.host.ToolHost``): its public methods, and the
-    reads and writes of resolved sessions that only the tools make, straight from its services."""
+    """The gateway as its tools see it (``tools.host.ToolHost``): its parts, the unit of work,
+    and the tools' own settings (policy, id factory) that ``configure_tools`` sets."""
 
-    def __init__(self, gateway: Gateway, registry: Registry, transcripts: Transcripts, runs: Runs) -> None:
-        self._gateway = gateway
+    def __init__(self, gateway: Gateway) -> None:
         self.clock = gateway.clock
-        self.new_id = gateway.new_id
         self.locked = gateway.locked
         self.transaction = gateway.transaction
-        self.resolve = gateway.resolve
-        self.session_exists = gateway.session_exists
-        self.resolve_session_id = gateway.resolve_session_id
-        self.create_session = gateway.create_session
-        self.watch = gateway.watch
-        self.cursor_positions = gateway.cursor_positions
-        self.state_version = gateway.state_version
-        self.session_status = gateway.session_status
-        self.pending_system_events = gateway.pending_system_events
-        self.set_model_override = gateway.set_model_override
-        self.append_message = gateway.append_message
-        self.get_run = gateway.get_run
-        self.runs_of = gateway.runs_of
-        self.runs_of_child = gateway.runs_of_child
-        self.start_run = gateway.start_run
-        self.kill_run = gateway.kill_run
-        self.steer_run = gateway.steer_run
-        self.list_sessions = registry.list_sessions
-        self.session_record = registry.session_record
-        self.meta_of = registry.meta_of
-        self.all_meta = registry.all_meta
-        self.parent_of = registry.parent_of
-        self.insert_meta = registry.insert_meta
-        self.update_meta = registry.update_meta
-        self.recent_messages = transcripts.recent
-        self.first_message_text = transcripts.first_text
-        self.message_stats = transcripts.stats
-        self.active_runs_of = runs.active_by_requester
-        self.insert_run = runs.insert
+        self.ops = gateway.ops
+        self.registry = gateway.registry
+        self.transcripts = gateway.transcripts
+        self.runs = gateway.runs
+        self.tool_policy = DEFAULT_POLICY
+        self.id_factory: Callable[[], str] | None = None
 
-    @property
-    def tool_policy(self) -> ToolPolicy:
-        return self._gateway.tool_policy
-
-    @property
-    def runner(self) -> AgentRunner:
-        return self._gateway.runner
-
-    @property
-    def run_executor(self) -> RunExecutor:
-        return self._gateway.run_executor
+    def new_id(self) -> str:
+        """A fresh token for run ids, exchange ids and child session keys."""
+        return str(self.id_factory()) if self.id_factory is not None else uuid.uuid4().hex[:12]
 
 
 class _Pumped:
@@ -736,7 +341,7 @@ class _Pumped:
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
         self.store = gateway.store
-        self.serving: Serving = gateway._protocol.serving
+        self.claims: Serving = gateway.cluster
 
     @property
     def closed(self) -> bool:

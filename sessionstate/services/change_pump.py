@@ -29,7 +29,7 @@ class Pumped(Protocol):
     def closed(self) -> bool: ...
 
     @property
-    def serving(self) -> Serving: ...
+    def claims(self) -> Serving: ...
 
 log = logging.getLogger("sessionstate")
 
@@ -75,7 +75,7 @@ class ChangePump:
         self.changes += 1
         with self._gateway.store.lock:
             if not self._gateway.closed:
-                self._gateway.serving.sweep()
+                self._gateway.claims.sweep(sync=False)
         return True
 
     def _run(self) -> None:
@@ -92,7 +92,7 @@ class ChangePump:
                     next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
                     with self._gateway.store.lock:
                         if not self._gateway.closed:
-                            self._gateway.serving.heartbeat()
+                            self._gateway.claims.heartbeat()
                 if failures:
                     log.warning("change pump: sweeping again after %d failed attempt(s)", failures)
                     failures = 0
@@ -112,8 +112,8 @@ class ChangePump:
 def start_pump(gateway: Pumped) -> ChangePump:
     """Register ``gateway`` as a server (opening its change feed) and start its pump."""
     with gateway.store.lock:
-        gateway.serving.register()
-        feed = gateway.serving.feed
+        gateway.claims.register()
+        feed = gateway.claims.feed
     assert feed is not None
     pump = ChangePump(gateway, feed)
     pump.start()

@@ -1,10 +1,11 @@
 """Which sessions this gateway process serves, and keeping its queue in step with other
 processes' commits (spec section 6a, R18-R22).
 
-A ``Serving`` belongs to one notice protocol service (``NoticeProtocol.serving``). It answers
-``serves(W)`` from memory (the hot path asks it for every notice), holds this server's claims,
-and runs the incremental sweep that the change pump (``change_pump.py``) triggers. Every
-method is called with the gateway lock held.
+A ``Serving`` belongs to one notice protocol service (``NoticeProtocol.claims``) and is the
+gateway's public ``cluster`` part: ``serve``, ``serves``, ``register``, ``heartbeat``,
+``attach``, ``detach``, ``attached``, ``sweep`` and ``feed`` (R19-R22). Each public method takes
+the gateway's one (reentrant) lock itself; ``serves_here`` answers ``serves(W)`` from memory
+for the hot path (every notice asks it), with the lock already held.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 from ..errors import InvalidArgument, StorageError
 from ..shared.keys import SessionRef, check_key
 from ..shared.formats import notice_text
+from .locking import locked
 from .notice.queue import SystemEventQueue
 from .notice.rewake import Rewaker
 from ..store import ChangeFeed, Store
@@ -63,6 +65,7 @@ class Serving:
 
     def __init__(self, sink: NoticeSink, patterns: Sequence[str] = SERVE_ALL) -> None:
         self._sink = sink
+        self.store = sink.store  # the lock the public methods take (``locking.locked``)
         self.patterns = check_patterns(patterns)
         self.server_id: str | None = None  # set when the pump registers this server
         self.feed: ChangeFeed | None = None  # other connections' commits, from registration on
@@ -74,7 +77,9 @@ class Serving:
 
         self._kinds = tuple(sorted(NOTIFYING_KINDS))
 
+    @locked
     def serve(self, patterns: object) -> None:
+        """R19: replace the session key patterns served here when unclaimed (``open``'s ``serve``)."""
         self.patterns = check_patterns(patterns)
         self._matches.clear()
 
@@ -93,7 +98,14 @@ class Serving:
 
     # -- R19: who serves W --------------------------------------------------------------------
 
+    @locked
     def serves(self, key: str) -> bool:
+        """R19: whether notices for ``key`` are queued (and wakes sent) here."""
+        check_key(key)
+        return self.serves_here(key)
+
+    def serves_here(self, key: str) -> bool:
+        """``serves`` without the check or the lock: the hot path's question."""
         if key in self._mine:
             return True
         if key in self._elsewhere:
@@ -105,9 +117,12 @@ class Serving:
 
     # -- registration (the pump's) ----------------------------------------------------------
 
+    @locked
     def register(self) -> None:
-        """Become a server: a heartbeat row, the claims as they stand, and a change feed
-        opened first, so no commit after the claims were read goes unseen."""
+        """R19-R20: become a server: a heartbeat row, the claims as they stand, and a change
+        feed opened first, so no commit after the claims were read goes unseen. Without the
+        pump's thread the caller sweeps (``sweep``) and heartbeats itself, as the replays do;
+        ``Gateway.open(pump=True)`` registers and starts the pump."""
         store = self._sink.store
         feed = store.open_change_feed(self._kinds)
         server_id = uuid.uuid4().hex
@@ -136,8 +151,10 @@ class Serving:
             self.server_id = None
             self._mine.clear()
 
+    @locked
     def heartbeat(self) -> None:
-        """Refresh this server's heartbeat and remove servers whose lease ran out (R20)."""
+        """R20: refresh this server's heartbeat and release the servers whose lease ran out
+        (the pump does this every 5 s); nothing before ``register``."""
         if self.server_id is None:
             return
         store = self._sink.store
@@ -155,8 +172,10 @@ class Serving:
 
     # -- R20: claims --------------------------------------------------------------------------
 
+    @locked
     def attach(self, key: str) -> int:
-        """Claim ``key`` for this server (the last attach wins); returns the claim generation."""
+        """R20: serve ``key`` from this process (the last attach wins); returns the claim's
+        generation. Needs the change pump (or ``register``)."""
         check_key(key)
         sink = self._sink
         sink.resolve_any_agent(key)
@@ -180,7 +199,9 @@ class Serving:
         sink.queue.remove(key, [e.text for e in sink.queue.peek(key) if e.target is not None])
         self.reconcile([key])
 
+    @locked
     def detach(self, key: str) -> bool:
+        """R20: drop this process's claim on ``key``; ``True`` when it held one."""
         check_key(key)
         sink = self._sink
         if self.server_id is None or key not in self._mine:
@@ -194,15 +215,18 @@ class Serving:
         self._mine.discard(key)
         self.reconcile([key])
 
+    @locked
     def attached(self) -> list[str]:
+        """R20: the session keys this process holds a claim on, sorted."""
         return sorted(self._mine)
 
     # -- R22: the sweep -----------------------------------------------------------------------
 
-    def sweep(self, *, sync: bool = False) -> int:
-        """Bring this process's queue in step with the commits its feed reports since the
-        previous sweep; with ``sync``, first wait until the feed holds every commit made before
-        the call. Returns how many notices it queued."""
+    @locked
+    def sweep(self, *, sync: bool = True) -> int:
+        """R22: bring this process's queue in step with the commits its feed reports since the
+        previous sweep; with ``sync`` (the default; the pump passes ``False``), first wait until
+        the feed holds every commit made before the call. Returns how many notices it queued."""
         feed = self.feed
         if feed is None:  # the first sweep of a gateway without the pump: everything, once
             try:
@@ -235,7 +259,7 @@ class Serving:
         else:
             for key in changes.watchers:
                 self._refresh_claim(key)
-            queued = self._queue_pending(p for p in changes.frozen if self.serves(p.watcher))
+            queued = self._queue_pending(p for p in changes.frozen if self.serves_here(p.watcher))
             queued += self.reconcile(changes.watchers)
         if changes.material and sink.rewaker.active():  # R23: other processes' events re-wake too
             now = sink.clock()
@@ -249,7 +273,7 @@ class Serving:
         sink = self._sink
         queued = 0
         for watcher in watchers:
-            owed = sink.store.serving.pending_held_by(watcher) if self.serves(watcher) else []
+            owed = sink.store.serving.pending_held_by(watcher) if self.serves_here(watcher) else []
             wanted = {(p.target_key, p.target_agent_id): notice_text(p.target_key, p.last_seen) for p in owed}
             for entry in sink.queue.peek(watcher):
                 if entry.target is not None and wanted.get(entry.target) != entry.text:

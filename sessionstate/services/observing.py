@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .notice.protocol import NoticeProtocol
-
 _CLASS_METHOD = object()  # the instance held nothing: the class's method showed through
 
 
@@ -39,7 +37,7 @@ class GatewayObserver(Protocol):
         """The wake window held a wake back (R12); it is owed at ``due``."""
 
 
-def observe(protocol: NoticeProtocol, observer: GatewayObserver) -> Callable[[], None]:
+def observe(protocol: Any, observer: GatewayObserver) -> Callable[[], None]:
     """Start reporting to ``observer``; returns the function that stops it."""
     originals: list[tuple[object, str, object]] = []
 

@@ -1,8 +1,10 @@
 """Driver and file-system failures, translated into the package's storage errors.
 
-The store is the only place that sees ``sqlite3``, SQLAlchemy and ``OSError``: every public
-store method, every transaction (``SqliteStore.transaction``) and the open itself turn them into a
-``StorageError`` subclass whose message names the database and the cause. Callers above the
+The store layer (``sessionstate/store/``) is where the drivers (``sqlite3``, ``psycopg``,
+SQLAlchemy) and ``OSError`` are seen; this module translates SQLite's and the file system's:
+every public store method, every transaction (``SqlStore.transaction``, ``sql_store.py``) and
+the open itself turn them into a ``StorageError`` subclass whose message names the database
+and the cause (PostgreSQL's failures are translated in ``postgres.py``). Callers above the
 store (the gateway's best-effort recording, the tools, the CLI) only ever see those.
 """
 

@@ -177,7 +177,3 @@ class ChangeSet(NamedTuple):
     watchers: list[str]  # watchers whose cursors or claim changed outside the event hot path
     material: list[tuple[str, str, str | None]]  # (key, agent id, actor id) of notifying events
     resync: bool  # changes may have been missed: bring every watcher in step
-
-    @classmethod
-    def nothing(cls) -> "ChangeSet":
-        return cls([], [], [], False)

@@ -1,7 +1,8 @@
 """The durable schema, declared with SQLModel.
 
 SQLModel owns the declaration (and ``create_all``); the hot path does not use ORM sessions,
-it runs statements prepared once on the connection (see ``sqlite.py``).
+it runs the statements of ``statements.py`` (one text per dialect, ``dialect.py``) through
+``sql_store.py``.
 """
 
 from __future__ import annotations

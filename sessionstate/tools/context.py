@@ -11,7 +11,7 @@ from ..errors import InvalidArgument, UnknownSession
 from ..shared.keys import SessionRef, agent_of, is_agent_qualified
 from ..shared.policy import ToolPolicy, can_see
 from ..store import MetaRecord
-from .errors import Forbidden
+from .tool_errors import Forbidden
 from .host import ToolHost
 
 # Thread-scoped chat sessions are not targets: the parent channel's session is.
@@ -27,8 +27,8 @@ class ToolContext:
 
     @classmethod
     def open(cls, gw: ToolHost, caller_key: str) -> "ToolContext":
-        caller = gw.resolve(caller_key)
-        return cls(gw, caller, gw.meta_of(caller), gw.tool_policy)
+        caller = gw.ops.resolve(caller_key)
+        return cls(gw, caller, gw.registry.meta_of(caller), gw.tool_policy)
 
     @property
     def key(self) -> str:
@@ -39,7 +39,7 @@ class ToolContext:
         return self.policy.effective_visibility(self.meta.sandboxed)
 
     def visible(self, target: SessionRef) -> bool:
-        return can_see(self.policy, self.caller, self.meta.sandboxed, target, self.gw.parent_of)
+        return can_see(self.policy, self.caller, self.meta.sandboxed, target, self.gw.registry.parent_of)
 
     def require_visible(self, target: SessionRef) -> SessionRef:
         if not self.visible(target):
@@ -51,7 +51,7 @@ class ToolContext:
 
     def watches(self, target: SessionRef) -> bool:
         """The caller holds a cursor on ``target`` (a spawn edge or a watch made for it)."""
-        return self.gw.cursor_positions(self.key, target[0], target_agent_id=target[1]) is not None
+        return self.gw.ops.cursor_positions(self.key, target[0], target_agent_id=target[1]) is not None
 
     def resolve(self, key: str, *, refuse_thread: bool = False) -> SessionRef:
         """The session a key names, from the caller's point of view.
@@ -67,15 +67,15 @@ class ToolContext:
         if key == "current":
             return self.caller
         if is_agent_qualified(key):
-            return self.gw.resolve(key)
+            return self.gw.ops.resolve(key)
         agent = self.caller[1]
-        if self.gw.session_exists(key, agent):
+        if self.gw.ops.session_exists(key, agent):
             return (key, agent)
         alias = f"agent:{agent}:{key}"
-        if agent_of(alias) == agent and self.gw.session_exists(alias, agent):
+        if agent_of(alias) == agent and self.gw.ops.session_exists(alias, agent):
             return (alias, agent)
         try:
-            return self.gw.resolve(key)  # the one agent's session of that key
+            return self.gw.ops.resolve(key)  # the one agent's session of that key
         except UnknownSession:
             pass
         raise UnknownSession(f"unknown session {key!r}")

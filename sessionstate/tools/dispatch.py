@@ -21,7 +21,7 @@ from . import (
     subagents,
 )
 from .context import ToolContext
-from .errors import ToolNotAllowed
+from .tool_errors import ToolNotAllowed
 from .host import ToolHost
 from .schemas import validate_tool_args
 

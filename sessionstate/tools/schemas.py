@@ -39,7 +39,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from ..errors import InvalidArgument, UnknownTool
-from .errors import ToolArgumentError
+from .tool_errors import ToolArgumentError
 from ..shared.validation import check_json
 
 __all__ = [

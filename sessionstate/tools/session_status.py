@@ -26,8 +26,8 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         if "model" in args or not ctx.watches(target):
             ctx.require_visible(target)
         if "model" in args:
-            gw.set_model_override(target[0], args["model"], agent_id=target[1])
-        result = gw.session_status(target[0], changes_since=args.get("changesSince"), agent_id=target[1])
+            gw.registry.set_model_override(target[0], args["model"], agent_id=target[1])
+        result = gw.ops.session_status(target[0], changes_since=args.get("changesSince"), agent_id=target[1])
         result.update(card(ctx, target))
     return result
 
@@ -35,13 +35,13 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 def card(ctx: ToolContext, target: tuple[str, str]) -> dict[str, Any]:
     gw = ctx.gw
     now = gw.clock()
-    session = gw.session_record(target)
+    session = gw.registry.session_record(target)
     assert session is not None  # resolved under the same lock
-    meta = gw.meta_of(target)
-    count, last_message_at = gw.message_stats(target)
+    meta = gw.registry.meta_of(target)
+    count, last_message_at = gw.transcripts.stats(target)
     updated = max(session.updated_at, meta.last_activity_at or 0.0, last_message_at or 0.0)
-    child_runs = gw.runs_of_child(target)
-    active = gw.active_runs_of(target)
+    child_runs = gw.runs.runs_of_child(target)
+    active = gw.runs.active_by_requester(target)
     task = run_json(child_runs[0], now) if child_runs else None
     fields: dict[str, Any] = {
         "agentId": target[1],

@@ -14,13 +14,13 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     gw = ctx.gw
     with gw.locked():
         if "sessionId" in args:
-            target = ctx.require_visible(gw.resolve_session_id(args["sessionId"]))
+            target = ctx.require_visible(gw.registry.resolve_session_id(args["sessionId"]))
         else:
             target = ctx.resolve_visible(args["sessionKey"])
         limit, offset = args["limit"], args["offset"]
         # One row beyond the page says whether older messages remain.
-        records = gw.recent_messages(target, limit + 1, offset)
-        session_id = gw.meta_of(target).session_id
+        records = gw.transcripts.recent(target, limit + 1, offset)
+        session_id = gw.registry.meta_of(target).session_id
     older_remain = len(records) > limit
     records = records[1:] if older_remain else records  # the extra one is the oldest
     view = build_history_view([history_row(r) for r in records], include_tools=args["includeTools"])

@@ -23,9 +23,9 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     now = gw.clock()
     kinds = set(args.get("kinds") or ())
     search = args.get("search", "").lower()
-    metas = gw.all_meta()
+    metas = gw.registry.all_meta()
     found: list[tuple[float, dict[str, Any], tuple[str, str]]] = []
-    for session in gw.list_sessions():
+    for session in gw.registry.list_sessions():
         target = (session.session_key, session.agent_id)
         if not ctx.visible(target):
             continue  # invisible sessions are not even counted
@@ -35,12 +35,12 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             continue
         if "agentId" in args and session.agent_id != args["agentId"]:
             continue
-        meta = metas.get(target) or gw.meta_of(target)
-        count, last_message_at = gw.message_stats(target)
+        meta = metas.get(target) or gw.registry.meta_of(target)
+        count, last_message_at = gw.transcripts.stats(target)
         activity = max(session.updated_at, meta.last_activity_at or 0.0, last_message_at or 0.0)
         if "activeMinutes" in args and activity < now - args["activeMinutes"] * 60:
             continue
-        title = derived_title(session.label, gw.first_message_text(target, "user"), session.session_key)
+        title = derived_title(session.label, gw.transcripts.first_text(target, "user"), session.session_key)
         if search:
             haystack = " ".join((session.session_key, session.label or "", title, meta.session_id or ""))
             if search not in haystack.lower():
@@ -69,14 +69,14 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     found.sort(key=lambda item: (-item[0], item[1]["key"], item[1]["agentId"]))
     rows = []
     for _, row, target in found[: args["limit"]]:
-        version = gw.state_version(*target)
+        version = gw.ops.state_version(*target)
         if version > 0:
             row["stateVersion"] = version
         if args.get("includePreview"):
-            last = [m for m in gw.recent_messages(target, 5) if m.role != "tool"]
+            last = [m for m in gw.transcripts.recent(target, 5) if m.role != "tool"]
             row["preview"] = preview(last[-1] if last else None)
         if args.get("recentMessages"):
-            records = [m for m in gw.recent_messages(target, args["recentMessages"] * 3) if m.role != "tool"]
+            records = [m for m in gw.transcripts.recent(target, args["recentMessages"] * 3) if m.role != "tool"]
             view = build_history_view(
                 [history_row(m) for m in records[-args["recentMessages"]:]], max_bytes=RECENT_VIEW_BYTES
             )

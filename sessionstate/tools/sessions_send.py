@@ -44,7 +44,7 @@ def frame(sender: str, text: str) -> str:
 
 def deliver(gw: ToolHost, sender: str, receiver: SessionRef, text: str, exchange_id: str) -> str:
     prompt = frame(sender, text)
-    gw.append_message(
+    gw.transcripts.append_message(
         receiver[0], "user", prompt, agent_id=receiver[1], actor_type="agent", actor_id=sender,
         provenance={"kind": "inter_session", "sourceSessionKey": sender, "sourceTool": "sessions_send",
                     "isUser": False, "exchangeId": exchange_id},
@@ -65,10 +65,10 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             result["watched"] = _watch(gw, ctx.key, target)
         elif "watch" in args:  # given as false: still say whether the sender watches it
             result["watched"] = _watches(gw, ctx.key, target)
-        meta = gw.meta_of(target)
+        meta = gw.registry.meta_of(target)
     done = threading.Event()
     outcome: dict[str, Any] = {}
-    gw.run_executor.start(
+    gw.runs.executor.start(
         exchange_id,
         lambda rctx: _exchange(gw, ctx.caller, target, prompt, meta.model_override or meta.model, rctx, outcome, done),
     )
@@ -84,18 +84,18 @@ def _watch(gw: ToolHost, sender: str, target: SessionRef) -> bool:
     """True when the sender watches the receiver after the call (new or existing cursor)."""
     if not is_agent_qualified(sender):
         return False  # R3: such sessions get changesSince, not notices
-    gw.watch(sender, target[0], target_agent_id=target[1])
+    gw.ops.watch(sender, target[0], target_agent_id=target[1])
     return True
 
 
 def _watches(gw: ToolHost, sender: str, target: SessionRef) -> bool:
     """True when the sender already holds a cursor on the receiver (a spawn edge, an earlier watch)."""
-    return is_agent_qualified(sender) and gw.cursor_positions(sender, target[0], target_agent_id=target[1]) is not None
+    return is_agent_qualified(sender) and gw.ops.cursor_positions(sender, target[0], target_agent_id=target[1]) is not None
 
 
 def _turn(gw: ToolHost, session: SessionRef, purpose: str, prompt: str, sender: str, model: str | None, rctx: RunContext) -> TurnResult:
     request = TurnRequest(session[0], session[1], purpose, prompt, sender_key=sender, model=model)  # type: ignore[arg-type]
-    return gw.runner.run_turn(request, rctx)
+    return gw.runs.runner.run_turn(request, rctx)
 
 
 def _is_reply(text: str | None) -> bool:
@@ -116,7 +116,7 @@ def _exchange(
             outcome.update(status="no_reply")
             return
         reply = str(result.text)
-        gw.append_message(target[0], "assistant", reply, agent_id=target[1], actor_id=target[0],
+        gw.transcripts.append_message(target[0], "assistant", reply, agent_id=target[1], actor_id=target[0],
                           input_tokens=result.input_tokens, output_tokens=result.output_tokens)
         outcome.update(status="ok", reply=reply)
     finally:
@@ -139,7 +139,7 @@ def _reply_back(gw: ToolHost, sender: SessionRef, target: SessionRef, reply: str
         if not _is_reply(result.text):
             return turn - 1
         incoming = str(result.text)
-        gw.append_message(speaker[0], "assistant", incoming, agent_id=speaker[1], actor_id=speaker[0],
+        gw.transcripts.append_message(speaker[0], "assistant", incoming, agent_id=speaker[1], actor_id=speaker[0],
                           input_tokens=result.input_tokens, output_tokens=result.output_tokens)
         speaker, listener = listener, speaker
     return MAX_REPLY_BACK_TURNS

@@ -15,7 +15,7 @@ from typing import Any
 from ..shared.fencing import fence_untrusted
 from ..store import RUNNING, MetaRecord, RunRecord
 from .context import ToolContext
-from .errors import ToolNotAllowed
+from .tool_errors import ToolNotAllowed
 
 FORK_MESSAGES = 50
 
@@ -43,26 +43,26 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             args.get("timeoutSeconds") or None, RUNNING, None, None, route[0], route[1], 0, now, None,
         )
         with gw.transaction():
-            gw.create_session(child[0], kind="acp" if runtime == "acp" else "subagent",
+            gw.ops.create_session(child[0], kind="acp" if runtime == "acp" else "subagent",
                               parent=ctx.caller[0], label=args.get("label"), run_id=run_id)
-            gw.insert_meta(MetaRecord(
+            gw.registry.insert_meta(MetaRecord(
                 child[0], child[1], session_id, channel=ctx.meta.channel, model=args.get("model"),
                 thinking=args.get("thinking"), runtime=runtime, sandboxed=sandboxed, spawn_depth=depth,
                 last_activity_at=now,
             ))
-            gw.insert_run(record)
+            gw.runs.insert(record)
             if context == "fork":
-                for message in gw.recent_messages(ctx.caller, FORK_MESSAGES):
-                    gw.append_message(
+                for message in gw.transcripts.recent(ctx.caller, FORK_MESSAGES):
+                    gw.transcripts.append_message(
                         child[0], message.role, message.text, agent_id=child[1], actor_type=message.actor_type,
                         actor_id=message.actor_id, tool_calls=message.tool_calls, tool_result=message.tool_result,
                         provenance={"kind": "fork", "sourceSessionKey": ctx.key, "sourceMessageId": message.id},
                     )
-            gw.append_message(
+            gw.transcripts.append_message(
                 child[0], "user", prompt, agent_id=child[1], actor_type="agent", actor_id=ctx.key,
                 provenance={"kind": "spawn_task", "sourceSessionKey": ctx.key, "runId": run_id, "isUser": False},
             )
-        gw.start_run(record, prompt)
+        gw.runs.start_run(record, prompt)
     result: dict[str, Any] = {
         "status": "accepted",
         "runId": run_id,

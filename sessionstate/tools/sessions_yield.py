@@ -15,10 +15,10 @@ from .context import ToolContext
 def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     gw = ctx.gw
     with gw.locked():
-        active = gw.active_runs_of(ctx.caller)
-        queued = len(gw.pending_system_events(ctx.key))
+        active = gw.runs.active_by_requester(ctx.caller)
+        queued = len(gw.ops.pending_system_events(ctx.key))
         if active:
-            gw.update_meta(ctx.caller, yielded_at=gw.clock())
+            gw.registry.update_meta(ctx.caller, yielded_at=gw.clock())
     result: dict[str, Any] = {
         "status": "yielded",
         "activeRuns": [r.run_id for r in active],

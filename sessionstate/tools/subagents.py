@@ -11,7 +11,7 @@ from ..errors import InvalidArgument, UnknownSession
 from ..shared.keys import check_key
 from ..store import RunRecord
 from .context import ToolContext
-from .errors import Forbidden, RunNotActive
+from .tool_errors import Forbidden, RunNotActive
 from .rows import run_json
 
 LIST_LIMIT = 50
@@ -24,23 +24,23 @@ def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         if action == "list":
             return _list(ctx)
         if action == "kill" and args["target"] == "all":
-            runs = [r for r in gw.active_runs_of(ctx.caller) if ctx.visible((r.child_key, r.child_agent_id))]
+            runs = [r for r in gw.runs.active_by_requester(ctx.caller) if ctx.visible((r.child_key, r.child_agent_id))]
         else:
             runs = [_find(ctx, args["target"])]
             if runs[0].status != "running":
                 raise RunNotActive(f"run {runs[0].run_id} already ended ({runs[0].outcome or runs[0].status})")
         if action == "steer":
-            gw.steer_run(runs[0].run_id, args["message"], sender=ctx.key)
+            gw.runs.steer_run(runs[0].run_id, args["message"], sender=ctx.key)
             return {"status": "ok", "action": "steer", "runId": runs[0].run_id,
                     "childSessionKey": runs[0].child_key}
-        killed = [r.run_id for r in runs if gw.kill_run(r.run_id, actor_id=ctx.key)]
+        killed = [r.run_id for r in runs if gw.runs.kill_run(r.run_id, actor_id=ctx.key)]
         return {"status": "ok", "action": "kill", "killed": killed}
 
 
 def _list(ctx: ToolContext) -> dict[str, Any]:
     gw = ctx.gw
     now = gw.clock()
-    runs = [r for r in gw.runs_of(ctx.caller, LIST_LIMIT) if ctx.visible((r.child_key, r.child_agent_id))]
+    runs = [r for r in gw.runs.runs_of(ctx.caller, LIST_LIMIT) if ctx.visible((r.child_key, r.child_agent_id))]
     return {
         "status": "ok",
         "action": "list",
@@ -53,13 +53,13 @@ def _find(ctx: ToolContext, target: str) -> RunRecord:
     """A run id, or a child session key (its newest run), of this caller's children."""
     gw = ctx.gw
     try:
-        run = gw.get_run(target)
+        run = gw.runs.get_run(target)
     except InvalidArgument:  # not a run id; perhaps a child session key
         run = None
     if run is None:
         check_key(target, "target")
         child = ctx.resolve(target)
-        runs = [r for r in gw.runs_of_child(child) if (r.requester_key, r.requester_agent_id) == ctx.caller]
+        runs = [r for r in gw.runs.runs_of_child(child) if (r.requester_key, r.requester_agent_id) == ctx.caller]
         if not runs:
             raise UnknownSession(f"{target!r} is not a sub-agent of {ctx.key!r}")
         run = runs[0]

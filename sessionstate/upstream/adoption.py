@@ -71,7 +71,7 @@ class Adopter:
         provider = self._provider(entry)
         with self.gw.locked():
             self._refuse_other_link(entry, (key, agent))
-            if self.gw.session_exists(key, agent):
+            if self.gw.ops.session_exists(key, agent):
                 raise SessionExists(f"session {key!r} already exists; continue it instead of adopting again")
         marker, primed = self._prime(provider, entry)  # provider I/O outside the lock
         with self.gw.transaction():
@@ -137,7 +137,7 @@ class Adopter:
             if len(agents) != 1:
                 raise UnknownSession(f"session {key!r} is unknown or ambiguous; give agent_id")
             agent = agents[0]
-        if not self.gw.session_exists(key, agent):
+        if not self.gw.ops.session_exists(key, agent):
             raise UnknownSession(f"unknown session {key!r} (agent {agent!r})")
         return key, agent
 

@@ -29,7 +29,7 @@ Small string fields (``type``, ``uuid``, ``timestamp``, ``userType``, a block's
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -90,13 +90,6 @@ def small_field(value: Any) -> str:
     if isinstance(value, str) and len(value) <= SMALL_FIELD_CHARS:
         return value
     return ""
-
-
-def truncate_text(facts: LineFacts, limit: int = TEXT_PREFIX_CHARS) -> LineFacts:
-    """``facts`` with its text cut to ``limit`` chars, as the streaming path keeps it."""
-    if len(facts.text) <= limit:
-        return facts
-    return replace(facts, text=facts.text[:limit], text_truncated=True)
 
 
 def parse_timestamp(value: str | None) -> float | None:

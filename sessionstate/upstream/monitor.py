@@ -89,7 +89,7 @@ class UpstreamMonitor:
         self.gw = gw
         self.providers = providers
         # Default: the gateway's own transcript (its 10 latest user-role messages).
-        self.recent_user_messages = recent_user_messages or gw.recent_user_messages
+        self.recent_user_messages = recent_user_messages or gw.transcripts.recent_user_messages
         self.interval = interval
         self.prime_rounds = prime_rounds
         self.links = link_store(gw)
@@ -107,7 +107,7 @@ class UpstreamMonitor:
             try:
                 with self.gw.locked():
                     links = self.links.watched()
-                    running = {(r.child_key, r.child_agent_id) for r in self.gw.active_runs()}
+                    running = {(r.child_key, r.child_agent_id) for r in self.gw.runs.active_runs()}
             except Exception:
                 log.exception("upstream monitor: reading links failed")
                 report.errors += 1
@@ -185,7 +185,7 @@ class UpstreamMonitor:
     def _record_human(self, link: UpstreamLink, kept: list[UpstreamActivity]) -> int:
         if not kept:
             return 0
-        before = self.gw.state_version(link.session_key, link.agent_id)
+        before = self.gw.ops.state_version(link.session_key, link.agent_id)
         sequences = self.gw.record_events([self._human_event(link, a) for a in kept])
         if any(s is None for s in sequences):
             raise RuntimeError("recording upstream activity failed; the marker stays for a retry")

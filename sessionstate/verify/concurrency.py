@@ -100,7 +100,7 @@ def _check_file(url: str, results: list[dict]) -> list[str]:
                     out.append(f"acknowledged event {seq} of {session} is {rows.get(seq)!r} in the file")
         for session in SESSIONS:
             mine = [s for s, k in rows.items() if k == session]
-            version = gw.state_version(session)
+            version = gw.ops.state_version(session)
             if version != (max(mine) if mine else 0):
                 out.append(f"head of {session} is {version}, its newest event {max(mine, default=0)}")
         if gw.store.integrity_check() != "ok":

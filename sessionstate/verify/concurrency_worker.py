@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
             except Exception:  # noqa: BLE001 -- counted: nothing may escape to a caller
                 escaped.append(traceback.format_exc(limit=3))
         seconds = time.monotonic() - began
-        stats = dict(gw.stats)
+        stats = dict(gw.ops.stats)
     with open(out, "w", encoding="utf-8") as fh:
         json.dump({"acknowledged": acknowledged, "escaped": escaped, "stats": stats, "seconds": seconds}, fh)
     return 0

@@ -61,7 +61,7 @@ def check_after_crash(url: str, sidelog: Path, seen_heads: dict[str, int]) -> li
             out.append(f"integrity_check: {integrity}")
         rows = [(row[0], row[1]) for row in gw.store.dump()["session_state_events"]]
         present = dict(rows)
-        heads = {k: gw.store.head(*gw.resolve(k)) for k in SESSIONS if gw.session_exists(k)}
+        heads = {k: gw.store.head(*gw.ops.resolve(k)) for k in SESSIONS if gw.ops.session_exists(k)}
         for seq, session in read_sidelog(sidelog):
             head = heads.get(session)
             if present.get(seq) == session:
@@ -93,7 +93,7 @@ def _check_sweep(gw: Gateway) -> list[str]:
         if material > last:
             owed.setdefault(record.watcher, []).append(notice_text(record.target_key, last))
     for watcher in SESSIONS:
-        if not gw.session_exists(watcher):
+        if not gw.ops.session_exists(watcher):
             continue
         drained = gw.drain_system_events(watcher)
         want = sorted(owed.get(watcher, []))

@@ -155,8 +155,8 @@ def check_outcome(url: str, writers: int, writes: list[dict[str, Any]], reads: l
                 after = page[-1].sequence
             log[key] = events
             newest = events[-1][0] if events else 0
-            if gw.state_version(key) != newest:
-                out.append(f"head of {key} is {gw.state_version(key)}, its newest event {newest} (INV7)")
+            if gw.ops.state_version(key) != newest:
+                out.append(f"head of {key} is {gw.ops.state_version(key)}, its newest event {newest} (INV7)")
         in_log = {seq: key for key, events in log.items() for seq, _, _ in events}
         for seq, (i, session) in owner.items():
             if in_log.get(seq) != session:

@@ -43,14 +43,14 @@ def write(gw: Gateway, rng: random.Random, events: int, index: int, writers: int
             elif roll < 0.9:
                 gw.drain_system_events(me)
             elif roll < 0.97:
-                gw.startup_sweep()  # re-materialises notices other processes' events opened
+                gw.ops.startup_sweep()  # re-materialises notices other processes' events opened
             else:
                 target = rng.choice(watched_by(index, writers))
                 gw.unwatch(me, target)
                 gw.watch(me, target)
         except Exception:  # noqa: BLE001 -- counted: nothing may escape to a caller
             escaped.append(traceback.format_exc(limit=4))
-    return {"acknowledged": acknowledged, "escaped": escaped, "append_failures": gw.stats["append_failures"]}
+    return {"acknowledged": acknowledged, "escaped": escaped, "append_failures": gw.ops.stats["append_failures"]}
 
 
 def read(gw: Gateway, stop: str, writers: int) -> dict[str, Any]:

@@ -89,14 +89,14 @@ def apply_real(gw: Gateway, url: str, action: Action, wakes: ReplayWakes) -> Gat
         gw.close()
         return open_replayed(url, wakes)
     elif kind == "tick":  # the wake window passes (every step is past it): fire what is owed
-        gw.fire_due_wakes()
+        gw.ops.fire_due_wakes()
     elif kind == "prune":
-        gw.max_rows = gw.store.event_count() - 1
+        gw.ops.max_rows = gw.store.event_count() - 1
         gw.prune()
     elif kind == "reset":
-        gw.reset_session(KEYS[action[1]])
+        gw.ops.reset_session(KEYS[action[1]])
     elif kind == "delete":
-        gw.delete_session(KEYS[action[1]])
+        gw.ops.delete_session(KEYS[action[1]])
     elif kind == "watch":
         gw.watch(KEYS[action[1]], KEYS[action[2]], ambient=action[3] == "ambient")
     elif kind == "unwatch":
@@ -108,13 +108,13 @@ def differences(gw: Gateway, ref: RefWorld, *, queues: bool = True) -> list[str]
     out: list[str] = []
     for watcher, target in PAIRS:
         if watcher in ref.sessions and target in ref.sessions:
-            got = gw.cursor_positions(KEYS[watcher], KEYS[target])
+            got = gw.ops.cursor_positions(KEYS[watcher], KEYS[target])
             want = ref.positions().get((watcher, target))
             if (tuple(got) if got else None) != want:
                 out.append(f"positions ({watcher}, {target}): real {got} != model {want}")
     for session in SESSIONS:
         if session not in ref.sessions:
-            if gw.session_exists(KEYS[session]):
+            if gw.ops.session_exists(KEYS[session]):
                 out.append(f"{session} was deleted but still exists")
             continue
         want_q = sorted(notice_text(KEYS[t], s) for w, t, s in ref.queue if w == session)
@@ -170,7 +170,7 @@ def _open_server(url: str, wakes: ReplayWakes) -> Gateway:
     """A gateway that is a server (claims, sweeps) without the pump thread: the replay sweeps
     when the trace says so."""
     gw = open_replayed(url, wakes)
-    gw.register_server()
+    gw.cluster.register()
     return gw
 
 
@@ -183,9 +183,9 @@ def apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: Repl
     elif kind == "drain":
         return gw.drain_system_events(KEYS[action[1]])
     elif kind == "sweep":
-        gw.sweep_changes()
+        gw.cluster.sweep()
     elif kind == "attach":
-        gw.attach(KEYS[action[1]])
+        gw.cluster.attach(KEYS[action[1]])
     elif kind in ("restart", "crash"):
         assert process is not None
         gw.close()

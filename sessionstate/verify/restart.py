@@ -82,7 +82,7 @@ def check_restart_outcome(gw: Gateway, acknowledged: list[str], delivered: list[
     out: list[str] = []
     rows: dict[int, tuple[str, str]] = {}
     for target in TARGETS:
-        key, agent = gw.resolve(target, None)
+        key, agent = gw.ops.resolve(target, None)
         for event in gw.store.events_after(key, agent, 0, 10**9):
             rows[event.sequence] = (key, event.summary)
     given: Counter[int] = Counter()
@@ -103,8 +103,8 @@ def check_restart_outcome(gw: Gateway, acknowledged: list[str], delivered: list[
 
 def _caught_up(gw: Gateway) -> bool:
     for target in TARGETS:
-        positions = gw.cursor_positions(WATCHER, target)
-        head = gw.state_version(target)
+        positions = gw.ops.cursor_positions(WATCHER, target)
+        head = gw.ops.state_version(target)
         if positions is None or tuple(positions) != (head, head, head):
             return False
     return True

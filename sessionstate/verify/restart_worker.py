@@ -58,7 +58,7 @@ def write(url: str, log_path: str, name: str, seed: int, targets: list[str]) -> 
 def serve(url: str, log_path: str, watcher: str) -> None:
     stop = _stopper()
     with Gateway.open(url, serve=[], pump=True) as gw, open(log_path, "a", encoding="utf-8") as log:
-        gw.attach(watcher)
+        gw.cluster.attach(watcher)
         print("ready", flush=True)
         while not stop.is_set():
             try:

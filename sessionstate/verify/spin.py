@@ -269,7 +269,7 @@ def replay_trail(
         gw = Gateway.open(url, clock=lambda: now[0], trace=trace, on_wake=on_wake, record_created=False,
                           notify_on_create=False)
         if server:
-            gw.register_server()
+            gw.cluster.register()
         return gw
 
     first = opened(False)
@@ -286,8 +286,8 @@ def replay_trail(
         # The model starts with process 0 serving both watchers (claim[] = 0): without the
         # claims both servers would serve them by pattern (R19).
         for watcher in ("A", "B"):
-            gws[0].attach(replay.KEYS[watcher])
-        gws[1].sweep_changes()
+            gws[0].cluster.attach(replay.KEYS[watcher])
+        gws[1].cluster.sweep()
     differences: list[str] = []
     wake_differences: list[str] = []
     wakes = replay.ReplayWakes()  # apply_real's recorder; the gateways here report to `sent`
@@ -299,7 +299,7 @@ def replay_trail(
             if action is None:  # the window passes: nothing durable but the owed wakes
                 now[0] += replay.STEP_SECONDS
                 for gw in gws:
-                    gw.fire_due_wakes()
+                    gw.ops.fire_due_wakes()
             elif action[0] == "restart":
                 done += 1
                 process = action[1] if processes == 2 else 0
@@ -321,9 +321,9 @@ def replay_trail(
                 continue
             for pair_index, (watcher, target) in enumerate(PAIRS):
                 gw = gws[0]
-                if not (gw.session_exists(replay.KEYS[watcher]) and gw.session_exists(replay.KEYS[target])):
+                if not (gw.ops.session_exists(replay.KEYS[watcher]) and gw.ops.session_exists(replay.KEYS[target])):
                     continue
-                real = gw.cursor_positions(replay.KEYS[watcher], replay.KEYS[target])
+                real = gw.ops.cursor_positions(replay.KEYS[watcher], replay.KEYS[target])
                 real_t = tuple(real) if real else None
                 if real_t != positions[pair_index]:
                     differences.append(f"step {index + 1} ({action}): pair {watcher}{target} real {real_t}"

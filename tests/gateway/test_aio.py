@@ -49,7 +49,7 @@ def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
         async with await AsyncGateway.open(db_url, clock=lambda: 1_800_000_000.0, on_wake=on_wake) as gw:
             await gw.create_session(MANAGER)
             await gw.create_session(CHILD, kind="subagent", parent=MANAGER)
-            before = await gw.state_version(CHILD)
+            before = await gw.ops.state_version(CHILD)
             seq = await gw.record_event(CHILD, "human_direct_message", **EVENT)
             assert seq == before + 1
             assert await gw.record_events([dict(session_key=CHILD, kind="goal_changed", **EVENT)] * 2) == [
@@ -66,7 +66,7 @@ def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
                 await gw.record_event("agent:main:subagent:nobody", "goal_changed", **EVENT)
             with pytest.raises(UnknownSession):
                 await gw.drain_system_events("agent:main:subagent:nobody")
-            assert await gw.run(lambda g: g.state_version(CHILD), gw.gateway) == seq + 2
+            assert await gw.run(lambda g: g.ops.state_version(CHILD), gw.gateway) == seq + 2
         for _ in range(200):  # the relay delivers after the commit, on the loop
             if woken:
                 break
@@ -75,11 +75,11 @@ def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
         # Closed: the same outcome as the sync API's closed gateway (on SQLite StorageUnavailable).
         outcomes: list[object] = []
         try:
-            outcomes.append(gw.gateway.state_version(CHILD))
+            outcomes.append(gw.gateway.ops.state_version(CHILD))
         except Exception as exc:
             outcomes.append(type(exc))
         try:
-            outcomes.append(await gw.state_version(CHILD))
+            outcomes.append(await gw.ops.state_version(CHILD))
         except Exception as exc:
             outcomes.append(type(exc))
         assert outcomes[0] == outcomes[1]
@@ -158,7 +158,7 @@ def _loop_gaps(db_url: str, loop_backend: str, *, block: bool = False) -> dict[s
             stats.update(
                 max_cpu_gap=max(cpu_gaps), max_wall_gap=max(wall_gaps), ticks=len(cpu_gaps),
                 worst_tick=cpu_gaps.index(max(cpu_gaps)),
-                batches=gw.gateway.diagnostics().group_batches,
+                batches=gw.gateway.ops.diagnostics().group_batches,
             )
 
     try:
@@ -179,7 +179,7 @@ def test_the_loop_is_never_blocked_while_100_tasks_record_10000_events(db_url, l
         if attempt:
             with Gateway.open(db_url) as gw:  # the next run starts from an empty log again
                 for key in ["agent:main:main"] + [f"agent:main:subagent:t{i}" for i in range(10)]:
-                    gw.delete_session(key)
+                    gw.ops.delete_session(key)
         stats = _loop_gaps(db_url, loop_backend)
         assert stats["ticks"] > 10
         runs.append(stats)

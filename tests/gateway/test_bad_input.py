@@ -59,8 +59,8 @@ BAD_CALLS = {
     "duplicate session": lambda gw: gw.create_session(MANAGER),
     "unknown session kind": lambda gw: gw.create_session("agent:main:x", kind="robot"),
     "unknown parent": lambda gw: gw.create_session("agent:main:x", parent="agent:main:ghost"),
-    "reset unknown": lambda gw: gw.reset_session("agent:main:ghost"),
-    "delete unknown": lambda gw: gw.delete_session("agent:main:ghost"),
+    "reset unknown": lambda gw: gw.ops.reset_session("agent:main:ghost"),
+    "delete unknown": lambda gw: gw.ops.delete_session("agent:main:ghost"),
     "drain unknown": lambda gw: gw.drain_system_events("agent:main:ghost"),
 }
 

@@ -62,7 +62,7 @@ def event_strategy(prefix: str) -> st.SearchStrategy[dict[str, Any]]:
 def observed(side: Side, prefix: str) -> dict[str, Any]:
     gw = side.gw
     return {
-        "cursors": {(w, t): gw.cursor_positions(f"{prefix}{w}", f"{prefix}{t}") for w in WATCHERS for t in TARGETS},
+        "cursors": {(w, t): gw.ops.cursor_positions(f"{prefix}{w}", f"{prefix}{t}") for w in WATCHERS for t in TARGETS},
         "queued": {w: gw.pending_system_events(f"{prefix}{w}") for w in WATCHERS},
         "wakes": sorted(side.wakes),  # the order across watchers is free (R12 per watcher)
     }

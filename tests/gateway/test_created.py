@@ -32,7 +32,7 @@ def test_created_is_logged_once_before_the_spawn_edge_and_notifies_nobody(db_url
         assert kinds(gw, MAIN) == ["created"]
         assert kinds(gw, CHILD) == ["created", "child_spawned"]
         spawn = gw.session_status(CHILD, changes_since=0)["stateChanges"]["events"][1]
-        assert gw.cursor_positions(MAIN, CHILD) == (spawn["sequence"],) * 3  # R4: seeded at the spawn
+        assert gw.ops.cursor_positions(MAIN, CHILD) == (spawn["sequence"],) * 3  # R4: seeded at the spawn
         assert gw.pending_system_events(MAIN) == []  # log-only: no notice
         event = gw.session_status(MAIN, changes_since=0)["stateChanges"]["events"][0]
         assert (event["actorType"], event["summary"]) == ("system", "session created (main)")
@@ -44,11 +44,11 @@ def test_created_is_logged_once_before_the_spawn_edge_and_notifies_nobody(db_url
 def test_both_are_on_by_default_and_shift_the_numbers_a_user_sees(db_url):
     with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
-        assert gw.state_version(MAIN) == 1 and kinds(gw, MAIN) == ["created"]
+        assert gw.ops.state_version(MAIN) == 1 and kinds(gw, MAIN) == ["created"]
         gw.create_session(CHILD, kind="subagent", parent=MAIN, run_id="r1")
         # The spawn edge seeds MAIN's cursor after the child's own `created`: at 3, not 1.
         assert kinds(gw, CHILD) == ["created", "child_spawned"]
-        assert gw.cursor_positions(MAIN, CHILD) == (3, 3, 3)
+        assert gw.ops.cursor_positions(MAIN, CHILD) == (3, 3, 3)
         gw.create_session(GROUP, kind="group")
         assert gw.pending_system_events(MAIN) == [created_line(GROUP, "group", None)]
 
@@ -57,14 +57,14 @@ def test_without_record_created_nothing_is_logged(db_url):
     with Gateway.open(db_url, record_created=False, notify_on_create=False) as gw:
         gw.create_session(MAIN)
         gw.create_session(GROUP)
-        assert gw.state_version(MAIN) == 0 and kinds(gw, MAIN) == []
+        assert gw.ops.state_version(MAIN) == 0 and kinds(gw, MAIN) == []
         assert gw.pending_system_events(MAIN) == []
 
 
 def test_a_deleted_and_recreated_key_is_logged_again(db_url):
     with Gateway.open(db_url) as gw:
         gw.create_session(GROUP)
-        gw.delete_session(GROUP)
+        gw.ops.delete_session(GROUP)
         gw.create_session(GROUP)
         assert kinds(gw, GROUP) == ["created"]
 
@@ -104,7 +104,7 @@ def test_a_rolled_back_creation_announces_nothing(db_url):
             with gw.transaction():
                 gw.create_session(GROUP)
                 raise RuntimeError("roll back")
-        assert gw.pending_system_events(MAIN) == [] and not gw.session_exists(GROUP)
+        assert gw.pending_system_events(MAIN) == [] and not gw.ops.session_exists(GROUP)
 
 
 def test_the_line_is_bounded_whatever_the_key_and_label():

@@ -40,7 +40,7 @@ def cursor_reads(statements: list[str]) -> list[str]:
 
 
 def caught_up(gw: Gateway, targets: list[str]) -> bool:
-    positions = [gw.cursor_positions(WATCHER, t) for t in targets]
+    positions = [gw.ops.cursor_positions(WATCHER, t) for t in targets]
     return all(p is not None and p.last_seen == p.notified for p in positions)
 
 

@@ -71,10 +71,10 @@ class Outcomes:
 def _wait_queued(gw: Gateway, count: int) -> None:
     deadline = threading.Event()
     for _ in range(int(WAIT * 1000)):
-        if gw.diagnostics().group_queued >= count:
+        if gw.ops.diagnostics().group_queued >= count:
             return
         deadline.wait(0.001)
-    raise AssertionError(f"only {gw.diagnostics().group_queued} of {count} callers queued")
+    raise AssertionError(f"only {gw.ops.diagnostics().group_queued} of {count} callers queued")
 
 
 @contextmanager
@@ -92,7 +92,7 @@ def one_batch(gw: Gateway, calls: dict[str, Callable[[], Any]], *, queued: int |
 
 
 def test_concurrent_callers_share_one_transaction(gw):
-    before = gw.state_version(CHILD)
+    before = gw.ops.state_version(CHILD)
     outcomes_box: list[Outcomes] = []
     store = gw.store
     original = store.transaction
@@ -122,13 +122,13 @@ def test_concurrent_callers_share_one_transaction(gw):
         del store.transaction
     assert not outcomes.errors
     assert commits == [0], "seven callers, one transaction, nobody answered before its commit"
-    assert gw.diagnostics().group_batches == 1
+    assert gw.ops.diagnostics().group_batches == 1
     singles = [outcomes.results[f"t{i}"] for i in range(6)]
     burst = outcomes.results["burst"]
     assert burst == list(range(burst[0], burst[0] + 3)), "a burst stays together and in order"
     every = sorted(singles + burst)
     assert every == list(range(before + 1, before + 10))
-    assert gw.state_version(CHILD) == before + 9
+    assert gw.ops.state_version(CHILD) == before + 9
     # One notice for the pair (coalesced), queued once after the commit.
     assert gw.pending_system_events(PEER) == [notice_text(CHILD, before)]
 
@@ -142,15 +142,15 @@ def test_a_caller_whose_session_is_unknown_fails_alone(gw):
         "gone_unqualified": lambda: gw.record_event("nobody", "goal_changed", **EVENT),
         "good2": lambda: gw.record_events([dict(session_key=MANAGER, kind="goal_changed", **EVENT)]),
     }
-    before = gw.state_version(CHILD)
+    before = gw.ops.state_version(CHILD)
     with one_batch(gw, calls) as outcomes:
         pass
     assert set(outcomes.errors) == {"gone_qualified", "gone_unqualified"}
     assert all(isinstance(e, UnknownSession) for e in outcomes.errors.values())
     assert outcomes.results["good1"] > before  # PostgreSQL's rolled-back batch used up sequence values
     assert isinstance(outcomes.results["good2"][0], int)
-    assert gw.state_version(CHILD) == outcomes.results["good1"]
-    assert gw.state_version(MANAGER) == outcomes.results["good2"][0]
+    assert gw.ops.state_version(CHILD) == outcomes.results["good1"]
+    assert gw.ops.state_version(MANAGER) == outcomes.results["good2"][0]
 
 
 def test_bad_input_raises_at_once_without_waiting_for_the_turn(gw):
@@ -165,7 +165,7 @@ def test_bad_input_raises_at_once_without_waiting_for_the_turn(gw):
             [dict(session_key=CHILD, kind="goal_changed", **EVENT), dict(session_key=CHILD, kind="x", **EVENT)]))
         burst.join(WAIT)
         assert not burst.is_alive()
-        assert gw.diagnostics().group_queued == 0
+        assert gw.ops.diagnostics().group_queued == 0
     assert isinstance(outcomes.errors["bad"], InvalidArgument)
     assert isinstance(outcomes.errors["bad_burst"], InvalidArgument)
 
@@ -182,18 +182,18 @@ def test_a_storage_failure_fails_exactly_the_callers_of_that_batch(gw, monkeypat
     monkeypatch.setattr(store, "append_events", full)
     calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(4)}
     calls["burst"] = lambda: gw.record_events([dict(session_key=MANAGER, kind="goal_changed", **EVENT)] * 2)
-    before = gw.state_version(CHILD)
+    before = gw.ops.state_version(CHILD)
     with one_batch(gw, calls) as failed:
         pass
     assert not failed.errors
     assert failed.results == {"t0": None, "t1": None, "t2": None, "t3": None, "burst": [None, None]}
-    assert gw.stats["append_failures"] == 6
+    assert gw.ops.stats["append_failures"] == 6
     monkeypatch.undo()
     calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)}
     with one_batch(gw, calls) as later:
         pass
     assert len(set(later.results.values())) == 3 and min(later.results.values()) > before
-    assert gw.state_version(CHILD) == max(later.results.values())
+    assert gw.ops.state_version(CHILD) == max(later.results.values())
 
 
 @pytest.mark.parametrize("failing", ["caught_up_watchers_of", "put_pair_cursors"])
@@ -224,7 +224,7 @@ def test_dedupe_and_self_suppression_inside_one_batch(gw, wakes):
     """Two callers with one dedupe key get one event; the watcher's own event gives it no
     notice (R2), another's does; wakes come after the commit (R9)."""
     gw.watch(MANAGER, CHILD)
-    before = gw.state_version(CHILD)
+    before = gw.ops.state_version(CHILD)
     calls = {
         "d1": lambda: gw.record_event(CHILD, "goal_changed", dedupe_key="once", **EVENT),
         "d2": lambda: gw.record_event(CHILD, "goal_changed", dedupe_key="once", **EVENT),
@@ -235,8 +235,8 @@ def test_dedupe_and_self_suppression_inside_one_batch(gw, wakes):
         pass
     assert not outcomes.errors
     assert outcomes.results["d1"] == outcomes.results["d2"]
-    assert gw.state_version(CHILD) == before + 2
-    assert gw.diagnostics().group_batches == 1
+    assert gw.ops.state_version(CHILD) == before + 2
+    assert gw.ops.diagnostics().group_batches == 1
     # MANAGER saw no event of its own: one coalesced notice from the first.
     assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, before)]
     assert any(w == MANAGER for w, _ in wakes)
@@ -250,7 +250,7 @@ def test_a_caller_inside_its_own_transaction_never_waits_for_a_batch(gw):
         thread = outcomes.run("queued", lambda: gw.record_event(CHILD, "goal_changed", **EVENT))
         _wait_queued(gw, 1)
         mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
-        assert gw.diagnostics().group_queued == 1
+        assert gw.ops.diagnostics().group_queued == 1
     thread.join(WAIT)
     assert isinstance(mine, int) and isinstance(outcomes.results["queued"], int)
 
@@ -264,7 +264,7 @@ def test_threads_recording_at_once_lose_nothing(gw):
     def work() -> list[int | None]:
         return [gw.record_event(CHILD, "goal_changed", **EVENT) for _ in range(per_thread)]
 
-    before = gw.state_version(CHILD)
+    before = gw.ops.state_version(CHILD)
     threads = [outcomes.run(f"t{i}", work) for i in range(6)]
     for thread in threads:
         thread.join(WAIT)
@@ -272,7 +272,7 @@ def test_threads_recording_at_once_lose_nothing(gw):
     every = [s for result in outcomes.results.values() for s in result]
     assert all(result == sorted(result) for result in outcomes.results.values())
     assert sorted(every) == list(range(before + 1, before + 1 + 6 * per_thread))
-    assert gw.state_version(CHILD) == before + 6 * per_thread
+    assert gw.ops.state_version(CHILD) == before + 6 * per_thread
 
 
 def test_a_lock_holder_outside_a_transaction_commits_the_queue_with_its_own(gw):
@@ -283,11 +283,11 @@ def test_a_lock_holder_outside_a_transaction_commits_the_queue_with_its_own(gw):
         threads = [outcomes.run(f"t{i}", lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)]
         _wait_queued(gw, 3)
         mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
-        assert gw.diagnostics().group_queued == 0
+        assert gw.ops.diagnostics().group_queued == 0
     for thread in threads:
         thread.join(WAIT)
     assert not outcomes.errors and isinstance(mine, int)
-    assert gw.diagnostics().group_batches == 1
+    assert gw.ops.diagnostics().group_batches == 1
     assert sorted(outcomes.results.values()) == sorted({*outcomes.results.values()})
 
 
@@ -328,4 +328,4 @@ def test_free_running_callers_lock_holders_and_transactions_together_never_hang(
         assert not thread.is_alive(), "a caller never returned"
     assert not outcomes.errors
     assert gw.store.event_count() - before == sum(outcomes.results.values())
-    assert gw.diagnostics().group_idle, "the write turn was left with a leader nobody is"
+    assert gw.ops.diagnostics().group_idle, "the write turn was left with a leader nobody is"

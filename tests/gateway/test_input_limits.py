@@ -30,12 +30,12 @@ SPEC = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.md"
 @pytest.fixture
 def gw(db_url):
     gateway, _ = open_gateway(db_url)
-    gateway.register_session(MANAGER, channel="telegram")
-    gateway.register_session(PEER)
+    gateway.registry.register_session(MANAGER, channel="telegram")
+    gateway.registry.register_session(PEER)
     gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
     gateway.record_event(CHILD, "human_direct_message", actor_type="human", summary="hello")
     yield gateway
-    gateway.wait_for_runs()
+    gateway.runs.wait_for_runs()
     gateway.close()
 
 
@@ -59,7 +59,7 @@ def msg(**overrides: Any) -> Callable[[Gateway], Any]:
     args: dict[str, Any] = dict(session_key=MANAGER, role="user", text="hi")
     args.update(overrides)
     key, role, text = args.pop("session_key"), args.pop("role"), args.pop("text")
-    return lambda gw: gw.append_message(key, role, text, **args)
+    return lambda gw: gw.transcripts.append_message(key, role, text, **args)
 
 
 # Every string parameter of every public Gateway method, each given one lone surrogate.
@@ -70,10 +70,10 @@ SURROGATE_CALLS: dict[str, Callable[[Gateway], Any]] = {
     "create_session parent": lambda gw: gw.create_session("agent:main:new", parent=BAD),
     "create_session label": lambda gw: gw.create_session("agent:main:new", label=BAD),
     "create_session run_id": lambda gw: gw.create_session("agent:main:new", parent=MANAGER, run_id=BAD),
-    "register_session channel": lambda gw: gw.register_session("agent:main:new", channel=BAD),
-    "register_session model": lambda gw: gw.register_session("agent:main:new", model=BAD),
-    "register_session thinking": lambda gw: gw.register_session("agent:main:new", thinking=BAD),
-    "register_session runtime": lambda gw: gw.register_session("agent:main:new", runtime=BAD),
+    "register_session channel": lambda gw: gw.registry.register_session("agent:main:new", channel=BAD),
+    "register_session model": lambda gw: gw.registry.register_session("agent:main:new", model=BAD),
+    "register_session thinking": lambda gw: gw.registry.register_session("agent:main:new", thinking=BAD),
+    "register_session runtime": lambda gw: gw.registry.register_session("agent:main:new", runtime=BAD),
     "record_event session_key": rec(session_key=BAD),
     "record_event kind": rec(kind=BAD),
     "record_event actor_type": rec(actor_type=BAD),
@@ -93,20 +93,20 @@ SURROGATE_CALLS: dict[str, Callable[[Gateway], Any]] = {
     "unwatch watcher": lambda gw: gw.unwatch(BAD, CHILD),
     "drain_system_events": lambda gw: gw.drain_system_events(BAD),
     "pending_system_events": lambda gw: gw.pending_system_events(BAD),
-    "enqueue_system_event key": lambda gw: gw.enqueue_system_event(BAD, "line"),
-    "enqueue_system_event text": lambda gw: gw.enqueue_system_event(MANAGER, BAD),
+    "enqueue_system_event key": lambda gw: gw.ops.enqueue_system_event(BAD, "line"),
+    "enqueue_system_event text": lambda gw: gw.ops.enqueue_system_event(MANAGER, BAD),
     "session_status key": lambda gw: gw.session_status(BAD),
     "session_status agent_id": lambda gw: gw.session_status("main", agent_id=BAD),
-    "session_exists": lambda gw: gw.session_exists(BAD),
-    "reset_session": lambda gw: gw.reset_session(BAD),
-    "delete_session": lambda gw: gw.delete_session(BAD),
-    "cursor_positions": lambda gw: gw.cursor_positions(MANAGER, BAD),
-    "state_version": lambda gw: gw.state_version(BAD),
-    "session_meta": lambda gw: gw.session_meta(BAD),
-    "resolve_session_id": lambda gw: gw.resolve_session_id(BAD),
-    "set_model_override model": lambda gw: gw.set_model_override(MANAGER, BAD),
-    "set_route channel": lambda gw: gw.set_route(MANAGER, BAD),
-    "set_route to": lambda gw: gw.set_route(MANAGER, "telegram", BAD),
+    "session_exists": lambda gw: gw.ops.session_exists(BAD),
+    "reset_session": lambda gw: gw.ops.reset_session(BAD),
+    "delete_session": lambda gw: gw.ops.delete_session(BAD),
+    "cursor_positions": lambda gw: gw.ops.cursor_positions(MANAGER, BAD),
+    "state_version": lambda gw: gw.ops.state_version(BAD),
+    "session_meta": lambda gw: gw.registry.session_meta(BAD),
+    "resolve_session_id": lambda gw: gw.registry.resolve_session_id(BAD),
+    "set_model_override model": lambda gw: gw.registry.set_model_override(MANAGER, BAD),
+    "set_route channel": lambda gw: gw.registry.set_route(MANAGER, BAD),
+    "set_route to": lambda gw: gw.registry.set_route(MANAGER, "telegram", BAD),
     "append_message key": msg(session_key=BAD),
     "append_message role": msg(role=BAD),
     "append_message text": msg(text=BAD),
@@ -115,24 +115,24 @@ SURROGATE_CALLS: dict[str, Callable[[Gateway], Any]] = {
     "append_message provenance": msg(provenance={"kind": BAD}),
     "append_message tool_calls": msg(role="assistant", tool_calls=[{"name": BAD}]),
     "append_message tool_result": msg(role="tool", tool_result=BAD),
-    "human_message text": lambda gw: gw.human_message(MANAGER, BAD),
-    "human_message channel": lambda gw: gw.human_message(MANAGER, "hi", channel=BAD),
-    "human_message sender": lambda gw: gw.human_message(MANAGER, "hi", channel="telegram", sender=BAD),
-    "recent_user_messages": lambda gw: gw.recent_user_messages(BAD),
-    "transcript": lambda gw: gw.transcript(BAD),
-    "goal_changed change": lambda gw: gw.goal_changed(CHILD, BAD, actor_type="agent"),
-    "goal_changed actor_id": lambda gw: gw.goal_changed(CHILD, "updated", actor_type="agent", actor_id=BAD),
-    "compacted op_id": lambda gw: gw.compacted(CHILD, BAD),
-    "get_run": lambda gw: gw.get_run(BAD),
-    "runs_of": lambda gw: gw.runs_of((BAD, "main")),
-    "runs_of_child": lambda gw: gw.runs_of_child((CHILD, BAD)),
-    "finish_run run_id": lambda gw: gw.finish_run(BAD, "completed"),
-    "finish_run outcome": lambda gw: gw.finish_run("run-1", BAD),
-    "finish_run text": lambda gw: gw.finish_run("run-1", "completed", text=BAD),
-    "kill_run run_id": lambda gw: gw.kill_run(BAD),
-    "kill_run actor_id": lambda gw: gw.kill_run("run-1", actor_id=BAD),
-    "steer_run guidance": lambda gw: gw.steer_run("run-1", BAD, sender=MANAGER),
-    "steer_run sender": lambda gw: gw.steer_run("run-1", "go on", sender=BAD),
+    "human_message text": lambda gw: gw.transcripts.human_message(MANAGER, BAD),
+    "human_message channel": lambda gw: gw.transcripts.human_message(MANAGER, "hi", channel=BAD),
+    "human_message sender": lambda gw: gw.transcripts.human_message(MANAGER, "hi", channel="telegram", sender=BAD),
+    "recent_user_messages": lambda gw: gw.transcripts.recent_user_messages(BAD),
+    "transcript": lambda gw: gw.transcripts.transcript(BAD),
+    "goal_changed change": lambda gw: gw.producers.goal_changed(CHILD, BAD, actor_type="agent"),
+    "goal_changed actor_id": lambda gw: gw.producers.goal_changed(CHILD, "updated", actor_type="agent", actor_id=BAD),
+    "compacted op_id": lambda gw: gw.producers.compacted(CHILD, BAD),
+    "get_run": lambda gw: gw.runs.get_run(BAD),
+    "runs_of": lambda gw: gw.runs.runs_of((BAD, "main")),
+    "runs_of_child": lambda gw: gw.runs.runs_of_child((CHILD, BAD)),
+    "finish_run run_id": lambda gw: gw.runs.finish_run(BAD, "completed"),
+    "finish_run outcome": lambda gw: gw.runs.finish_run("run-1", BAD),
+    "finish_run text": lambda gw: gw.runs.finish_run("run-1", "completed", text=BAD),
+    "kill_run run_id": lambda gw: gw.runs.kill_run(BAD),
+    "kill_run actor_id": lambda gw: gw.runs.kill_run("run-1", actor_id=BAD),
+    "steer_run guidance": lambda gw: gw.runs.steer_run("run-1", BAD, sender=MANAGER),
+    "steer_run sender": lambda gw: gw.runs.steer_run("run-1", "go on", sender=BAD),
     "call_tool caller": lambda gw: gw.call_tool(BAD, "session_status", {}),
 }
 
@@ -218,17 +218,17 @@ TOO_BIG: dict[str, Callable[[Gateway], Any]] = {
     "occurred_at -10**400": rec(occurred_at=-(10**400)),
     "record_events with a deep payload": lambda gw: gw.record_events(
         [dict(session_key=CHILD, kind="goal_changed", actor_type="agent", summary="ok", payload={"a": nested(100_000)})]),
-    "goal_changed occurred_at 10**400": lambda gw: gw.goal_changed(CHILD, "updated", actor_type="agent", occurred_at=10**400),
+    "goal_changed occurred_at 10**400": lambda gw: gw.producers.goal_changed(CHILD, "updated", actor_type="agent", occurred_at=10**400),
     "tool_result nested 100,000 deep": msg(role="tool", tool_result=nested(100_000)),
     "provenance nested 100,000 deep": msg(provenance={"a": nested(100_000)}),
     "tool_calls with NaN": msg(role="assistant", tool_calls=[float("nan")]),
     "tool_result not JSON": msg(role="tool", tool_result=object()),
     "input_tokens 10**400": msg(input_tokens=10**400),
-    "transcript limit 10**400": lambda gw: gw.transcript(MANAGER, limit=10**400),
-    "compacted counts 10**5000": lambda gw: gw.compacted(CHILD, "op-1", messages_before=10**5000, messages_after=1),
-    "goal_changed actor id 10**5000": lambda gw: gw.goal_changed(CHILD, "updated", actor_type="agent", actor_id=10**5000),
-    "finish_run unknown outcome": lambda gw: gw.finish_run("run-1", "exploded"),
-    "runs_of limit 10**400": lambda gw: gw.runs_of((MANAGER, "main"), 10**400),
+    "transcript limit 10**400": lambda gw: gw.transcripts.transcript(MANAGER, limit=10**400),
+    "compacted counts 10**5000": lambda gw: gw.producers.compacted(CHILD, "op-1", messages_before=10**5000, messages_after=1),
+    "goal_changed actor id 10**5000": lambda gw: gw.producers.goal_changed(CHILD, "updated", actor_type="agent", actor_id=10**5000),
+    "finish_run unknown outcome": lambda gw: gw.runs.finish_run("run-1", "exploded"),
+    "runs_of limit 10**400": lambda gw: gw.runs.runs_of((MANAGER, "main"), 10**400),
 }
 
 

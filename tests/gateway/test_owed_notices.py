@@ -30,12 +30,12 @@ def test_owed_notices_are_queued_and_drain_exactly_like_the_recording_process(tm
             frozen = human(gw)
             human(gw)  # more while the notice is pending: pending_with_more
         before = recorder.store.dump()
-        assert server.queue_owed_notices(W) == 1
+        assert server.ops.queue_owed_notices(W) == 1
         assert recorder.store.dump() == before  # read only: no trigger fired, nothing written
         assert server.pending_system_events(W) == recorder.pending_system_events(W) == twin.pending_system_events(W)
         assert server.drain_system_events(W) == twin.drain_system_events(W)
         # R8 held: the drain stopped at the frozen watermark and reopened one follow-up.
-        assert server.cursor_positions(W, T) == twin.cursor_positions(W, T)
+        assert server.ops.cursor_positions(W, T) == twin.ops.cursor_positions(W, T)
         assert server.pending_system_events(W) == twin.pending_system_events(W) == [notice_text(T, frozen)]
 
 
@@ -44,13 +44,13 @@ def test_queueing_owed_notices_is_idempotent_and_skips_queued_targets(tmp_path):
     with Gateway.open(url) as recorder, Gateway.open(url) as server:
         setup(recorder)
         human(recorder)
-        assert server.queue_owed_notices(W) == 1
-        assert server.queue_owed_notices(W) == 0
+        assert server.ops.queue_owed_notices(W) == 1
+        assert server.ops.queue_owed_notices(W) == 0
         human(recorder, U)
-        assert server.queue_owed_notices(W) == 1  # only U's is new
+        assert server.ops.queue_owed_notices(W) == 1  # only U's is new
         assert server.pending_system_events(W) == recorder.pending_system_events(W)
         assert [line.split('"')[1] for line in server.pending_system_events(W)] == [T, U]
-        assert server.queue_owed_notices(T) == 0  # a watcher with no pending pair
+        assert server.ops.queue_owed_notices(T) == 0  # a watcher with no pending pair
 
 
 def test_a_sweep_would_fold_later_events_which_is_why_r18_reads_only(tmp_path):
@@ -59,8 +59,8 @@ def test_a_sweep_would_fold_later_events_which_is_why_r18_reads_only(tmp_path):
         setup(recorder)
         human(recorder)
         latest = human(recorder)
-        frozen = recorder.cursor_positions(W, T)
-        server.queue_owed_notices(W)
-        assert recorder.cursor_positions(W, T) == frozen
-        server.startup_sweep()
-        assert recorder.cursor_positions(W, T).notified == latest != frozen.notified
+        frozen = recorder.ops.cursor_positions(W, T)
+        server.ops.queue_owed_notices(W)
+        assert recorder.ops.cursor_positions(W, T) == frozen
+        server.ops.startup_sweep()
+        assert recorder.ops.cursor_positions(W, T).notified == latest != frozen.notified

@@ -63,16 +63,16 @@ def test_a_notice_inside_the_window_is_woken_when_the_window_ends(gw, clock, wak
     assert gw.drain_system_events(MANAGER)  # t=5: the turn drains
     clock.now = start + 10
     human(gw)                              # t=10: queued inside the window: owed at t=20
-    assert len(wakes) == 1 and gw.diagnostics().owed_wakes == {MANAGER: start + 20}
+    assert len(wakes) == 1 and gw.ops.diagnostics().owed_wakes == {MANAGER: start + 20}
     clock.now = start + 15
-    assert gw.fire_due_wakes() == 0        # not due yet
+    assert gw.ops.fire_due_wakes() == 0        # not due yet
     clock.now = start + 20
-    gw.fire_due_wakes()  # (the timer thread may have fired it first: the lock orders them)
+    gw.ops.fire_due_wakes()  # (the timer thread may have fired it first: the lock orders them)
     assert len(wakes) == 2 and wakes[1][:2] == (MANAGER, REASON) and wakes[1][2] - (start + 20) <= 1.0
     for later in (30, 60, 600):             # nothing more is owed: no further wake
         clock.now = start + later
-        gw.fire_due_wakes()
-        gw.sweep_changes()
+        gw.ops.fire_due_wakes()
+        gw.cluster.sweep()
     assert len(wakes) == 2
 
 
@@ -85,9 +85,9 @@ def test_a_watcher_that_drained_meanwhile_is_not_woken(gw, clock, wakes):
     clock.now = start + 12
     assert gw.drain_system_events(MANAGER)  # drained before the window ends
     clock.now = start + 21
-    gw.fire_due_wakes()
+    gw.ops.fire_due_wakes()
     assert len(wakes) == 1
-    assert gw.diagnostics().owed_wakes_cancelled == 1
+    assert gw.ops.diagnostics().owed_wakes_cancelled == 1
 
 
 def test_no_two_wakes_within_a_window(gw, clock, wakes):
@@ -101,12 +101,12 @@ def test_no_two_wakes_within_a_window(gw, clock, wakes):
         human(gw, CHILD if step % 2 else OTHER)
         if step % 4 == 0:
             gw.drain_system_events(MANAGER)
-        gw.fire_due_wakes()
+        gw.ops.fire_due_wakes()
     assert len(wakes) == 1                 # nothing due before t=20
     clock.now = start + 20
-    gw.fire_due_wakes()                    # the owed wake of the whole window: one
+    gw.ops.fire_due_wakes()                    # the owed wake of the whole window: one
     clock.now = start + 39.9
-    gw.fire_due_wakes()
+    gw.ops.fire_due_wakes()
     times = [at for w, _, at in wakes if w == MANAGER]
     assert times == [start, start + 20]
 
@@ -118,9 +118,9 @@ def test_lines_queued_together_ask_for_one_wake(gw, clock, wakes):
         {"session_key": CHILD, "kind": "human_direct_message", "actor_type": "human", "summary": "a"},
         {"session_key": OTHER, "kind": "human_direct_message", "actor_type": "human", "summary": "b"},
     ])
-    assert len(wakes) == 1 and gw.diagnostics().owed_wakes == {}
+    assert len(wakes) == 1 and gw.ops.diagnostics().owed_wakes == {}
     clock.now += 21
-    gw.fire_due_wakes()
+    gw.ops.fire_due_wakes()
     assert len(wakes) == 1  # both lines entered before the wake
 
 
@@ -129,22 +129,22 @@ def test_a_sub_agent_watcher_owes_nothing(gw, clock, wakes):
     gw.watch(SUB_WATCHER, CHILD)
     human(gw)
     assert [w for w in wakes if w[0] == SUB_WATCHER] == []
-    assert SUB_WATCHER not in gw.diagnostics().owed_wakes
+    assert SUB_WATCHER not in gw.ops.diagnostics().owed_wakes
 
 
 def test_the_window_is_configurable(db_url, clock, wakes):
     with Gateway.open(db_url, clock=clock, wake_window=3.0,
                       on_wake=lambda w, r: wakes.append((w, r, clock.now))) as gw:
-        assert gw.wake_window == 3.0
+        assert gw.ops.wake_window == 3.0
         build(gw)
         start = clock.now
         human(gw)
         gw.drain_system_events(MANAGER)
         clock.now = start + 1
         human(gw)
-        assert gw.diagnostics().owed_wakes == {MANAGER: start + 3.0}
+        assert gw.ops.diagnostics().owed_wakes == {MANAGER: start + 3.0}
         clock.now = start + 3
-        gw.fire_due_wakes()
+        gw.ops.fire_due_wakes()
         gw.drain_system_events(MANAGER)
         clock.now = start + 6.5           # outside the 3 s window: at once
         human(gw)
@@ -185,4 +185,4 @@ def test_the_timer_fires_an_owed_wake_by_itself(db_url, pump):
         lateness = woken[1] - (woken[0] + window)
         assert lateness >= -0.01           # never inside the window (WAKE1)
         assert lateness <= LATE_ON_A_LOADED_BOX, f"the owed wake came {lateness:.2f} s after the window"
-        assert gw.diagnostics().wake_timer_running
+        assert gw.ops.diagnostics().wake_timer_running

@@ -42,28 +42,28 @@ def test_a_human_turn_into_an_unwatched_session_stores_the_message_but_appends_n
     with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
         gw.create_session(GROUP)
-        version = gw.state_version(GROUP)
-        assert gw.human_message(GROUP, "hello", channel="telegram") is None
-        assert gw.state_version(GROUP) == version  # the state version did not move
+        version = gw.ops.state_version(GROUP)
+        assert gw.transcripts.human_message(GROUP, "hello", channel="telegram") is None
+        assert gw.ops.state_version(GROUP) == version  # the state version did not move
         events = gw.session_status(GROUP, changes_since=0)["stateChanges"]["events"]
         assert "human_direct_message" not in [e["kind"] for e in events]
-        assert [m.text for m in gw.transcript(GROUP)] == ["hello"]  # the transcript keeps it
+        assert [m.text for m in gw.transcripts.transcript(GROUP)] == ["hello"]  # the transcript keeps it
 
 
 def test_a_human_turn_is_recorded_once_any_cursor_watches_and_shows_after_the_seed(db_url):
     with Gateway.open(db_url) as gw:
         gw.create_session(MAIN)
         gw.create_session(GROUP)
-        assert gw.human_message(GROUP, "before anyone watched") is None
+        assert gw.transcripts.human_message(GROUP, "before anyone watched") is None
         gw.watch(MAIN, GROUP, ambient=True)  # any provenance counts
-        seed = gw.state_version(GROUP)
-        sequence = gw.human_message(GROUP, "now watched", channel="slack")
+        seed = gw.ops.state_version(GROUP)
+        sequence = gw.transcripts.human_message(GROUP, "now watched", channel="slack")
         assert sequence is not None and sequence > seed
         kinds = [e["kind"] for e in gw.session_status(GROUP, changes_since=0)["stateChanges"]["events"]]
         assert kinds.count("human_direct_message") == 1  # only the watched turn
         gw.unwatch(MAIN, GROUP)
-        assert gw.human_message(GROUP, "nobody watches again") is None
-        assert gw.state_version(GROUP) == sequence
+        assert gw.transcripts.human_message(GROUP, "nobody watches again") is None
+        assert gw.ops.state_version(GROUP) == sequence
 
 
 # -- R25: provenance --------------------------------------------------------------------------
@@ -77,12 +77,12 @@ def test_every_cursor_records_how_it_came_to_be(db_url):
         gw.create_session(CHILD, kind="subagent", parent=MAIN)
         gw.watch(MAIN, GROUP)
         gw.watch(MAIN, OTHER, ambient=True)
-        assert gw.cursor_positions(MAIN, CHILD).provenance == "spawn"
-        assert gw.cursor_positions(MAIN, GROUP).provenance == "explicit"
-        assert gw.cursor_positions(MAIN, OTHER).provenance == "ambient"
+        assert gw.ops.cursor_positions(MAIN, CHILD).provenance == "spawn"
+        assert gw.ops.cursor_positions(MAIN, GROUP).provenance == "explicit"
+        assert gw.ops.cursor_positions(MAIN, OTHER).provenance == "ambient"
         # Still plain positions for everyone who only compares them.
-        version = gw.state_version(OTHER)
-        assert gw.cursor_positions(MAIN, OTHER) == (version, version, version)
+        version = gw.ops.state_version(OTHER)
+        assert gw.ops.cursor_positions(MAIN, OTHER) == (version, version, version)
 
 
 def test_an_explicit_watch_promotes_an_ambient_cursor_and_ambient_never_demotes(db_url):
@@ -92,14 +92,14 @@ def test_an_explicit_watch_promotes_an_ambient_cursor_and_ambient_never_demotes(
         gw.create_session(CHILD, kind="subagent", parent=MAIN)
         assert gw.watch(MAIN, GROUP, ambient=True) is True
         human(gw, GROUP)
-        pending = gw.cursor_positions(MAIN, GROUP)
+        pending = gw.ops.cursor_positions(MAIN, GROUP)
         assert gw.watch(MAIN, GROUP) is False  # existing pair: positions kept ...
-        promoted = gw.cursor_positions(MAIN, GROUP)
+        promoted = gw.ops.cursor_positions(MAIN, GROUP)
         assert promoted == pending and promoted.provenance == "explicit"  # ... provenance raised
         assert gw.watch(MAIN, GROUP, ambient=True) is False
-        assert gw.cursor_positions(MAIN, GROUP).provenance == "explicit"
+        assert gw.ops.cursor_positions(MAIN, GROUP).provenance == "explicit"
         gw.watch(MAIN, CHILD, ambient=True)
-        assert gw.cursor_positions(MAIN, CHILD).provenance == "spawn"
+        assert gw.ops.cursor_positions(MAIN, CHILD).provenance == "spawn"
 
 
 def test_watch_refuses_a_non_boolean_ambient(db_url):
@@ -108,7 +108,7 @@ def test_watch_refuses_a_non_boolean_ambient(db_url):
         gw.create_session(GROUP)
         with pytest.raises(InvalidArgument):
             gw.watch(MAIN, GROUP, ambient="yes")  # type: ignore[arg-type]
-        assert gw.cursor_positions(MAIN, GROUP) is None
+        assert gw.ops.cursor_positions(MAIN, GROUP) is None
 
 
 def test_provenance_survives_a_restart(db_url):
@@ -119,8 +119,8 @@ def test_provenance_survives_a_restart(db_url):
         gw.watch(MAIN, GROUP, ambient=True)
         gw.watch(MAIN, OTHER)
     with Gateway.open(db_url) as gw:
-        assert gw.cursor_positions(MAIN, GROUP).provenance == "ambient"
-        assert gw.cursor_positions(MAIN, OTHER).provenance == "explicit"
+        assert gw.ops.cursor_positions(MAIN, GROUP).provenance == "ambient"
+        assert gw.ops.cursor_positions(MAIN, OTHER).provenance == "explicit"
 
 
 # -- R26: ambient cursors are queue-only -----------------------------------------------------
@@ -136,7 +136,7 @@ def test_an_ambient_notice_is_queued_and_drained_like_any_other_but_never_wakes(
         announced = [created_line(GROUP, "main", None), created_line(OTHER, "main", None)]
         assert gw.drain_system_events(MAIN) == announced
         gw.watch(MAIN, GROUP, ambient=True)
-        seed = gw.state_version(GROUP)
+        seed = gw.ops.state_version(GROUP)
         human(gw, GROUP)
         assert gw.pending_system_events(MAIN) == [notice_text(GROUP, seed)]
         assert wakes == []
@@ -145,7 +145,7 @@ def test_an_ambient_notice_is_queued_and_drained_like_any_other_but_never_wakes(
             clock.now += 60
             human(gw, GROUP)
         assert wakes == []
-        frozen = gw.cursor_positions(MAIN, GROUP).notified
+        frozen = gw.ops.cursor_positions(MAIN, GROUP).notified
         assert gw.drain_system_events(MAIN) == [notice_text(GROUP, seed)]
         assert gw.pending_system_events(MAIN) == [notice_text(GROUP, frozen)]  # R8's follow-up
         assert wakes == []
@@ -161,7 +161,7 @@ def test_an_ambient_notice_re_materialised_at_startup_does_not_wake(db_url):
         gw.create_session(MAIN)
         gw.create_session(GROUP)
         gw.watch(MAIN, GROUP, ambient=True)
-        seed = gw.state_version(GROUP)
+        seed = gw.ops.state_version(GROUP)
         human(gw, GROUP)
     clock.now += 60
     with open_gateway(db_url, clock, wakes) as gw:
@@ -192,7 +192,7 @@ def test_a_notice_queued_while_ambient_is_woken_for_by_the_next_material_event_a
         gw.create_session(MAIN)
         gw.create_session(GROUP)
         gw.watch(MAIN, GROUP, ambient=True)
-        seed = gw.state_version(GROUP)
+        seed = gw.ops.state_version(GROUP)
         human(gw, GROUP)
         gw.watch(MAIN, GROUP)
         # Beside the notice, R27's announcement of GROUP: it wakes nobody either.

@@ -63,7 +63,7 @@ def test_r1_only_notifying_kinds_open_notices(gw):
 def test_r2_self_caused_events_never_notify_their_actor(gw):
     gw.record_event(CHILD, "goal_changed", actor_type="agent", summary="goal set by manager", actor_id=MANAGER)
     assert gw.pending_system_events(MANAGER) == []
-    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, 1, 1)
+    assert gw.ops.cursor_positions(MANAGER, CHILD) == Positions(1, 1, 1)
 
 
 def test_r2_self_event_does_not_hide_a_later_material_event(gw):
@@ -97,7 +97,7 @@ def test_r3_two_agents_global_sessions_do_not_collide(gw):
 
 
 def test_r4_spawn_seeds_the_parent_at_the_spawn_version(gw):
-    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, 1, 1)
+    assert gw.ops.cursor_positions(MANAGER, CHILD) == Positions(1, 1, 1)
     events = gw.session_status(CHILD, changes_since=0)["stateChanges"]["events"]
     assert [(e["kind"], e["actorId"], e["runId"]) for e in events] == [("child_spawned", MANAGER, "r1")]
 
@@ -105,18 +105,18 @@ def test_r4_spawn_seeds_the_parent_at_the_spawn_version(gw):
 def test_r4_explicit_watch_starts_at_the_current_version(gw):
     gw.create_session(PEER)
     human(gw)
-    head = gw.state_version(CHILD)
+    head = gw.ops.state_version(CHILD)
     assert gw.watch(PEER, CHILD) is True
-    assert gw.cursor_positions(PEER, CHILD) == Positions(head, head, head)
+    assert gw.ops.cursor_positions(PEER, CHILD) == Positions(head, head, head)
     assert gw.pending_system_events(PEER) == []
     assert gw.watch(PEER, CHILD) is False  # already watched: kept as it is
 
 
 def test_r4_rewatch_keeps_a_pending_notice(gw):
     human(gw)
-    before = gw.cursor_positions(MANAGER, CHILD)
+    before = gw.ops.cursor_positions(MANAGER, CHILD)
     assert gw.watch(MANAGER, CHILD) is False
-    assert gw.cursor_positions(MANAGER, CHILD) == before
+    assert gw.ops.cursor_positions(MANAGER, CHILD) == before
     assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
 
 
@@ -143,7 +143,7 @@ def test_r6_r7_frozen_watermark_and_lazy_material(gw):
     first = human(gw)
     store_row = stored_cursor_row(gw)
     later = [human(gw) for _ in range(3)]
-    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, first, later[-1])
+    assert gw.ops.cursor_positions(MANAGER, CHILD) == Positions(1, first, later[-1])
     # R7: the pending cursor's row was not written by the later events.
     assert stored_cursor_row(gw) == store_row
 
@@ -152,10 +152,10 @@ def test_r8_ack_stops_at_the_frozen_watermark_and_reopens_once(gw):
     first = human(gw)
     second = human(gw)
     assert gw.drain_system_events(MANAGER) == [notice_text(CHILD, 1)]
-    assert gw.cursor_positions(MANAGER, CHILD) == Positions(first, second, second)
+    assert gw.ops.cursor_positions(MANAGER, CHILD) == Positions(first, second, second)
     assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, first)]
     assert gw.drain_system_events(MANAGER) == [notice_text(CHILD, first)]
-    assert gw.cursor_positions(MANAGER, CHILD) == Positions(second, second, second)
+    assert gw.ops.cursor_positions(MANAGER, CHILD) == Positions(second, second, second)
     assert gw.drain_system_events(MANAGER) == []
 
 
@@ -269,7 +269,7 @@ def test_r13_prune_keeps_the_pending_notice_owed(db_url, clock):
         last = [human(gw) for _ in range(3)][-1]
         gw.record_event(MANAGER, "compacted", actor_type="system", summary="compacted")
         gw.prune()  # every event of CHILD is deleted
-        assert gw.cursor_positions(MANAGER, CHILD).material == last
+        assert gw.ops.cursor_positions(MANAGER, CHILD).material == last
         gw.drain_system_events(MANAGER)
         assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 2)]
 
@@ -280,8 +280,8 @@ def test_r13_old_events_and_idle_cursors_expire(gw, clock):
     clock.now += 31 * DAY
     result = gw.prune()
     assert result == {"events": 2, "cursors": 1, "chunks": 1, "pages_reclaimed": 0}  # two rows free no page
-    assert gw.cursor_positions(MANAGER, CHILD) is None
-    assert gw.state_version(CHILD) == 2
+    assert gw.ops.cursor_positions(MANAGER, CHILD) is None
+    assert gw.ops.state_version(CHILD) == 2
 
 
 def test_r13_cursor_on_an_active_target_does_not_expire(gw, clock):
@@ -294,10 +294,10 @@ def test_r13_cursor_on_an_active_target_does_not_expire(gw, clock):
 
 def test_r14_reset_removes_the_watchers_cursors_only(gw):
     human(gw)
-    gw.reset_session(MANAGER)
-    assert gw.cursor_positions(MANAGER, CHILD) is None
+    gw.ops.reset_session(MANAGER)
+    assert gw.ops.cursor_positions(MANAGER, CHILD) is None
     assert gw.pending_system_events(MANAGER) == []
-    assert gw.state_version(CHILD) == 2
+    assert gw.ops.state_version(CHILD) == 2
     assert len(gw.session_status(CHILD, changes_since=0)["stateChanges"]["events"]) == 2
 
 
@@ -305,8 +305,8 @@ def test_r14_delete_removes_events_head_and_every_cursor_naming_it(gw):
     gw.create_session(PEER)
     gw.watch(PEER, CHILD)
     human(gw)
-    gw.delete_session(CHILD)
-    assert not gw.session_exists(CHILD)
+    gw.ops.delete_session(CHILD)
+    assert not gw.ops.session_exists(CHILD)
     assert gw.pending_system_events(MANAGER) == [] and gw.pending_system_events(PEER) == []
     dump = gw.store.dump()
     assert dump["session_watch_cursors"] == []
@@ -320,7 +320,7 @@ def test_r15_storage_failure_is_logged_counted_and_returns_none(gw, monkeypatch,
     monkeypatch.setattr(gw.store, "append_event", broken)
     with caplog.at_level(logging.ERROR, logger="sessionstate"):
         assert human(gw) is None
-    assert gw.stats["append_failures"] == 1
+    assert gw.ops.stats["append_failures"] == 1
     assert "human_direct_message" in caplog.text
 
 
@@ -354,7 +354,7 @@ def test_record_events_is_one_transaction_with_notices_after_commit(gw, wakes):
     seqs = gw.record_events(burst)
     assert seqs == list(range(2, 7))
     assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, 1)]
-    assert gw.cursor_positions(MANAGER, CHILD) == Positions(1, 2, 6)
+    assert gw.ops.cursor_positions(MANAGER, CHILD) == Positions(1, 2, 6)
 
 
 def test_record_events_validates_every_item_before_writing(gw):
@@ -390,7 +390,7 @@ def test_record_events_storage_failure_rolls_back_the_burst(gw, monkeypatch):
     assert gw.record_events([item, item]) == [None, None]
     assert gw.store.dump() == before
     assert gw.pending_system_events(MANAGER) == []
-    assert gw.stats["append_failures"] == 2
+    assert gw.ops.stats["append_failures"] == 2
 
 
 def test_r9_transaction_defers_notices_to_the_outermost_commit(gw):
@@ -415,7 +415,7 @@ def test_r9_transaction_rollback_drops_events_and_notices(gw):
 def test_r14_delete_unlinks_children_so_a_reused_key_is_not_their_parent(gw):
     grandchild = "agent:main:subagent:grandchild"
     gw.create_session(grandchild, kind="subagent", parent=CHILD)
-    gw.delete_session(CHILD)
+    gw.ops.delete_session(CHILD)
     assert gw.store.get_session(grandchild, "main").parent_key is None
     # Re-creating the deleted key as the grandchild's child must not close a parent cycle.
     gw.create_session(CHILD, kind="subagent", parent=grandchild)
@@ -444,7 +444,7 @@ def test_r15_holds_on_every_record_path(gw, monkeypatch, caplog, path):
     gw.create_session(GLOBAL)
     gw.watch(MANAGER, GLOBAL)
     before = gw.store.dump()
-    failures = gw.stats["append_failures"]
+    failures = gw.ops.stats["append_failures"]
     _failing_reads(gw, monkeypatch)
     with caplog.at_level(logging.ERROR, logger="sessionstate"):
         if path == "dedupe_key":
@@ -455,7 +455,7 @@ def test_r15_holds_on_every_record_path(gw, monkeypatch, caplog, path):
             plain = dict(session_key=CHILD, kind="human_direct_message", actor_type="human", summary="a")
             assert gw.record_events([plain, {**plain, "dedupe_key": "telegram:43"}]) == [None, None]
     monkeypatch.undo()
-    assert gw.stats["append_failures"] == failures + (2 if path == "burst_with_dedupe_item" else 1)
+    assert gw.ops.stats["append_failures"] == failures + (2 if path == "burst_with_dedupe_item" else 1)
     assert "failed; the turn goes on" in caplog.text
     assert gw.store.dump() == before
     assert gw.pending_system_events(MANAGER) == []

@@ -157,7 +157,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
             with self.gw.locked():
                 for thread in threads:
                     thread.start()
-                while self.gw.diagnostics().group_queued < size:
+                while self.gw.ops.diagnostics().group_queued < size:
                     time.sleep(0.0005)
             for thread in threads:
                 thread.join(30)
@@ -235,7 +235,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
 
     def _fire_due_wakes(self) -> None:
         """What the wake timer does when the clock passes a due time (R12)."""
-        self.gw.fire_due_wakes()
+        self.gw.ops.fire_due_wakes()
         self.model.fire_due_wakes()
 
     @rule()
@@ -252,7 +252,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
     def reset(self, data) -> None:
         key = data.draw(st.sampled_from(sorted(self.model.sessions)))
         note(f"reset {key}")
-        self._step(lambda: self.gw.reset_session(key))
+        self._step(lambda: self.gw.ops.reset_session(key))
         self.model.reset(key)
         self.pending_texts = {p: t for p, t in self.pending_texts.items() if p[0] != key}
 
@@ -261,7 +261,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
     def delete(self, data) -> None:
         key = data.draw(st.sampled_from(sorted(self.model.sessions)))
         note(f"delete {key}")
-        self._step(lambda: self.gw.delete_session(key))
+        self._step(lambda: self.gw.ops.delete_session(key))
         self.model.delete(key)
         self.seen_versions.pop(key, None)
         self.pending_texts = {p: t for p, t in self.pending_texts.items() if key not in p}
@@ -271,7 +271,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
     @invariant()
     def inv1_ordered_positions(self) -> None:
         for (watcher, target), cursor in self.model.cursors.items():
-            got = self.gw.cursor_positions(watcher, target)
+            got = self.gw.ops.cursor_positions(watcher, target)
             assert got is not None and tuple(got) == cursor.positions(), (watcher, target, got, cursor)
             last_seen, notified, material = got
             assert last_seen <= notified <= material
@@ -280,13 +280,13 @@ class GatewayVersusModel(RuleBasedStateMachine):
     @invariant()
     def inv2_one_notice_per_pair(self) -> None:
         for watcher in self.model.sessions:
-            targets = [t for t in self.gw.queued_events(watcher) if t.target is not None]
+            targets = [t for t in self.gw.ops.queued_events(watcher) if t.target is not None]
             assert len(targets) == len({t.target for t in targets}), targets
 
     @invariant()
     def inv3_byte_stable_notice(self) -> None:
         for watcher in self.model.sessions:
-            for entry in self.gw.queued_events(watcher):
+            for entry in self.gw.ops.queued_events(watcher):
                 if entry.target is None:
                     continue
                 pair = (watcher, entry.target[0])
@@ -301,7 +301,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
     @invariant()
     def inv12_queue_only_pairs(self) -> None:
         for (watcher, target), cursor in self.model.cursors.items():
-            got = self.gw.cursor_positions(watcher, target)
+            got = self.gw.ops.cursor_positions(watcher, target)
             assert got is not None and (got.provenance == "ambient") == cursor.ambient, (watcher, target, got)
         # Only the wakes of the last step: an earlier wake may belong to an earlier cursor of
         # the same pair (spawn, then reset, then an ambient watch), and no step turns a pair
@@ -321,7 +321,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
                 assert watcher in self.model.owed_wakes, watcher
                 due = self.model.owed_wakes[watcher][0]
                 assert self.model.now < due <= self.model.last_wake[watcher] + 20.0, (watcher, due)
-        assert self.gw.diagnostics().owed_wakes == {w: due for w, (due, _) in self.model.owed_wakes.items()}
+        assert self.gw.ops.diagnostics().owed_wakes == {w: due for w, (due, _) in self.model.owed_wakes.items()}
 
     @invariant()
     def inv5_no_self_or_log_only_notices(self) -> None:
@@ -332,15 +332,15 @@ class GatewayVersusModel(RuleBasedStateMachine):
     def inv6_nothing_uncovered(self) -> None:
         assert self.model.uncovered() == []
         for (watcher, target), cursor in self.model.cursors.items():
-            positions = self.gw.cursor_positions(watcher, target)
+            positions = self.gw.ops.cursor_positions(watcher, target)
             owed = positions is not None and positions.material > positions.last_seen
-            queued = any(e.target and e.target[0] == target for e in self.gw.queued_events(watcher))
+            queued = any(e.target and e.target[0] == target for e in self.gw.ops.queued_events(watcher))
             assert owed == queued, (watcher, target, positions)
 
     @invariant()
     def inv7_monotonic_heads(self) -> None:
         for key in self.model.sessions:
-            version = self.gw.state_version(key)
+            version = self.gw.ops.state_version(key)
             assert version == self.model.heads[key]
             assert version >= self.seen_versions.get(key, 0)
             self.seen_versions[key] = version

@@ -92,9 +92,9 @@ CALLS: dict[str, Callable[[Gateway], Any]] = {
     "record_events": lambda gw: gw.record_events(
         [dict(session_key=CHILD, kind="goal_changed", actor_type="human", summary="goal set")]
     ),
-    "goal_changed": lambda gw: gw.goal_changed(CHILD, "updated", actor_type="human"),
-    "human_message": lambda gw: gw.human_message(CHILD, "hello", channel="telegram"),
-    "enqueue_system_event": lambda gw: gw.enqueue_system_event(MANAGER, "a system line"),
+    "goal_changed": lambda gw: gw.producers.goal_changed(CHILD, "updated", actor_type="human"),
+    "human_message": lambda gw: gw.transcripts.human_message(CHILD, "hello", channel="telegram"),
+    "enqueue_system_event": lambda gw: gw.ops.enqueue_system_event(MANAGER, "a system line"),
 }
 
 
@@ -125,7 +125,7 @@ def test_the_same_call_committed_releases_after_the_commit(gw, wakes, grouping, 
 
 def test_an_inner_rollback_drops_only_its_own_notices(gw, wakes):
     with gw.transaction():
-        gw.enqueue_system_event(PEER, "kept")
+        gw.ops.enqueue_system_event(PEER, "kept")
         with pytest.raises(Boom):
             with gw.transaction():
                 human(gw)
@@ -133,20 +133,20 @@ def test_an_inner_rollback_drops_only_its_own_notices(gw, wakes):
     assert gw.pending_system_events(MANAGER) == []
     assert gw.pending_system_events(PEER) == ["kept"]
     # Only the set-up's events: MANAGER's, PEER's and CHILD's `created` (R27), child_spawned.
-    assert gw.state_version(CHILD) == 4
+    assert gw.ops.state_version(CHILD) == 4
 
 
 @pytest.mark.parametrize("grouping", GROUPINGS)
 def test_queue_removals_wait_for_the_commit_too(gw, grouping):
-    spawn = gw.state_version(CHILD)  # both cursors start there (R4)
+    spawn = gw.ops.state_version(CHILD)  # both cursors start there (R4)
     human(gw)
     owed = {MANAGER: [notice_text(CHILD, spawn)], PEER: [notice_text(CHILD, spawn)]}
     assert {k: gw.pending_system_events(k) for k in owed} == owed
     for undo in (
         lambda: gw.drain_system_events(MANAGER),
         lambda: gw.unwatch(PEER, CHILD),
-        lambda: gw.reset_session(PEER),
-        lambda: gw.delete_session(CHILD),
+        lambda: gw.ops.reset_session(PEER),
+        lambda: gw.ops.delete_session(CHILD),
     ):
         with pytest.raises(Boom):
             with GROUPINGS[grouping](gw):

@@ -14,7 +14,7 @@ from mcp_types import CallToolResult
 from sessionstate import Gateway
 from sessionstate.clients.mcp import SessionToolServer
 from sessionstate.runner import ScriptedRunner
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from sessionstate.clients.mcp import SessionToolServer
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from ..tools.support import MANAGER, PEER, full_dump
@@ -45,10 +45,10 @@ def arguments_for(tool: str) -> st.SearchStrategy[dict[str, Any]]:
 def served(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('mcp-fuzz') / 'state.db'}"
     gw = deterministic_gateway(url, ToolPolicy(visibility="tree"))
-    gw.register_session(MANAGER)
-    gw.register_session(PEER)
+    gw.registry.register_session(MANAGER)
+    gw.registry.register_session(PEER)
     yield gw, SessionToolServer(gw, MANAGER)
-    gw.stop_runs()
+    gw.runs.stop_runs()
     gw.close()
 
 
@@ -58,7 +58,7 @@ def served(tmp_path_factory):
 def test_arbitrary_arguments_never_crash_and_refusals_change_nothing(served, tool, data):
     gw, server = served
     args = data.draw(arguments_for(tool), label="arguments")
-    gw.wait_for_runs()  # what an earlier accepted call started must not race the dump
+    gw.runs.wait_for_runs()  # what an earlier accepted call started must not race the dump
     before = full_dump(gw)
 
     async def body(client: Client) -> tuple[dict[str, Any], bool]:

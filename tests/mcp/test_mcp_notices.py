@@ -30,7 +30,7 @@ def open_pair(url: str) -> Gateway:
 def spawn_seed(gw: Gateway) -> int:
     """Where the spawn edge seeded MANAGER's cursor: CHILD's child_spawned, after both sessions'
     own `created` (R27), so 3 and not 1."""
-    return gw.state_version(CHILD)
+    return gw.ops.state_version(CHILD)
 
 
 def human_steps_in(gw: Gateway) -> None:
@@ -66,13 +66,13 @@ def test_reading_drains_and_acknowledges_exactly_like_a_turn(db_url, tmp_path, m
     twin = open_pair(f"sqlite:///{tmp_path / 'twin.db'}")
     for gw in (served, twin):
         human_steps_in(gw)
-        gw.enqueue_system_event(MANAGER, "[Sub-agent result] worker (run r1) completed: done")
+        gw.ops.enqueue_system_event(MANAGER, "[Sub-agent result] worker (run r1) completed: done")
         human_steps_in(gw)
     expected = twin.drain_system_events(MANAGER)  # the turn, on the twin
     assert len(expected) == 2
     server = SessionToolServer(served, MANAGER)
     assert read_text(server, mode=mode) == "\n".join(expected)
-    assert served.cursor_positions(MANAGER, CHILD) == twin.cursor_positions(MANAGER, CHILD)
+    assert served.ops.cursor_positions(MANAGER, CHILD) == twin.ops.cursor_positions(MANAGER, CHILD)
     # The second change arrived while the first notice was pending: one follow-up (R8).
     (follow_up,) = twin.drain_system_events(MANAGER)
     assert read_text(server, mode=mode) == follow_up
@@ -80,7 +80,7 @@ def test_reading_drains_and_acknowledges_exactly_like_a_turn(db_url, tmp_path, m
     human_steps_in(served)
     human_steps_in(twin)
     assert read_text(server, mode=mode) == "\n".join(twin.drain_system_events(MANAGER))
-    assert served.cursor_positions(MANAGER, CHILD) == twin.cursor_positions(MANAGER, CHILD)
+    assert served.ops.cursor_positions(MANAGER, CHILD) == twin.ops.cursor_positions(MANAGER, CHILD)
     for gw in (served, twin):
         gw.close()
 

@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters
 
 from sessionstate import Gateway
 from sessionstate.clients.mcp import SessionToolServer
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from ..tools.support import MANAGER, PEER
@@ -29,10 +29,10 @@ READ_ONLY = {"sessions_list", "sessions_history"}
 @pytest.fixture
 def server(tmp_path):
     gw = deterministic_gateway(f"sqlite:///{tmp_path / 'state.db'}", ToolPolicy(visibility="tree"))
-    gw.register_session(MANAGER)
-    gw.register_session(PEER)
+    gw.registry.register_session(MANAGER)
+    gw.registry.register_session(PEER)
     yield SessionToolServer(gw, MANAGER)
-    gw.stop_runs()
+    gw.runs.stop_runs()
     gw.close()
 
 
@@ -82,7 +82,7 @@ def test_a_tool_marked_read_only_changes_nothing(server):
 def _database(tmp_path) -> str:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     with Gateway.open(url) as gw:
-        gw.register_session(MANAGER)
+        gw.registry.register_session(MANAGER)
     return url
 
 

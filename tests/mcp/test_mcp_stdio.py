@@ -28,9 +28,9 @@ WAIT_SECONDS = 60  # a bound for a hung server, never a timing assertion
 def test_stdio_subscribe_update_read_and_reconcile(tmp_path):
     url = f"sqlite:///{tmp_path / 'state.db'}"
     recorder = Gateway.open(url)
-    recorder.register_session(MANAGER)
+    recorder.registry.register_session(MANAGER)
     recorder.create_session(CHILD, kind="subagent", parent=MANAGER)  # MANAGER watches CHILD
-    since = recorder.cursor_positions(MANAGER, CHILD).last_seen
+    since = recorder.ops.cursor_positions(MANAGER, CHILD).last_seen
     uri = notices_uri(MANAGER)
     server = StdioServerParameters(
         command=sys.executable,
@@ -52,7 +52,7 @@ def test_stdio_subscribe_update_read_and_reconcile(tmp_path):
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", MCPDeprecationWarning)  # handshake-era subscribe
                         await session.subscribe_resource(uri)
-                    recorder.human_message(CHILD, "stop: use the staging database", channel="telegram", sender="u1")
+                    recorder.transcripts.human_message(CHILD, "stop: use the staging database", channel="telegram", sender="u1")
                     await updated.wait()
                     read_result = await session.read_resource(uri)
                     status = await session.call_tool("session_status", {"sessionKey": CHILD, "changesSince": since})
@@ -67,7 +67,7 @@ def test_stdio_subscribe_update_read_and_reconcile(tmp_path):
     assert text.encode("utf-8") == expected.encode("utf-8")
     assert f'changesSince {since}.' in text
     # The read acknowledged it durably, as a turn does: the recorder's copy is now stale (R17).
-    positions = recorder.cursor_positions(MANAGER, CHILD)
+    positions = recorder.ops.cursor_positions(MANAGER, CHILD)
     assert positions.last_seen == positions.notified == positions.material
     assert recorder.drain_system_events(MANAGER) == []
     changes = status["stateChanges"]
@@ -84,7 +84,7 @@ def test_garbage_on_stdin_never_stops_the_server(tmp_path):
     """Below any client: lines that are no JSON-RPC message are dropped; what follows is served."""
     url = f"sqlite:///{tmp_path / 'state.db'}"
     with Gateway.open(url) as gw:
-        gw.register_session(MANAGER)
+        gw.registry.register_session(MANAGER)
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}},

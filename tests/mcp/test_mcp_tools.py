@@ -11,7 +11,7 @@ from mcp_types import INVALID_PARAMS, CallToolRequest, CallToolRequestParams, Ca
 
 from sessionstate.clients.mcp import SessionToolServer
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from ..tools.support import MANAGER, OTHER, PEER, full_dump
@@ -22,11 +22,11 @@ CHILD_TASK = "index the repository"
 
 
 def populate(gw):
-    gw.register_session(MANAGER, channel="telegram", model="model-a")
-    gw.register_session(PEER, label="peer desk")
-    gw.register_session(OTHER)
-    gw.human_message(MANAGER, "Plan the release", channel="telegram", sender="u1")
-    gw.human_message(PEER, "peer notes", channel="telegram", sender="u2")
+    gw.registry.register_session(MANAGER, channel="telegram", model="model-a")
+    gw.registry.register_session(PEER, label="peer desk")
+    gw.registry.register_session(OTHER)
+    gw.transcripts.human_message(MANAGER, "Plan the release", channel="telegram", sender="u1")
+    gw.transcripts.human_message(PEER, "peer notes", channel="telegram", sender="u2")
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def gw(db_url):
     gateway = deterministic_gateway(db_url, ToolPolicy(visibility="tree"))
     populate(gateway)
     yield gateway
-    gateway.stop_runs()
+    gateway.runs.stop_runs()
     gateway.close()
 
 
@@ -54,7 +54,7 @@ def test_list_tools_follows_the_profile_and_the_spawn_depth(tmp_path):
     assert names(MANAGER) == ["sessions_list", "sessions_history", "sessions_send", "session_status"]
     gw.configure_tools(ToolPolicy())
     child = gw.call_tool(MANAGER, "sessions_spawn", {"task": CHILD_TASK})["childSessionKey"]
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     assert names(child) == ["session_status"]  # a leaf at depth 1 of max 1
 
     async def refused(client: Client) -> CallToolResult:
@@ -113,7 +113,7 @@ def test_one_happy_call_per_tool_equals_call_tool_on_a_twin(tmp_path):
         result = structured(with_client(server, lambda c: c.call_tool(tool, args)))
         expected = twin.call_tool(MANAGER, tool, args)
         for gw in (served, twin):
-            gw.wait_for_runs()  # children and replies run in the background: settle both
+            gw.runs.wait_for_runs()  # children and replies run in the background: settle both
         assert result.get("status") != "error", (tool, result)
         assert scrub(result, session_ids(served)) == scrub(expected, session_ids(twin)), tool
         child = result.get("childSessionKey", child)
@@ -203,9 +203,9 @@ def test_visibility_refusals_match_call_tool_and_change_nothing(gw):
 
 def test_a_sandboxed_caller_is_clamped_to_its_tree(tmp_path):
     gw = deterministic_gateway(f"sqlite:///{tmp_path / 's.db'}", ToolPolicy(visibility="agent"))
-    gw.register_session(MANAGER)
-    gw.register_session(PEER)
-    gw.register_session("agent:main:boxed", sandboxed=True)
+    gw.registry.register_session(MANAGER)
+    gw.registry.register_session(PEER)
+    gw.registry.register_session("agent:main:boxed", sandboxed=True)
     history = lambda key: structured(
         with_client(SessionToolServer(gw, key), lambda c: c.call_tool("sessions_history", {"sessionKey": PEER}))
     )

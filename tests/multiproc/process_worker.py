@@ -17,7 +17,7 @@ def say(message: dict) -> None:
 def main(url: str, watcher: str, drains: int) -> None:
     wakes: list[list[str]] = []
     with Gateway.open(url, serve=[], pump=True, on_wake=lambda w, r: wakes.append([w, r])) as gw:
-        gw.attach(watcher)
+        gw.cluster.attach(watcher)
         say({"ready": True})
         deadline = time.monotonic() + 60
         while not (gw.pending_system_events(watcher) and wakes) and time.monotonic() < deadline:

@@ -28,7 +28,7 @@ SERVED_WITHIN_SECONDS = 2.5
 def _backend_pid(gateway: Gateway, connection: str) -> int:
     if connection == "main":
         return gateway.store.backend_pid()
-    feed = gateway.change_feed
+    feed = gateway.cluster.feed
     pid = feed.backend_pid() if feed is not None else None
     assert pid is not None
     return pid
@@ -88,10 +88,10 @@ def test_a_sweep_that_fails_on_a_dead_main_connection_is_redone_in_full(pg_url):
         setup.watch(W, T)
     with Gateway.open(pg_url, serve=[]) as recorder, Gateway.open(pg_url) as server:
         with server.locked():
-            server.register_server()
+            server.cluster.register()
         _terminate(_backend_pid(server, "main"))
         assert recorder.record_event(T, "human_direct_message", actor_type="human", summary="x") is not None
         with pytest.raises(StorageUnavailable):
-            server.sweep_changes()
-        assert server.sweep_changes() == 1
+            server.cluster.sweep()
+        assert server.cluster.sweep() == 1
         assert server.pending_system_events(W) == [notice_text(T, SEED)]

@@ -33,13 +33,13 @@ def test_two_servers_of_one_watcher_deliver_one_line_per_target(db_url):
             third = _human(b)                      # raises the material watermark only
             lines = a.drain_system_events(W)
             assert lines == [notice_text(T, first)]
-            assert a.cursor_positions(W, T) == (second, third, third)
+            assert a.ops.cursor_positions(W, T) == (second, third, third)
             # INV4 in a: the follow-up for the pending pair, nothing else.
             assert a.pending_system_events(W) == [notice_text(T, second)]
             # b's queue is empty; its drain still delivers what the cursor owes, once.
             assert b.drain_system_events(W) == [notice_text(T, second)]
             assert a.drain_system_events(W) == []
-            assert a.cursor_positions(W, T) == (third, third, third)
+            assert a.ops.cursor_positions(W, T) == (third, third, third)
 
 
 def test_a_drain_delivers_what_the_cursor_owes_when_nothing_is_queued_here(db_url):
@@ -61,7 +61,7 @@ def test_plain_lines_keep_their_place(db_url):
         a.create_session(W)
         a.create_session(T)
         a.watch(W, T)
-        a.enqueue_system_event(W, "announcement one")
+        a.ops.enqueue_system_event(W, "announcement one")
         _human(a)
-        a.enqueue_system_event(W, "announcement two")
+        a.ops.enqueue_system_event(W, "announcement two")
         assert a.drain_system_events(W) == ["announcement one", notice_text(T, SEED), "announcement two"]

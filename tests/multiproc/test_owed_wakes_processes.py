@@ -159,12 +159,12 @@ def test_a_serving_process_resends_a_wake_lost_with_its_peer(db_url):
 
     # b sweeps by hand (no pump), so a's wake comes first: with a pump, b could win the slot.
     with Gateway.open(db_url, on_wake=on_wake, wake_window=WINDOW) as b:
-        b.sweep_changes()
+        b.cluster.sweep()
         a = Worker(db_url, "*")
         try:
             a.send(op="record", key=CHILD)          # a wins the slot and wakes...
             (lost,) = a.wait_wakes(1)
-            b.sweep_changes()                       # b queues the notice too: owed (slot lost)
+            b.cluster.sweep()                       # b queues the notice too: owed (slot lost)
             held = time.time()
             assert woken == [] or woken[0] - lost >= WINDOW - 0.01
         finally:

@@ -59,7 +59,7 @@ def test_a_records_b_serves_and_each_episode_is_delivered_once(db_url):
             if b.poll() is None:
                 b.kill()
         mine.append(a.drain_system_events(W))  # whatever is still owed
-        final = a.cursor_positions(W, T)
+        final = a.ops.cursor_positions(W, T)
 
     drains = mine + theirs
     assert all(len(lines) <= 1 for lines in drains)  # at most one line per target per drain

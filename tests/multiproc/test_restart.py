@@ -52,7 +52,7 @@ def test_the_default_commits_durably_on_a_server_tuned_not_to(server):
 def test_an_idle_pumped_gateway_serves_again_soon_after_a_restart(server):
     with Gateway.open(server.url) as gw:
         for key in (W, T):
-            if not gw.session_exists(key):
+            if not gw.ops.session_exists(key):
                 gw.create_session(key)
         gw.watch(W, T)
         gw.drain_system_events(W)
@@ -67,6 +67,6 @@ def test_an_idle_pumped_gateway_serves_again_soon_after_a_restart(server):
             while not serving.pending_system_events(W) and time.monotonic() - recorded < 30:
                 time.sleep(0.01)
             live = time.monotonic()
-            last_seen = recorder.cursor_positions(W, T).last_seen
+            last_seen = recorder.ops.cursor_positions(W, T).last_seen
         assert serving.pending_system_events(W) == [notice_text(T, last_seen)]
         assert live - back < FEED_BACK_SECONDS, f"the feed was live {live - back:.2f} s after the server"

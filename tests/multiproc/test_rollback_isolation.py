@@ -99,7 +99,7 @@ def world(url: str) -> Iterator[tuple[Gateway, Gateway, Gateway, list, list]]:
             Gateway.open(url, serve=[]) as observer:
         for gateway in (listener, observer):
             with gateway.locked():
-                gateway.register_server()  # its change feed is open from here on
+                gateway.cluster.register()  # its change feed is open from here on
         yield recorder, listener, observer, recorder_wakes, listener_wakes
 
 
@@ -125,8 +125,8 @@ def test_a_rolled_back_change_never_rides_along_with_the_next_commit(db_url, mon
         # Nothing woken for the rolled-back target, in either gateway (one wake for the later
         # event: the durable slot of R23 holds the other gateway's back).
         assert recorder_wakes + listener_wakes == [(W, f"session-state: {T2}")]
-        assert recorder.cursor_positions(W, T) == (SEED_T,) * 3
-        assert recorder.state_version(T) == SEED_T  # its created only
+        assert recorder.ops.cursor_positions(W, T) == (SEED_T,) * 3
+        assert recorder.ops.state_version(T) == SEED_T  # its created only
 
 
 def test_a_rolled_back_attach_leaves_the_claim_where_it_was(db_url):
@@ -137,15 +137,15 @@ def test_a_rolled_back_attach_leaves_the_claim_where_it_was(db_url):
             setup.create_session(key)
         setup.watch(W, T)
     with Gateway.open(db_url, serve=[], pump=True) as holder, Gateway.open(db_url, serve=[], pump=True) as other:
-        holder.attach(W)
+        holder.cluster.attach(W)
         with pytest.raises(Boom):
             with other.transaction():
-                other.attach(W)
+                other.cluster.attach(W)
                 raise Boom
-        assert other.attached_sessions() == []
-        assert other.store.serving.claimant(W)[0] == holder.diagnostics().server_id
+        assert other.cluster.attached() == []
+        assert other.store.serving.claimant(W)[0] == holder.ops.diagnostics().server_id
         assert human(other, T, "the later commit") is not None
-        holder.sweep_changes()
-        other.sweep_changes()
+        holder.cluster.sweep()
+        other.cluster.sweep()
         assert holder.pending_system_events(W) == [notice_text(T, SEED_T)]
         assert other.pending_system_events(W) == []

@@ -24,7 +24,7 @@ def populate(url: str) -> str:
             gw.create_session(key)
         gw.watch(W, T)
         gw.watch(W2, T)
-        assert gw.cursor_positions(W, T).last_seen == SEED
+        assert gw.ops.cursor_positions(W, T).last_seen == SEED
     return url
 
 
@@ -46,10 +46,10 @@ def human(gw: Gateway) -> int:
 
 def test_a_process_queues_only_for_the_sessions_it_serves(url):
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, serve=["agent:a:*"], pump=False) as server:
-        assert not recorder.serves(W) and server.serves(W) and not server.serves(W2)
+        assert not recorder.cluster.serves(W) and server.cluster.serves(W) and not server.cluster.serves(W2)
         human(recorder)
         assert recorder.pending_system_events(W) == [] and recorder.pending_system_events(W2) == []
-        server.sweep_changes()
+        server.cluster.sweep()
         assert server.pending_system_events(W) == [notice_text(T, SEED)]
         assert server.pending_system_events(W2) == []  # not served here
 
@@ -57,10 +57,10 @@ def test_a_process_queues_only_for_the_sessions_it_serves(url):
 def test_the_sweep_withdraws_a_notice_acknowledged_elsewhere(url):
     with Gateway.open(url, serve=[]) as other, Gateway.open(url) as server:
         human(other)
-        server.sweep_changes()
+        server.cluster.sweep()
         assert server.pending_system_events(W) == [notice_text(T, SEED)]
         assert other.drain_system_events(W) == [notice_text(T, SEED)]  # R21: any process drains
-        server.sweep_changes()
+        server.cluster.sweep()
         assert server.pending_system_events(W) == []  # INV4 in the serving process
         assert server.drain_system_events(W) == []
 
@@ -68,43 +68,43 @@ def test_the_sweep_withdraws_a_notice_acknowledged_elsewhere(url):
 def test_the_sweep_queues_a_follow_up_made_by_another_process(url):
     with Gateway.open(url, serve=[]) as other, Gateway.open(url) as server:
         first = human(other)
-        server.sweep_changes()
+        server.cluster.sweep()
         human(other)  # pending: raises M only
         assert other.drain_system_events(W) == [notice_text(T, SEED)]  # acks to `first`, follow-up
-        server.sweep_changes()
+        server.cluster.sweep()
         assert server.pending_system_events(W) == [notice_text(T, first)]
 
 
 def test_last_attach_wins_and_the_loser_stops_serving(url):
     with Gateway.open(url, pump=True) as a, Gateway.open(url, pump=True) as b:
-        assert a.attach(W) == 1
+        assert a.cluster.attach(W) == 1
         human(a)
         assert a.pending_system_events(W) == [notice_text(T, SEED)]
-        b.sweep_changes()
-        assert not b.serves(W) and b.pending_system_events(W) == []
-        assert b.attach(W) == 2  # the last attach wins; b queues the owed notice (R18)
+        b.cluster.sweep()
+        assert not b.cluster.serves(W) and b.pending_system_events(W) == []
+        assert b.cluster.attach(W) == 2  # the last attach wins; b queues the owed notice (R18)
         assert b.pending_system_events(W) == [notice_text(T, SEED)]
-        a.sweep_changes()
-        assert not a.serves(W) and a.pending_system_events(W) == []
+        a.cluster.sweep()
+        assert not a.cluster.serves(W) and a.pending_system_events(W) == []
         assert b.drain_system_events(W) == [notice_text(T, SEED)]
-        assert b.detach(W) and not b.detach(W)
-        a.sweep_changes()
-        assert a.serves(W)  # back to its pattern
+        assert b.cluster.detach(W) and not b.cluster.detach(W)
+        a.cluster.sweep()
+        assert a.cluster.serves(W)  # back to its pattern
 
 
 def test_a_crashed_servers_sessions_are_taken_over(url):
     with Gateway.open(url, pump=True) as a, Gateway.open(url, pump=True) as b:
-        b.attach(W)
-        a.sweep_changes()
+        b.cluster.attach(W)
+        a.cluster.sweep()
         human(a)
         assert a.pending_system_events(W) == []
         # b stops heartbeating (as a crashed process does): its heartbeat ages past the lease.
         with a.locked(), a.store.transaction():
-            assert a.store.serving.heartbeat(b.diagnostics().server_id, 0.0)
+            assert a.store.serving.heartbeat(b.ops.diagnostics().server_id, 0.0)
         with a.locked():
-            a.heartbeat()  # finds b dead and releases its claims
-        a.sweep_changes()
-        assert a.serves(W)
+            a.cluster.heartbeat()  # finds b dead and releases its claims
+        a.cluster.sweep()
+        assert a.cluster.serves(W)
         assert a.pending_system_events(W) == [notice_text(T, SEED)]
 
 
@@ -115,24 +115,24 @@ def test_a_sweep_behind_a_trimmed_change_log_resynchronises(sqlite_url, monkeypa
     with Gateway.open(url, serve=[]) as other, Gateway.open(url, pump=True) as server:
         first = human(other)
         human(other)
-        server.sweep_changes()
+        server.cluster.sweep()
         assert server.pending_system_events(W) == [notice_text(T, SEED)]
         other.drain_system_events(W)   # follow-up since `first`
         other.watch(W, W2)             # more change rows: the ack's row is trimmed
         other.unwatch(W, W2)
         other.watch(W, W2)
-        server.sweep_changes()
+        server.cluster.sweep()
         assert server.pending_system_events(W) == [notice_text(T, first)]
 
 
 def test_attach_checks_its_input(url):
     with Gateway.open(url) as no_pump, Gateway.open(url, pump=True) as gw:
         with pytest.raises(InvalidArgument):
-            no_pump.attach(W)
+            no_pump.cluster.attach(W)
         with pytest.raises(UnknownSession):
-            gw.attach("agent:z:main")
+            gw.cluster.attach("agent:z:main")
         with pytest.raises(InvalidArgument):
-            gw.attach("")
+            gw.cluster.attach("")
     for bad in ("*", [""], [3], None):
         with pytest.raises(InvalidArgument):
             Gateway.open(url, serve=bad)
@@ -142,10 +142,10 @@ def test_attach_checks_its_input(url):
 
 def test_closing_drops_the_server_and_its_claims(url):
     with Gateway.open(url, pump=True) as gw:
-        gw.attach(W)
+        gw.cluster.attach(W)
         with gw.locked():
-            assert gw.store.serving.all_claims() == {W: gw.diagnostics().server_id}
-            assert gw.store.serving.dead_servers(float("inf")) == [gw.diagnostics().server_id]
+            assert gw.store.serving.all_claims() == {W: gw.ops.diagnostics().server_id}
+            assert gw.store.serving.dead_servers(float("inf")) == [gw.ops.diagnostics().server_id]
     with Gateway.open(url) as gw, gw.locked():
         assert gw.store.serving.all_claims() == {}
         assert gw.store.serving.dead_servers(float("inf")) == []
@@ -153,7 +153,7 @@ def test_closing_drops_the_server_and_its_claims(url):
 
 def test_the_pump_thread_brings_another_process_notice(url):
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, pump=True) as server:
-        server.attach(W)
+        server.cluster.attach(W)
         human(recorder)
         deadline = time.monotonic() + 30  # a bound for a stuck pump, not a timing assertion
         while not server.pending_system_events(W) and time.monotonic() < deadline:
@@ -171,15 +171,15 @@ def test_a_first_open_on_a_new_database_does_not_warn_of_a_lost_feed(db_url, cap
     with caplog.at_level("WARNING", logger="sessionstate"):
         with Gateway.open(db_url, pump=pump) as gw:
             gw.create_session(W)
-            gw.sweep_changes()
-            gw.sweep_changes()
+            gw.cluster.sweep()
+            gw.cluster.sweep()
     assert LOST_TRACK not in caplog.text
 
 
 def test_a_feed_that_really_lost_track_still_warns(url, caplog):
     with Gateway.open(url) as gw:
-        gw.sweep_changes()  # opens the feed
-        gw.change_feed.lost()
+        gw.cluster.sweep()  # opens the feed
+        gw.cluster.feed.lost()
         with caplog.at_level("WARNING", logger="sessionstate"):
-            gw.sweep_changes()
+            gw.cluster.sweep()
     assert LOST_TRACK in caplog.text

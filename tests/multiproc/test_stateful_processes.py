@@ -57,9 +57,9 @@ class GatewaysVersusModel(GatewayVersusModel):
             notify_on_create=False,  # as the one-process machine: the model has no announcement line
         )
         with gw.locked():
-            gw.register_server()
-            gw.serve(["*"])
-        gw.startup_sweep()
+            gw.cluster.register()
+            gw.cluster.serve(["*"])
+        gw.ops.startup_sweep()
         return gw
 
     def teardown(self) -> None:
@@ -73,11 +73,11 @@ class GatewaysVersusModel(GatewayVersusModel):
 
     def _sweep_all(self) -> None:
         for gw in self.gws.values():
-            gw.sweep_changes()
+            gw.cluster.sweep()
 
     def _fire_due_wakes(self) -> None:
         for gw in self.gws.values():  # each process's timer
-            gw.fire_due_wakes()
+            gw.ops.fire_due_wakes()
         self.model.fire_due_wakes()
 
     def _all_pending(self) -> set[tuple[str, str]]:
@@ -104,12 +104,12 @@ class GatewaysVersusModel(GatewayVersusModel):
         watcher = data.draw(st.sampled_from(sorted(k for k in self.model.sessions if agent_of(k))))
         note(f"attach {watcher} to process {index}")
         gw = self.gws[index]
-        was_served = gw.serves(watcher)
-        self._step(lambda: gw.attach(watcher))
+        was_served = gw.cluster.serves(watcher)
+        self._step(lambda: gw.cluster.attach(watcher))
         if not was_served:
             self.model.requeue(watcher)
-        assert gw.serves(watcher)
-        assert not any(other.serves(watcher) for i, other in self.gws.items() if i != index)
+        assert gw.cluster.serves(watcher)
+        assert not any(other.cluster.serves(watcher) for i, other in self.gws.items() if i != index)
 
     @rule(index=st.sampled_from(PROCESSES))
     def restart(self, index: int) -> None:  # type: ignore[override]
@@ -138,7 +138,7 @@ class GatewaysVersusModel(GatewayVersusModel):
         self._replace(index, kill, after=take_over)
 
     def _replace(self, index: int, stop, after=lambda: None) -> None:
-        before = {i: {w for w in self.model.sessions if gw.serves(w)} for i, gw in self.gws.items() if i != index}
+        before = {i: {w for w in self.model.sessions if gw.cluster.serves(w)} for i, gw in self.gws.items() if i != index}
         stop(self.gws[index])
         self.gws[index] = self._open()
         after()
@@ -162,14 +162,14 @@ class GatewaysVersusModel(GatewayVersusModel):
     def inv2_one_notice_per_pair(self) -> None:  # type: ignore[override]
         for gw in self.gws.values():
             for watcher in self.model.sessions:
-                targets = [t.target for t in gw.queued_events(watcher) if t.target is not None]
+                targets = [t.target for t in gw.ops.queued_events(watcher) if t.target is not None]
                 assert len(targets) == len(set(targets)), targets
 
     @invariant()
     def inv3_byte_stable_notice(self) -> None:  # type: ignore[override]
         for gw in self.gws.values():
             for watcher in self.model.sessions:
-                for entry in gw.queued_events(watcher):
+                for entry in gw.ops.queued_events(watcher):
                     if entry.target is not None:
                         pair = (watcher, entry.target[0])
                         assert self.pending_texts.setdefault(pair, entry.text) == entry.text, pair
@@ -178,7 +178,7 @@ class GatewaysVersusModel(GatewayVersusModel):
     def inv4_queue_matches_cursors(self) -> None:  # type: ignore[override]
         for index, gw in self.gws.items():
             for watcher in self.model.sessions:
-                want = sorted(self.model.pending(watcher)) if gw.serves(watcher) else []
+                want = sorted(self.model.pending(watcher)) if gw.cluster.serves(watcher) else []
                 assert sorted(gw.pending_system_events(watcher)) == want, (index, watcher)
 
     @invariant()
@@ -192,10 +192,10 @@ class GatewaysVersusModel(GatewayVersusModel):
     @invariant()
     def liv1_no_stranded_notice(self) -> None:  # type: ignore[override]
         for index, gw in self.gws.items():
-            owed = gw.diagnostics().owed_wakes
+            owed = gw.ops.diagnostics().owed_wakes
             for watcher in self.model.sessions:
-                if agent_of(watcher) and ":subagent:" not in watcher and watcher in gw.diagnostics().unwoken:
-                    assert gw.serves(watcher), (index, watcher)
+                if agent_of(watcher) and ":subagent:" not in watcher and watcher in gw.ops.diagnostics().unwoken:
+                    assert gw.cluster.serves(watcher), (index, watcher)
                     assert watcher in owed, (index, watcher)
                     assert self.model.now < owed[watcher] <= self.model.now + 20.0, (index, watcher, owed)
 
@@ -203,21 +203,21 @@ class GatewaysVersusModel(GatewayVersusModel):
     def inv6_nothing_uncovered(self) -> None:  # type: ignore[override]
         assert self.model.uncovered() == []
         for (watcher, target), cursor in self.model.cursors.items():
-            positions = self.gw.cursor_positions(watcher, target)
+            positions = self.gw.ops.cursor_positions(watcher, target)
             owed = positions is not None and positions.material > positions.last_seen
             for gw in self.gws.values():
-                if gw.serves(watcher):
-                    queued = any(e.target and e.target[0] == target for e in gw.queued_events(watcher))
+                if gw.cluster.serves(watcher):
+                    queued = any(e.target and e.target[0] == target for e in gw.ops.queued_events(watcher))
                     assert owed == queued, (watcher, target, positions)
 
     @invariant()
     def inv11_served_queues(self) -> None:
         for watcher in self.model.sessions:
-            servers = [i for i, gw in self.gws.items() if gw.serves(watcher)]
+            servers = [i for i, gw in self.gws.items() if gw.cluster.serves(watcher)]
             assert servers, watcher  # every process serves "*" unless another holds the claim
             for gw in self.gws.values():
-                if not gw.serves(watcher):
-                    assert not any(e.target for e in gw.queued_events(watcher)), watcher
+                if not gw.cluster.serves(watcher):
+                    assert not any(e.target for e in gw.ops.queued_events(watcher)), watcher
 
 
 globals().update(stateful_test_cases(GatewaysVersusModel, "GatewaysVersusModel"))

@@ -44,7 +44,7 @@ def test_two_serving_processes_wake_a_watcher_once_per_window(setup):
     with Gateway.open(url, clock=clock, on_wake=lambda w, r: wakes.append(("a", w, r))) as a, \
          Gateway.open(url, clock=clock, on_wake=lambda w, r: wakes.append(("b", w, r))) as b:
         human(a)
-        b.sweep_changes()  # b serves W too and queues the notice; the slot is taken
+        b.cluster.sweep()  # b serves W too and queues the notice; the slot is taken
         assert b.pending_system_events(W) and wakes == [("a", W, REASON)]
         clock.now += 21
         human(b, T2)        # a new notice in b after the window: b wins the slot
@@ -89,11 +89,11 @@ def test_the_serving_process_is_re_woken_by_another_process_event(setup):
     with Gateway.open(url, clock=clock, serve=[]) as recorder, \
          Gateway.open(url, clock=clock, serve=[W], on_wake=lambda w, r: wakes.append((w, r))) as server:
         human(recorder)
-        server.sweep_changes()
+        server.cluster.sweep()
         assert wakes == [(W, REASON)]
         clock.now += 25
         human(recorder)  # pending: nothing is written, only the log grows
-        server.sweep_changes()
+        server.cluster.sweep()
         assert wakes == [(W, REASON)] * 2
 
 

@@ -37,7 +37,7 @@ def main(url: str, serve: str, window: float) -> None:
             elif op == "drain":
                 say({"drained": gw.drain_system_events(command["key"])})
             elif op == "sweep":
-                gw.sweep_changes()
+                gw.cluster.sweep()
                 say({"swept": True})
             elif op == "exit":
                 break

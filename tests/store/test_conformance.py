@@ -514,6 +514,6 @@ def test_a_second_connection_sees_committed_events(db_url):
     with Gateway.open(db_url) as gw, Gateway.open(db_url) as other:
         gw.create_session(A)
         seq = gw.record_event(A, "goal_changed", actor_type="human", summary="goal set")
-        assert other.state_version(A) == seq
+        assert other.ops.state_version(A) == seq
         page = other.session_status(A, changes_since=0)["stateChanges"]["events"]
         assert [(e["sequence"], e["kind"]) for e in page] == [(seq - 1, "created"), (seq, "goal_changed")]  # R27

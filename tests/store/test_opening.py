@@ -73,7 +73,7 @@ def test_an_in_memory_gateway_keeps_the_whole_contract(url):
         assert gw.call_tool(MAIN, "session_status", {"sessionKey": PEER})["stateVersion"] == 3
         # One connection, usable from the runner threads the gateway starts.
         seen: list[int] = []
-        thread = threading.Thread(target=lambda: seen.append(gw.state_version(PEER)))
+        thread = threading.Thread(target=lambda: seen.append(gw.ops.state_version(PEER)))
         thread.start()
         thread.join()
         assert seen == [3]
@@ -240,7 +240,7 @@ def test_migration_to_1_completes_an_unstamped_file_holding_the_first_schema(tmp
         db.execute("INSERT INTO session_state_heads VALUES ('agent:main:main', 'main', 0, 0, 1)")
     db.close()
     with Gateway.open(str(path)) as gw:
-        assert gw.session_exists(MAIN)
+        assert gw.ops.session_exists(MAIN)
         assert gw.record_event(MAIN, "goal_changed", actor_type="human", summary="x") == 1
         assert gw.store.pragma("user_version") == schema.SCHEMA_VERSION
 

@@ -26,7 +26,7 @@ def populate(url: str) -> str:
         gw.create_session(W)
         gw.create_session(T)
         gw.watch(W, T)
-        assert gw.cursor_positions(W, T).last_seen == SEED
+        assert gw.ops.cursor_positions(W, T).last_seen == SEED
     return url
 
 
@@ -39,22 +39,22 @@ def human(gw: Gateway) -> int:
 def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
     url = populate(pg_url)
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
-        server.register_server()
-        feed = server.change_feed
+        server.cluster.register()
+        feed = server.cluster.feed
         sequence = human(recorder)  # freezes W's cursor on T: found through the event
         feed.sync()
         assert feed.take() == ([PendingCursor(W, T, "b", SEED)], [], [(T, "b", None)], False)
         recorder.drain_system_events(W)  # the ack is a cursor change outside the hot path
         feed.sync()
         assert feed.take() == ([], [W], [], False)
-        assert server.cursor_positions(W, T).last_seen == sequence
+        assert server.ops.cursor_positions(W, T).last_seen == sequence
 
 
 def test_a_rolled_back_transaction_notifies_nothing(pg_url):
     url = populate(pg_url)
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
-        server.register_server()
-        feed = server.change_feed
+        server.cluster.register()
+        feed = server.cluster.feed
 
         class Boom(Exception):
             pass
@@ -70,7 +70,7 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
     url = populate(pg_url)
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server:
         with server.locked():
-            server.register_server()
+            server.cluster.register()
         with admin_connection() as admin:  # the server ends every listening backend
             ended = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -78,8 +78,8 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
             ).fetchall()
         assert ended and all(row[0] for row in ended)
         human(recorder)  # its notification reaches nobody
-        assert server.sweep_changes() == 1  # reconnects, resynchronises, queues the notice
-        assert server.change_feed.reconnects == 1
+        assert server.cluster.sweep() == 1  # reconnects, resynchronises, queues the notice
+        assert server.cluster.feed.reconnects == 1
         assert server.pending_system_events(W) == [notice_text(T, SEED)]
 
 
@@ -88,10 +88,10 @@ def test_two_schemas_do_not_hear_each_other(pg_url):
     with postgres_database() as other_url:
         populate(other_url)
         with Gateway.open(url) as server, Gateway.open(other_url, serve=[]) as elsewhere, server.locked():
-            server.register_server()
+            server.cluster.register()
             human(elsewhere)
-            server.change_feed.sync()
-            assert server.change_feed.take() == ([], [], [], False)
+            server.cluster.feed.sync()
+            assert server.cluster.feed.take() == ([], [], [], False)
 
 
 def test_payloads_stay_under_the_limit_and_lose_nothing():
@@ -142,4 +142,4 @@ def test_the_pump_heals_a_lost_listening_connection(pg_url):
         while not server.pending_system_events(W) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert server.pending_system_events(W) == [notice_text(T, SEED)]
-        assert server.change_feed.reconnects >= 1
+        assert server.cluster.feed.reconnects >= 1

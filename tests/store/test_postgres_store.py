@@ -151,8 +151,8 @@ def test_record_event_survives_a_server_side_disconnect(pg_url):
         terminate(backend_pid(gw.store))
         sequence = gw.record_event("agent:a:one", "compacted", actor_type="system", summary="after restart")
         assert sequence is not None
-        assert gw.state_version("agent:a:one") == sequence
-        assert gw.stats["append_failures"] == 0
+        assert gw.ops.state_version("agent:a:one") == sequence
+        assert gw.ops.stats["append_failures"] == 0
 
 
 def test_record_event_returns_none_when_the_server_stays_away(pg_url, monkeypatch):
@@ -163,7 +163,7 @@ def test_record_event_returns_none_when_the_server_stays_away(pg_url, monkeypatc
         terminate(backend_pid(gw.store))
         # R15: the turn goes on.
         assert gw.record_event("agent:a:one", "compacted", actor_type="system", summary="lost") is None
-        assert gw.stats["append_failures"] == 1
+        assert gw.ops.stats["append_failures"] == 1
 
 
 def test_refused_connection_and_unknown_role_are_typed(pg_url):
@@ -180,7 +180,7 @@ def test_postgres_urls_without_the_driver_name_open_with_psycopg(pg_url):
     plain = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
     with Gateway.open(plain) as gw:
         gw.create_session("agent:a:one")
-        assert gw.session_exists("agent:a:one")
+        assert gw.ops.session_exists("agent:a:one")
 
 
 @pytest.mark.parametrize("url", ["postgresql://a\x00b@/x", "postgresql://u@/x\ud800", "postgresql://u@h:notaport/x"])
@@ -224,7 +224,7 @@ def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
         with admin_connection() as admin:
             names = {row[0] for row in admin.execute(
                 "SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%s)",
-                ([gw.store.backend_pid(), gw.change_feed.backend_pid()],),
+                ([gw.store.backend_pid(), gw.cluster.feed.backend_pid()],),
             ).fetchall()}
         assert names == {"billing-gateway"}  # the listening connection too
 

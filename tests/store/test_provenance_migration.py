@@ -44,11 +44,11 @@ def test_a_version_3_database_is_migrated_to_cursor_provenance(db_url, caplog):
     make_version_3(db_url)
     with caplog.at_level(logging.WARNING, logger="sessionstate"):
         with Gateway.open(db_url) as gw:
-            assert gw.cursor_positions(MAIN, CHILD).provenance == "spawn"
-            assert gw.cursor_positions(MAIN, GROUP).provenance == "explicit"
+            assert gw.ops.cursor_positions(MAIN, CHILD).provenance == "spawn"
+            assert gw.ops.cursor_positions(MAIN, GROUP).provenance == "explicit"
             gw.watch(GROUP, CHILD, ambient=True)  # the new column takes writes
-            assert gw.cursor_positions(GROUP, CHILD).provenance == "ambient"
+            assert gw.ops.cursor_positions(GROUP, CHILD).provenance == "ambient"
     assert any("3 -> 4: cursor provenance" in r.getMessage() for r in caplog.records)
     with Gateway.open(db_url) as gw:  # opened again: current, nothing to migrate
-        assert gw.cursor_positions(GROUP, CHILD).provenance == "ambient"
+        assert gw.ops.cursor_positions(GROUP, CHILD).provenance == "ambient"
     assert schema.SCHEMA_VERSION == 4

@@ -55,7 +55,7 @@ def test_prune_reclaims_pages_and_the_file_shrinks(tmp_path):
         assert counts["pages_reclaimed"] > 0
         assert gw.store.pragma("freelist_count") == 0
         assert gw.store.integrity_check() == "ok"
-        assert gw.state_version(MAIN) == EVENTS + 1  # heads survive
+        assert gw.ops.state_version(MAIN) == EVENTS + 1  # heads survive
     # Closing checkpoints the WAL: the file is the kept rows' size, not the full one's.
     assert file_bytes(path) < full / 4, (full, file_bytes(path))
 
@@ -115,7 +115,7 @@ def test_the_vacuum_command_runs_on_every_backend_and_keeps_every_row(db_url):
     assert run.stdout.startswith("vacuumed ") and " MB -> " in run.stdout
     with Gateway.open(db_url) as gw:
         assert gw.store.dump() == before
-        assert gw.state_version(MAIN) == 2_000 + 1
+        assert gw.ops.state_version(MAIN) == 2_000 + 1
 
 
 def test_the_vacuum_command_creates_no_database(backend: Backend):

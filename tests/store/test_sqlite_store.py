@@ -80,7 +80,7 @@ def test_caught_up_lookup_reads_only_the_partial_index(store):
 def test_changes_page_is_200_and_says_truncated(tmp_path):
     with Gateway.open(str(tmp_path / "g.db")) as gw:
         gw.create_session("agent:a:one")
-        created = gw.state_version("agent:a:one")  # its own `created` (R27): the pages start after it
+        created = gw.ops.state_version("agent:a:one")  # its own `created` (R27): the pages start after it
         seqs = [gw.record_event("agent:a:one", "compacted", actor_type="system", summary="c") for _ in range(205)]
         page = gw.session_status("agent:a:one", changes_since=created)["stateChanges"]
         assert [e["sequence"] for e in page["events"]] == seqs[:200]

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from sessionstate import Gateway, StorageBusy, StorageError, StorageFull, StorageUnavailable
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from tests.tools.support import full_dump, open_gateway
 
 MAIN = "agent:main:main"
@@ -89,7 +89,7 @@ def populated(url: str) -> tuple[Gateway, Any]:
     for key in (MAIN, PEER, THIRD):
         gw.create_session(key)
     gw.watch(MAIN, PEER)
-    assert gw.cursor_positions(MAIN, PEER).last_seen == WATCH_SEED
+    assert gw.ops.cursor_positions(MAIN, PEER).last_seen == WATCH_SEED
     assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="before") == GOAL
     return gw, runner
 
@@ -104,10 +104,10 @@ WRITES: dict[str, Callable[[Gateway], Any]] = {
     "create_session": lambda gw: gw.create_session("agent:main:new"),
     "watch": lambda gw: gw.watch(MAIN, THIRD),
     "unwatch": lambda gw: gw.unwatch(MAIN, PEER),
-    "reset_session": lambda gw: gw.reset_session(MAIN),
-    "delete_session": lambda gw: gw.delete_session(THIRD),
+    "reset_session": lambda gw: gw.ops.reset_session(MAIN),
+    "delete_session": lambda gw: gw.ops.delete_session(THIRD),
     "drain_system_events": lambda gw: gw.drain_system_events(MAIN),
-    "append_message": lambda gw: gw.append_message(PEER, "user", "hello"),
+    "append_message": lambda gw: gw.transcripts.append_message(PEER, "user", "hello"),
 }
 
 
@@ -117,10 +117,10 @@ def test_a_full_disk_says_storage_full_and_changes_nothing(small_disk):
     try:
         ballast = fill(small_disk)
         before = full_dump(gw)
-        failures = gw.stats["append_failures"]
+        failures = gw.ops.stats["append_failures"]
         # R15: recording stays best effort.
         assert gw.record_event(PEER, "goal_changed", actor_type="human", summary="lost") is None
-        assert gw.stats["append_failures"] == failures + 1
+        assert gw.ops.stats["append_failures"] == failures + 1
         for name, write in WRITES.items():
             assert_refused(lambda: write(gw), StorageFull, path, "storage full")
         result = gw.call_tool(MAIN, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0})
@@ -152,9 +152,9 @@ def test_a_database_that_may_not_grow_says_storage_full(tmp_path):
         else:
             pytest.fail("the database never filled up")
         assert full_dump(gw) == before
-        failures = gw.stats["append_failures"]
+        failures = gw.ops.stats["append_failures"]
         recorded = [gw.record_event(PEER, "goal_changed", actor_type="human", summary="y" * 200) for _ in range(200)]
-        assert recorded[-1] is None and gw.stats["append_failures"] == failures + recorded.count(None)
+        assert recorded[-1] is None and gw.ops.stats["append_failures"] == failures + recorded.count(None)
     finally:
         gw.close()
 
@@ -238,7 +238,7 @@ def _owing_with_more_behind(path: Path) -> None:
     try:
         for summary in ("more", "and more"):
             assert gw.record_event(PEER, "goal_changed", actor_type="human", summary=summary) is not None
-        positions = gw.cursor_positions(MAIN, PEER)
+        positions = gw.ops.cursor_positions(MAIN, PEER)
         assert positions is not None and positions.material > positions.notified > positions.last_seen
     finally:
         gw.close()
@@ -256,10 +256,10 @@ def test_a_read_only_database_owing_notices_opens_with_them_in_memory(tmp_path, 
         gw = Gateway.open(str(path))  # its sweep wrote; another process records more
         with Gateway.open(str(path)) as other:
             assert other.record_event(PEER, "goal_changed", actor_type="human", summary="later") is not None
-        gw.forget_queued(MAIN)
+        gw.ops.forget_queued(MAIN)
         gw.store.pragma("query_only", 1)
         before = full_dump(gw)
-        assert gw.startup_sweep() == 1
+        assert gw.ops.startup_sweep() == 1
     else:
         if how == "immutable":
             immutable(path)

@@ -6,7 +6,7 @@ from typing import Any
 
 from sessionstate import Gateway
 from sessionstate.runner import Rule, ScriptedRunner
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 MANAGER = "agent:main:main"
 PEER = "agent:main:peer"

@@ -19,7 +19,7 @@ from sessionstate import notice_text
 from sessionstate.shared.fencing import END_LINE, QUOTE, UNTRUSTED_MARK, fence_untrusted, fenced_text, quote_untrusted
 from sessionstate.runner import Rule
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 from .support import MANAGER, PEER, ok, open_gateway
 
@@ -57,10 +57,10 @@ def assert_fenced_block(text: str, original: str, header_start: str) -> None:
 @pytest.fixture
 def world(db_url):
     gw, runner = open_gateway(db_url, policy=ToolPolicy(visibility="agent"))
-    gw.register_session(MANAGER, channel="telegram")
-    gw.register_session(PEER, label="peer desk")
+    gw.registry.register_session(MANAGER, channel="telegram")
+    gw.registry.register_session(PEER, label="peer desk")
     yield gw, runner
-    gw.stop_runs()
+    gw.runs.stop_runs()
     gw.close()
 
 
@@ -101,8 +101,8 @@ def test_text_that_is_not_a_block_is_not_unfenced():
 def test_an_inter_session_message_reaches_the_receiver_fenced(world):
     gw, runner = world
     ok(gw.call_tool(MANAGER, "sessions_send", {"sessionKey": PEER, "message": HOSTILE, "timeoutSeconds": 5}))
-    gw.wait_for_runs()
-    row = [m for m in gw.transcript(PEER) if m.role == "user"][0]
+    gw.runs.wait_for_runs()
+    row = [m for m in gw.transcripts.transcript(PEER) if m.role == "user"][0]
     prompt = [r for r in runner.requests if r.session_key == PEER and r.purpose == "reply"][0].prompt
     for text in (row.text, prompt):
         assert_fenced_block(text, HOSTILE, f"[Inter-session message from {MANAGER} via sessions_send; isUser=false]")
@@ -113,10 +113,10 @@ def test_a_reply_reaches_the_sender_fenced_in_the_reply_back_loop(world):
     runner.add(Rule(PEER, "reply", [HOSTILE]))
     runner.add(Rule(MANAGER, "reply_back", ["REPLY_SKIP"]))
     result = ok(gw.call_tool(MANAGER, "sessions_send", {"sessionKey": PEER, "message": "status?", "timeoutSeconds": 5}))
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     assert result["reply"] == HOSTILE  # a JSON field of the tool result: see the tool-result test
     prompt = [r for r in runner.requests if r.session_key == MANAGER and r.purpose == "reply_back"][0].prompt
-    row = [m for m in gw.transcript(MANAGER) if m.role == "user"][0]
+    row = [m for m in gw.transcripts.transcript(MANAGER) if m.role == "user"][0]
     for text in (prompt, row.text):
         assert_fenced_block(text, HOSTILE, f"[Inter-session message from {PEER} via sessions_send; isUser=false]")
 
@@ -124,10 +124,10 @@ def test_a_reply_reaches_the_sender_fenced_in_the_reply_back_loop(world):
 def test_a_task_reaches_the_child_fenced(world):
     gw, runner = world
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": HOSTILE}))
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     child = spawned["childSessionKey"]
     prompt = [r for r in runner.requests if r.session_key == child and r.purpose == "task"][0].prompt
-    row = [m for m in gw.transcript(child) if m.role == "user"][0]
+    row = [m for m in gw.transcripts.transcript(child) if m.role == "user"][0]
     for text in (prompt, row.text):
         assert_fenced_block(text, HOSTILE, f"[Task from {MANAGER} via sessions_spawn; isUser=false]")
 
@@ -137,8 +137,8 @@ def test_steering_reaches_the_child_fenced(world):
     runner.add(Rule(CHILD_GLOB, "task", ["done"], delay=30))
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": "long job"}))
     ok(gw.call_tool(MANAGER, "subagents", {"action": "steer", "target": spawned["childSessionKey"], "message": HOSTILE}))
-    live = gw.run_executor.context(spawned["runId"]).take_steering()  # what the running agent is handed
-    row = [m for m in gw.transcript(spawned["childSessionKey"]) if m.role == "user"][-1]
+    live = gw.runs.executor.context(spawned["runId"]).take_steering()  # what the running agent is handed
+    row = [m for m in gw.transcripts.transcript(spawned["childSessionKey"]) if m.role == "user"][-1]
     for text in (live[0], row.text):
         assert_fenced_block(text, HOSTILE, f"[Steering from {MANAGER} via subagents; isUser=false]")
 
@@ -157,9 +157,9 @@ def test_a_childs_result_reaches_the_requester_as_one_parsable_system_line(world
     # The fixture's PEER was announced to the main session (R27): its own line, read first.
     assert gw.drain_system_events(MANAGER) == [created_line(PEER, "main", "peer desk")]
     runner.add(Rule(CHILD_GLOB, "task", ["done"], delay=30))
-    gw.set_route(MANAGER, "telegram", HOSTILE_LINE)
+    gw.registry.set_route(MANAGER, "telegram", HOSTILE_LINE)
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": "job", "label": HOSTILE_LINE}))
-    assert gw.finish_run(spawned["runId"], outcome, text=HOSTILE) is True
+    assert gw.runs.finish_run(spawned["runId"], outcome, text=HOSTILE) is True
     lines = gw.drain_system_events(MANAGER)
     assert len(lines) == 1 and len(lines[0].splitlines()) == 1 and forged_lines(lines[0]) == []
     parsed = ANNOUNCE.fullmatch(lines[0])
@@ -185,9 +185,9 @@ def tool_results(gw: Any, child: str) -> dict[str, dict[str, Any]]:
 def test_tool_results_keep_foreign_text_inside_json_strings(world):
     gw, runner = world
     runner.add(Rule(CHILD_GLOB, "task", ["done"], delay=30))
-    gw.append_message(PEER, "assistant", HOSTILE)
-    gw.append_message(PEER, "tool", HOSTILE, tool_result={"out": HOSTILE})
-    gw.human_message(PEER, HOSTILE, channel="telegram", sender="u1")
+    gw.transcripts.append_message(PEER, "assistant", HOSTILE)
+    gw.transcripts.append_message(PEER, "tool", HOSTILE, tool_result={"out": HOSTILE})
+    gw.transcripts.human_message(PEER, HOSTILE, channel="telegram", sender="u1")
     ok(gw.call_tool(MANAGER, "sessions_send", {"sessionKey": PEER, "message": HOSTILE, "timeoutSeconds": 0}))
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": HOSTILE, "label": HOSTILE_LINE, "model": HOSTILE_LINE}))
     gw.record_event(spawned["childSessionKey"], "goal_changed", actor_type="agent", summary=HOSTILE_LINE)

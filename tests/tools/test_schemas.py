@@ -9,7 +9,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from sessionstate import UnknownTool
-from sessionstate.tools.errors import ToolArgumentError
+from sessionstate.tools.tool_errors import ToolArgumentError
 from sessionstate.tools.schemas import (
     TOOL_SCHEMAS,
     export_schemas,

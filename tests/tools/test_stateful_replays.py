@@ -82,9 +82,9 @@ def test_kill_by_a_requester_key_spawned_again_as_a_leaf_is_refused(backend: Bac
 
 
 def refused_and_still_running(machine: ToolsVersusModel) -> None:
-    assert machine.gw.session_meta(child("c1")).spawn_depth == 3
+    assert machine.gw.registry.session_meta(child("c1")).spawn_depth == 3
     assert "run-t0002" in machine.active_runs  # the prediction: refused, not killed
-    assert "run-t0002" in {run.run_id for run in machine.gw.active_runs() if (run.requester_key, run.requester_agent_id) == (child("c1"), "a")}
+    assert "run-t0002" in {run.run_id for run in machine.gw.runs.active_runs() if (run.requester_key, run.requester_agent_id) == (child("c1"), "a")}
 
 
 def test_a_wake_before_reset_does_not_count_against_a_later_ambient_cursor(backend: Backend) -> None:
@@ -103,5 +103,5 @@ def test_a_wake_before_reset_does_not_count_against_a_later_ambient_cursor(backe
 def only_the_spawn_cursor_woke(machine: ToolsVersusModel) -> None:
     pair = (MAIN, f"session-state: {child('t0001')}")
     assert machine.wakes == [pair]  # the spawn cursor's wake only: the ambient one queued silently
-    assert machine.gw.cursor_positions(MAIN, child("t0001")).provenance == "ambient"
+    assert machine.gw.ops.cursor_positions(MAIN, child("t0001")).provenance == "ambient"
     assert machine.gw.pending_system_events(MAIN)

@@ -14,7 +14,7 @@ from hypothesis.stateful import precondition, rule
 from sessionstate import Gateway
 from sessionstate.shared.keys import agent_of
 from sessionstate.runner import Rule, ScriptedRunner
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from tests.backends import stateful_test_cases
 from tests.gateway.test_stateful import GatewayVersusModel
 
@@ -38,15 +38,15 @@ class ToolsVersusModel(GatewayVersusModel):
         return gw
 
     def teardown(self) -> None:
-        self.gw.stop_runs()
+        self.gw.runs.stop_runs()
         super().teardown()
 
     def _depth(self, key: str) -> int:
         # Read from the registry's parent chain: the model does not track parents.
-        return self.gw.session_meta(key).spawn_depth
+        return self.gw.registry.session_meta(key).spawn_depth
 
     def _end_runs_for_restart(self) -> None:
-        for run_id in self.gw.stop_runs():
+        for run_id in self.gw.runs.stop_runs():
             requester, child = self.active_runs[run_id]
             self.model.record_run_event(
                 child, "run_failed", "system", None, f"run cancelled ({run_id})",
@@ -73,7 +73,7 @@ class ToolsVersusModel(GatewayVersusModel):
         assert result["watched"] == (agent_of(sender) is not None)
         if result["watched"]:
             self.model.watch(sender, target)
-        self.gw.run_executor.wait_for(result["runId"])
+        self.gw.runs.executor.wait_for(result["runId"])
 
     @precondition(lambda self: bool(self.model.sessions))
     @rule(data=st.data())

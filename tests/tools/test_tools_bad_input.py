@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sessionstate.runner import Rule
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 from .support import MANAGER, OTHER, PEER, error_code, full_dump, ok, open_gateway
 
@@ -61,13 +61,13 @@ BAD = {
 def world(module_db_url):
     gw, runner = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
     runner.add(Rule("*", "task", ["x"], delay=60))
-    gw.register_session(MANAGER)
-    gw.register_session(PEER)
-    gw.register_session(OTHER)
+    gw.registry.register_session(MANAGER)
+    gw.registry.register_session(PEER)
+    gw.registry.register_session(OTHER)
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", CHILD_TASK))
     names = {"LEAF": spawned["childSessionKey"], "CHILD": spawned["childSessionKey"], "RUN": spawned["runId"]}
     yield gw, names
-    gw.stop_runs()
+    gw.runs.stop_runs()
     gw.close()
 
 
@@ -91,7 +91,7 @@ def test_malformed_call_is_an_error_result_and_changes_nothing(world, name):
 
 def test_tool_argument_error_is_a_session_state_error():
     from sessionstate import SessionStateError
-    from sessionstate.tools.errors import ToolArgumentError
+    from sessionstate.tools.tool_errors import ToolArgumentError
 
     error = ToolArgumentError("limit: must be >= 1", field="limit")
     assert isinstance(error, SessionStateError) and error.field == "limit" and error.code == "invalid_argument"

@@ -10,7 +10,7 @@ import pytest
 from sessionstate.shared.fencing import fenced_text
 from sessionstate.runner import Rule
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from .support import MANAGER, OTHER, PEER, error_code, full_dump, ok, open_gateway
@@ -19,19 +19,19 @@ from .support import MANAGER, OTHER, PEER, error_code, full_dump, ok, open_gatew
 @pytest.fixture
 def gw(db_url):
     gateway, _ = open_gateway(db_url, policy=ToolPolicy(visibility="agent"))
-    gateway.register_session(MANAGER, channel="telegram", model="model-a")
-    gateway.register_session(PEER, label="peer desk")
-    gateway.register_session("agent:main:cron:nightly", kind="cron", label="nightly")
-    gateway.register_session(OTHER)
+    gateway.registry.register_session(MANAGER, channel="telegram", model="model-a")
+    gateway.registry.register_session(PEER, label="peer desk")
+    gateway.registry.register_session("agent:main:cron:nightly", kind="cron", label="nightly")
+    gateway.registry.register_session(OTHER)
     gateway.watch(OTHER, MANAGER, ambient=True)  # R24: human turns are recorded for watched sessions
-    gateway.human_message(MANAGER, "Plan the release\nsecond line", channel="telegram", sender="u1")
-    gateway.append_message(MANAGER, "assistant", "<think>secret plan</think>Sure, planning now.")
+    gateway.transcripts.human_message(MANAGER, "Plan the release\nsecond line", channel="telegram", sender="u1")
+    gateway.transcripts.append_message(MANAGER, "assistant", "<think>secret plan</think>Sure, planning now.")
     # R27: the main session hears of PEER and the cron session (lines, no wake); its turn reads
     # them, so every test starts from its empty queue.
     assert gateway.drain_system_events(MANAGER) == [
         created_line(PEER, "main", "peer desk"), created_line("agent:main:cron:nightly", "cron", "nightly")]
     yield gateway
-    gateway.wait_for_runs()
+    gateway.runs.wait_for_runs()
     gateway.close()
 
 
@@ -74,10 +74,10 @@ def test_list_filters(gw, db_url):
 def test_list_active_minutes(db_url):
     now = [1_700_000_000.0]
     gw, _ = open_gateway(db_url, policy=ToolPolicy(visibility="agent"), clock=lambda: now[0])
-    gw.register_session(MANAGER)
-    gw.register_session(PEER)
+    gw.registry.register_session(MANAGER)
+    gw.registry.register_session(PEER)
     now[0] += 3600
-    gw.append_message(MANAGER, "user", "still here")
+    gw.transcripts.append_message(MANAGER, "user", "still here")
     assert keys(call(gw, "sessions_list", {"activeMinutes": 30})) == [MANAGER]
     assert set(keys(call(gw, "sessions_list", {"activeMinutes": 61}))) == {MANAGER, PEER}
     gw.close()
@@ -95,10 +95,10 @@ def test_list_title_preview_and_recent_messages(gw):
 
 def test_list_under_tree_visibility_shows_own_tree_only(db_url):
     gw, _ = open_gateway(db_url)
-    gw.register_session(MANAGER)
-    gw.register_session(PEER)
+    gw.registry.register_session(MANAGER)
+    gw.registry.register_session(PEER)
     child = ok(call(gw, "sessions_spawn", {"task": "work"}))["childSessionKey"]
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     assert set(keys(call(gw, "sessions_list"))) == {MANAGER, child}
     assert keys(call(gw, "sessions_list", caller=PEER)) == [PEER]
     gw.close()
@@ -118,7 +118,7 @@ def test_history_by_key_and_by_session_id(gw):
 
 def test_history_pages_back_from_the_newest_message_with_next_offset(gw):
     for i in range(5):
-        gw.append_message(MANAGER, "assistant", f"reply {i}")  # 7 messages in all
+        gw.transcripts.append_message(MANAGER, "assistant", f"reply {i}")  # 7 messages in all
     texts = lambda page: [m["text"] for m in page["messages"]]  # noqa: E731
     first = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 3}))
     assert texts(first) == ["reply 2", "reply 3", "reply 4"] and first["nextOffset"] == 3
@@ -134,7 +134,7 @@ def test_history_pages_back_from_the_newest_message_with_next_offset(gw):
 
 def test_history_next_offset_resumes_at_rows_the_byte_bound_dropped(gw):
     for i in range(30):
-        gw.append_message(MANAGER, "assistant", f"{i:02d} " + "x" * 3_900)  # ~4 KB each, past 80 KiB together
+        gw.transcripts.append_message(MANAGER, "assistant", f"{i:02d} " + "x" * 3_900)  # ~4 KB each, past 80 KiB together
     page = ok(call(gw, "sessions_history", {"sessionKey": MANAGER, "limit": 30}))
     dropped = page["droppedMessages"]
     assert dropped > 0 and page["nextOffset"] == 30 - dropped
@@ -143,8 +143,8 @@ def test_history_next_offset_resumes_at_rows_the_byte_bound_dropped(gw):
 
 
 def test_history_tools_only_on_request_and_redaction(gw):
-    gw.append_message(MANAGER, "assistant", "calling", tool_calls=[{"name": "grep", "args": {"q": "x"}}])
-    gw.append_message(MANAGER, "tool", "result", tool_result={"output": "password=hunter2"})
+    gw.transcripts.append_message(MANAGER, "assistant", "calling", tool_calls=[{"name": "grep", "args": {"q": "x"}}])
+    gw.transcripts.append_message(MANAGER, "tool", "result", tool_result={"output": "password=hunter2"})
     plain = call(gw, "sessions_history", {"sessionKey": MANAGER})
     assert [m["role"] for m in plain["messages"]] == ["user", "assistant", "assistant"]
     assert all("toolCalls" not in m for m in plain["messages"])
@@ -156,13 +156,13 @@ def test_history_tools_only_on_request_and_redaction(gw):
 
 def test_history_limit_and_bounds(gw):
     for i in range(5):
-        gw.append_message(PEER, "user", f"m{i}")
+        gw.transcripts.append_message(PEER, "user", f"m{i}")
     assert [m["text"] for m in call(gw, "sessions_history", {"sessionKey": PEER, "limit": 2})["messages"]] == ["m3", "m4"]
-    gw.append_message(PEER, "assistant", "x" * 5000)
+    gw.transcripts.append_message(PEER, "assistant", "x" * 5000)
     long = call(gw, "sessions_history", {"sessionKey": PEER})
     assert long["contentTruncated"] is True and len(long["messages"][-1]["text"]) < 4100
     for _ in range(30):
-        gw.append_message(PEER, "user", "y" * 3900)
+        gw.transcripts.append_message(PEER, "user", "y" * 3900)
     big = call(gw, "sessions_history", {"sessionKey": PEER})
     assert big["truncated"] is True and big["droppedMessages"] > 0 and big["bytes"] <= 80 * 1024
 
@@ -171,7 +171,7 @@ def test_history_limit_and_bounds(gw):
 
 def test_status_card_and_model_override(gw):
     card = ok(call(gw, "session_status", {"sessionKey": "current"}))
-    assert card["sessionKey"] == MANAGER and card["stateVersion"] == gw.state_version(MANAGER)
+    assert card["sessionKey"] == MANAGER and card["stateVersion"] == gw.ops.state_version(MANAGER)
     assert card["model"] == "model-a" and card["modelOverride"] is None and card["runtime"] == "native"
     assert card["usage"]["messages"] == 2 and "Session agent:main:main" in card["card"]
     assert "stateChanges" not in card
@@ -192,8 +192,8 @@ def test_status_changes_since_matches_the_python_api(gw):
 def test_send_accepted_at_once_then_reply_lands(gw):
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hello", "timeoutSeconds": 0}))
     assert result["status"] == "accepted" and result["sessionKey"] == PEER and "watched" not in result
-    gw.wait_for_runs()
-    texts = [m.text for m in gw.transcript(PEER)]
+    gw.runs.wait_for_runs()
+    texts = [m.text for m in gw.transcripts.transcript(PEER)]
     assert texts[0].startswith("[Inter-session message from agent:main:main") and "isUser=false" in texts[0]
     assert texts[1] == "received: hello"
 
@@ -201,29 +201,29 @@ def test_send_accepted_at_once_then_reply_lands(gw):
 def test_send_waits_for_the_reply_and_marks_provenance(gw):
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "status?", "timeoutSeconds": 5}))
     assert (result["status"], result["reply"]) == ("ok", "received: status?")
-    first = gw.transcript(PEER)[0]
+    first = gw.transcripts.transcript(PEER)[0]
     assert first.provenance["kind"] == "inter_session" and first.provenance["isUser"] is False
     assert (first.actor_type, first.actor_id) == ("agent", MANAGER)
 
 
 def test_send_statuses_timeout_error_no_reply(gw):
-    gw.runner.add(Rule(PEER, "reply", ["late"], delay=2.0))
+    gw.runs.runner.add(Rule(PEER, "reply", ["late"], delay=2.0))
     assert call(gw, "sessions_send", {"sessionKey": PEER, "message": "a", "timeoutSeconds": 0.1})["status"] == "timeout"
-    gw.runner.add(Rule(PEER, "reply", fail="model overloaded"))
+    gw.runs.runner.add(Rule(PEER, "reply", fail="model overloaded"))
     failed = call(gw, "sessions_send", {"sessionKey": PEER, "message": "b", "timeoutSeconds": 5})
     assert failed["status"] == "error" and "overloaded" in failed["error"]["message"]
-    gw.runner.add(Rule(PEER, "reply", ["REPLY_SKIP"]))
+    gw.runs.runner.add(Rule(PEER, "reply", ["REPLY_SKIP"]))
     assert call(gw, "sessions_send", {"sessionKey": PEER, "message": "c", "timeoutSeconds": 5})["status"] == "no_reply"
-    gw.wait_for_runs()
-    assert "late" in [m.text for m in gw.transcript(PEER)]  # the timed-out reply still landed
+    gw.runs.wait_for_runs()
+    assert "late" in [m.text for m in gw.transcripts.transcript(PEER)]  # the timed-out reply still landed
 
 
 def test_send_with_watch_registers_the_receiver(gw):
     result = ok(call(gw, "sessions_send", {"sessionKey": "peer", "message": "hi", "timeoutSeconds": 0, "watch": True}))
     assert result["watched"] is True and result["sessionKey"] == PEER
-    version = gw.state_version(PEER)
-    assert tuple(gw.cursor_positions(MANAGER, PEER)) == (version,) * 3
-    gw.human_message(PEER, "a human steps in", channel="slack")
+    version = gw.ops.state_version(PEER)
+    assert tuple(gw.ops.cursor_positions(MANAGER, PEER)) == (version,) * 3
+    gw.transcripts.human_message(PEER, "a human steps in", channel="slack")
     assert gw.pending_system_events(MANAGER) == [
         f'Session "{PEER}" changed (other actor). Reconcile before acting: '
         f'session_status sessionKey "{PEER}" changesSince {version}.'
@@ -233,11 +233,11 @@ def test_send_with_watch_registers_the_receiver(gw):
 def test_send_with_watch_promotes_an_ambient_cursor_to_explicit(gw):
     gw.watch(MANAGER, PEER, ambient=True)
     ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": True}))
-    assert gw.cursor_positions(MANAGER, PEER).provenance == "explicit"  # R25: an explicit watch
+    assert gw.ops.cursor_positions(MANAGER, PEER).provenance == "explicit"  # R25: an explicit watch
 
 
 def test_send_watch_false_for_a_non_agent_qualified_sender(gw):
-    gw.register_session("global", agent_id="main")
+    gw.registry.register_session("global", agent_id="main")
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": True}, caller="global"))
     assert result["watched"] is False
 
@@ -246,84 +246,84 @@ def test_send_reports_watched_false_whenever_watch_false_was_given(gw):
     # The reference: the result reports watched: true|false whenever the parameter was given.
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": False}))
     assert result["watched"] is False
-    assert gw.cursor_positions(MANAGER, PEER) is None  # and watch: false registered nothing
-    gw.register_session("global", agent_id="main")
+    assert gw.ops.cursor_positions(MANAGER, PEER) is None  # and watch: false registered nothing
+    gw.registry.register_session("global", agent_id="main")
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": False}, caller="global"))
     assert result["watched"] is False
 
 
 def test_send_watch_false_reports_an_existing_cursor_and_keeps_it(gw):
     ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "a", "timeoutSeconds": 0, "watch": True}))
-    positions = gw.cursor_positions(MANAGER, PEER)
+    positions = gw.ops.cursor_positions(MANAGER, PEER)
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "b", "timeoutSeconds": 0, "watch": False}))
     assert result["watched"] is True  # the sender still watches the receiver after the call
-    assert gw.cursor_positions(MANAGER, PEER) == positions
+    assert gw.ops.cursor_positions(MANAGER, PEER) == positions
 
 
 def test_reply_back_loop_alternates_and_stops_on_reply_skip(gw):
-    gw.runner.add(Rule(MANAGER, "reply_back", ["m1", "m2", "REPLY_SKIP"]))
-    gw.runner.add(Rule(PEER, "reply_back", ["p1", "p2"]))
+    gw.runs.runner.add(Rule(MANAGER, "reply_back", ["m1", "m2", "REPLY_SKIP"]))
+    gw.runs.runner.add(Rule(PEER, "reply_back", ["p1", "p2"]))
     ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "start", "timeoutSeconds": 5}))
-    gw.wait_for_runs()
-    peer_out = [m.text for m in gw.transcript(PEER) if m.role == "assistant"]
-    manager_in = [fenced_text(m.text) for m in gw.transcript(MANAGER) if m.provenance and m.provenance.get("kind") == "inter_session"]
+    gw.runs.wait_for_runs()
+    peer_out = [m.text for m in gw.transcripts.transcript(PEER) if m.role == "assistant"]
+    manager_in = [fenced_text(m.text) for m in gw.transcripts.transcript(MANAGER) if m.provenance and m.provenance.get("kind") == "inter_session"]
     assert peer_out == ["received: start", "p1", "p2"]
     assert manager_in == ["received: start", "p1", "p2"]
 
 
 def test_reply_back_loop_is_bounded_at_five_turns(gw):
-    gw.runner.add(Rule(MANAGER, "reply_back", ["again"]))
-    gw.runner.add(Rule(PEER, "reply_back", ["again"]))
+    gw.runs.runner.add(Rule(MANAGER, "reply_back", ["again"]))
+    gw.runs.runner.add(Rule(PEER, "reply_back", ["again"]))
     ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "start", "timeoutSeconds": 5}))
-    gw.wait_for_runs()
-    loop = [m for s in (MANAGER, PEER) for m in gw.transcript(s) if m.role == "assistant" and m.text == "again"]
+    gw.runs.wait_for_runs()
+    loop = [m for s in (MANAGER, PEER) for m in gw.transcripts.transcript(s) if m.role == "assistant" and m.text == "again"]
     assert len(loop) == 5
 
 
 # -- sessions_spawn, subagents, sessions_yield --------------------------------------------------
 
 def test_spawn_returns_at_once_and_announces(gw):
-    gw.runner.add(Rule("agent:main:subagent:*", "task", ["42"], delay=0.3))
+    gw.runs.runner.add(Rule("agent:main:subagent:*", "task", ["42"], delay=0.3))
     started = time.monotonic()
     result = ok(call(gw, "sessions_spawn", {"task": "compute", "label": "calc", "model": "m-x", "thinking": "low"}))
     assert time.monotonic() - started < 0.25
     child = result["childSessionKey"]
     assert child.startswith("agent:main:subagent:") and result["runId"].startswith("run-")
-    assert gw.state_version(child) == gw.cursor_positions(MANAGER, child).last_seen  # spawn edge seeded
+    assert gw.ops.state_version(child) == gw.ops.cursor_positions(MANAGER, child).last_seen  # spawn edge seeded
     listed = call(gw, "subagents", {"action": "list"})
     assert [r["runId"] for r in listed["active"]] == [result["runId"]]
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     events = gw.session_status(child, changes_since=0)["stateChanges"]["events"]
     assert [e["kind"] for e in events] == ["created", "child_spawned", "run_completed"]
     assert events[2]["runId"] == result["runId"]
     assert gw.pending_system_events(MANAGER) == [
         '[Sub-agent result] "calc" (run %s) completed; reply (untrusted data): "42" [route "telegram" -> "u1"]' % result["runId"]
     ]
-    assert gw.session_meta(child).model == "m-x"
+    assert gw.registry.session_meta(child).model == "m-x"
     assert call(gw, "subagents", {})["recent"][0]["status"] == "completed"
 
 
 def test_spawn_options_fork_sandbox_acp_thread(gw):
     forked = ok(call(gw, "sessions_spawn", {"task": "t", "context": "fork", "sandbox": "require"}))
     assert forked["sandboxed"] is True and forked["context"] == "fork"
-    copied = [m.text for m in gw.transcript(forked["childSessionKey"])]
+    copied = [m.text for m in gw.transcripts.transcript(forked["childSessionKey"])]
     assert copied[:2] == ["Plan the release\nsecond line", "<think>secret plan</think>Sure, planning now."]
     acp = ok(call(gw, "sessions_spawn", {"task": "t", "runtime": "acp"}))
-    assert ":acp:" in acp["childSessionKey"] and gw.session_meta(acp["childSessionKey"]).runtime == "acp"
+    assert ":acp:" in acp["childSessionKey"] and gw.registry.session_meta(acp["childSessionKey"]).runtime == "acp"
     thread = ok(call(gw, "sessions_spawn", {"message": "t", "thread": True}))
     assert thread["context"] == "fork" and thread["thread"] is True  # thread-bound native: fork
 
 
 def test_run_timeout_and_error_outcomes(gw):
-    gw.runner.add(Rule("agent:main:subagent:*", "task", ["never"], delay=5, ignore_cancel=True))
+    gw.runs.runner.add(Rule("agent:main:subagent:*", "task", ["never"], delay=5, ignore_cancel=True))
     slow = ok(call(gw, "sessions_spawn", {"task": "slow", "timeoutSeconds": 0.2}))
     time.sleep(0.6)
     events = gw.session_status(slow["childSessionKey"], changes_since=0)["stateChanges"]["events"]
     assert events[-1]["kind"] == "run_failed" and events[-1]["payload"] == {"outcome": "timeout"}
-    gw.runner.add(Rule("agent:main:subagent:*", "task", fail="boom"))
+    gw.runs.runner.add(Rule("agent:main:subagent:*", "task", fail="boom"))
     broken = ok(call(gw, "sessions_spawn", {"task": "broken"}))
     deadline = time.monotonic() + 5
-    while gw.get_run(broken["runId"]).status == "running" and time.monotonic() < deadline:
+    while gw.runs.get_run(broken["runId"]).status == "running" and time.monotonic() < deadline:
         time.sleep(0.01)
     events = gw.session_status(broken["childSessionKey"], changes_since=0)["stateChanges"]["events"]
     assert events[-1]["payload"] == {"outcome": "error"}
@@ -331,12 +331,12 @@ def test_run_timeout_and_error_outcomes(gw):
 
 
 def test_steer_and_kill(gw):
-    gw.runner.add(Rule("agent:main:subagent:*", "task", ["done"], delay=30))
+    gw.runs.runner.add(Rule("agent:main:subagent:*", "task", ["done"], delay=30))
     a = ok(call(gw, "sessions_spawn", {"task": "a"}))
     b = ok(call(gw, "sessions_spawn", {"task": "b"}))
     steered = ok(call(gw, "subagents", {"action": "steer", "target": a["childSessionKey"], "message": "focus on x"}))
     assert steered["runId"] == a["runId"]
-    assert gw.transcript(a["childSessionKey"])[-1].provenance["kind"] == "steer"
+    assert gw.transcripts.transcript(a["childSessionKey"])[-1].provenance["kind"] == "steer"
     killed = ok(call(gw, "subagents", {"action": "kill", "target": a["runId"]}))
     assert killed["killed"] == [a["runId"]]
     event = gw.session_status(a["childSessionKey"], changes_since=0)["stateChanges"]["events"][-1]
@@ -344,16 +344,16 @@ def test_steer_and_kill(gw):
     assert error_code(call(gw, "subagents", {"action": "kill", "target": a["runId"]})) == "not_running"
     assert ok(call(gw, "subagents", {"action": "kill", "target": "all"}))["killed"] == [b["runId"]]
     assert ok(call(gw, "subagents", {"action": "kill", "target": "all"}))["killed"] == []
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     assert gw.pending_system_events(MANAGER) == []  # the requester killed them: no announce
 
 
 def test_kill_is_recorded_once(gw):
-    gw.runner.add(Rule("agent:main:subagent:*", "task", ["done"], delay=30))
+    gw.runs.runner.add(Rule("agent:main:subagent:*", "task", ["done"], delay=30))
     run = ok(call(gw, "sessions_spawn", {"task": "a"}))
-    assert gw.kill_run(run["runId"], actor_id=MANAGER) is True
-    assert gw.kill_run(run["runId"], actor_id=MANAGER) is False
-    assert gw.finish_run(run["runId"], "completed", text="late") is False
+    assert gw.runs.kill_run(run["runId"], actor_id=MANAGER) is True
+    assert gw.runs.kill_run(run["runId"], actor_id=MANAGER) is False
+    assert gw.runs.finish_run(run["runId"], "completed", text="late") is False
     kinds = [e["kind"] for e in gw.session_status(run["childSessionKey"], changes_since=0)["stateChanges"]["events"]]
     assert kinds == ["created", "child_spawned", "run_failed"]
 
@@ -361,13 +361,13 @@ def test_kill_is_recorded_once(gw):
 def test_yield_reports_and_the_result_wakes(db_url):
     wakes = []
     gw, runner = open_gateway(db_url, on_wake=lambda w, r: wakes.append((w, r)))
-    gw.register_session(MANAGER)
+    gw.registry.register_session(MANAGER)
     runner.add(Rule("agent:main:subagent:*", "task", ["r"], delay=0.2))
     run = ok(call(gw, "sessions_spawn", {"task": "t"}))
     result = ok(call(gw, "sessions_yield", {"message": "waiting"}))
     assert result == {"status": "yielded", "activeRuns": [run["runId"]], "queuedResults": 0,
                       "nextMessageReady": False, "message": "waiting"}
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     assert len(gw.pending_system_events(MANAGER)) == 1 and wakes
     assert ok(call(gw, "sessions_yield"))["nextMessageReady"] is True
     gw.close()
@@ -377,13 +377,13 @@ def test_yield_reports_and_the_result_wakes(db_url):
 
 def test_messaging_profile_and_also_allow_and_deny(db_url):
     gw, _ = open_gateway(db_url, policy=ToolPolicy(profile="messaging"))
-    gw.register_session(MANAGER)
+    gw.registry.register_session(MANAGER)
     assert error_code(call(gw, "sessions_spawn", {"task": "x"})) == "tool_not_allowed"
     assert ok(call(gw, "sessions_list"))["count"] == 1
     gw.configure_tools(ToolPolicy(profile="messaging", also_allow=frozenset({"sessions_spawn"})))
     assert ok(call(gw, "sessions_spawn", {"task": "x"}))["status"] == "accepted"
     gw.configure_tools(ToolPolicy(profile="coding", deny={"main": frozenset({"sessions_list"})}))
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     before = full_dump(gw)
     assert error_code(call(gw, "sessions_list")) == "tool_not_allowed"
     assert full_dump(gw) == before
@@ -393,7 +393,7 @@ def test_messaging_profile_and_also_allow_and_deny(db_url):
 def test_spawn_depth_gates_leaves_and_orchestrators(db_url):
     gw, runner = open_gateway(db_url)
     runner.add(Rule("*", "task", ["x"], delay=30))
-    gw.register_session(MANAGER)
+    gw.registry.register_session(MANAGER)
     child = ok(call(gw, "sessions_spawn", {"task": "x"}))["childSessionKey"]
     assert error_code(call(gw, "sessions_list", caller=child)) == "tool_not_allowed"  # leaf at depth 1
     assert ok(call(gw, "session_status", caller=child))["spawnDepth"] == 1  # reconciliation stays
@@ -402,7 +402,7 @@ def test_spawn_depth_gates_leaves_and_orchestrators(db_url):
     grandchild = ok(call(gw, "sessions_spawn", {"task": "y"}, caller=child))["childSessionKey"]
     assert error_code(call(gw, "sessions_send", {"sessionKey": MANAGER, "message": "x"}, caller=child)) == "tool_not_allowed"
     assert error_code(call(gw, "sessions_spawn", {"task": "z"}, caller=grandchild)) == "tool_not_allowed"
-    gw.stop_runs()
+    gw.runs.stop_runs()
     gw.close()
 
 
@@ -417,33 +417,33 @@ def test_every_tool_has_a_published_schema(gw):
 
 def test_goal_and_compaction_producers(gw):
     gw.watch(PEER, MANAGER)
-    assert gw.goal_changed(MANAGER, "updated", actor_type="agent", actor_id=PEER) is not None
+    assert gw.producers.goal_changed(MANAGER, "updated", actor_type="agent", actor_id=PEER) is not None
     assert gw.pending_system_events(PEER) == []  # self-suppressed: PEER changed it
-    gw.goal_changed(MANAGER, "cleared", actor_type="human")
+    gw.producers.goal_changed(MANAGER, "cleared", actor_type="human")
     assert len(gw.pending_system_events(PEER)) == 1
-    first = gw.compacted(MANAGER, "op-1", messages_before=40, messages_after=5)
-    assert gw.compacted(MANAGER, "op-1") == first  # deduped on compacted:<opId>
+    first = gw.producers.compacted(MANAGER, "op-1", messages_before=40, messages_after=5)
+    assert gw.producers.compacted(MANAGER, "op-1") == first  # deduped on compacted:<opId>
     summaries = [e["summary"] for e in gw.session_status(MANAGER, changes_since=0)["stateChanges"]["events"]]
     assert summaries[-3:] == [f"goal updated by {PEER}", "goal cleared by human", "history compacted: 40 -> 5 messages"]
     with pytest.raises(Exception):
-        gw.goal_changed(MANAGER, "renamed", actor_type="human")
+        gw.producers.goal_changed(MANAGER, "renamed", actor_type="human")
 
 
 def test_recent_user_messages(gw):
     for i in range(12):
-        gw.append_message(PEER, "user", f"u{i}")
-        gw.append_message(PEER, "assistant", f"a{i}")
-    assert gw.recent_user_messages(PEER) == [f"u{i}" for i in range(2, 12)]
-    assert gw.recent_user_messages(PEER, limit=2) == ["u10", "u11"]
+        gw.transcripts.append_message(PEER, "user", f"u{i}")
+        gw.transcripts.append_message(PEER, "assistant", f"a{i}")
+    assert gw.transcripts.recent_user_messages(PEER) == [f"u{i}" for i in range(2, 12)]
+    assert gw.transcripts.recent_user_messages(PEER, limit=2) == ["u10", "u11"]
     ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "ping", "timeoutSeconds": 0}))
-    gw.wait_for_runs()
-    delivered = gw.recent_user_messages(PEER, limit=1)[0]
+    gw.runs.wait_for_runs()
+    delivered = gw.transcripts.recent_user_messages(PEER, limit=1)[0]
     assert delivered.startswith("[Inter-session message from agent:main:main") and fenced_text(delivered) == "ping"
 
 
 def test_delete_drops_tool_rows(gw):
     run = ok(call(gw, "sessions_spawn", {"task": "t"}))
-    gw.wait_for_runs()
-    gw.delete_session(run["childSessionKey"])
+    gw.runs.wait_for_runs()
+    gw.ops.delete_session(run["childSessionKey"])
     dump = full_dump(gw)
     assert all(run["childSessionKey"] not in repr(row) for name in ("session_meta", "session_messages", "agent_runs") for row in dump[name])

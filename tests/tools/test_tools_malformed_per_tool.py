@@ -13,7 +13,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from sessionstate.services.notice.announce import created_line
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 from .support import MANAGER, PEER, error_code, full_dump, open_gateway
@@ -42,10 +42,10 @@ def malformed_sets(tool: str) -> list[Any]:
 @pytest.fixture(scope="module")
 def gw(module_db_url):
     gateway, _ = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
-    gateway.register_session(MANAGER)
-    gateway.register_session(PEER)
+    gateway.registry.register_session(MANAGER)
+    gateway.registry.register_session(PEER)
     yield gateway
-    gateway.stop_runs()
+    gateway.runs.stop_runs()
     gateway.close()
 
 

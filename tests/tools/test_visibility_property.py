@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
 from sessionstate.runner import Rule
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 
 from .support import full_dump, open_gateway
 
@@ -64,8 +64,8 @@ def world():
         gw, _ = open_gateway(url, rules=[Rule("*", "reply", ["r"]), Rule("*", "task", ["t"])])
         for key in SESSIONS:
             kind = "subagent" if key in PARENT else "main"
-            gw.register_session(key, kind=kind, parent=PARENT.get(key), sandboxed=key in SANDBOXED)
-            gw.append_message(key, "user", f"hello {key}")
+            gw.registry.register_session(key, kind=kind, parent=PARENT.get(key), sandboxed=key in SANDBOXED)
+            gw.transcripts.append_message(key, "user", f"hello {key}")
         # No cursors: a watcher's read-only grant (session_status on its watched target) is
         # tested on its own; here visibility alone must decide.
         for parent, children in ((ROOT_A, CHILD_A), (CHILD_A, GRANDCHILD_A), (ROOT_B, CHILD_B)):
@@ -103,7 +103,7 @@ def test_no_tool_touches_an_invisible_session(level, a2a, caller, target, which)
     tool, args = tool_calls(target)[which]
     before = full_dump(gw)
     result = gw.call_tool(caller, tool, args)
-    gw.wait_for_runs()
+    gw.runs.wait_for_runs()
     assert result["status"] == "error", (level, a2a, caller, target, tool, result)
     assert result["error"]["code"] in {"forbidden", "unknown_session", "tool_not_allowed"}
     assert f"hello {target}" not in repr(result)

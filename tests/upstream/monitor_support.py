@@ -14,7 +14,7 @@ from sessionstate.upstream.adoption import Adopter
 from sessionstate.upstream.catalog import CatalogEntry
 from sessionstate.upstream.monitor import UpstreamMonitor
 from sessionstate.upstream.providers import CheckResult, ClaudeJsonlProvider, PairedNodeProvider, UpstreamProvider
-from sessionstate.upstream.providers.fake_node import InMemoryNodeClient
+from tests.upstream.fake_node import InMemoryNodeClient
 
 from tests.upstream.jsonl_fixtures import TranscriptBuilder, append_bytes, encode
 

@@ -12,6 +12,8 @@ import json
 from typing import Any
 
 import pytest
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,9 +23,15 @@ from sessionstate.upstream.claude_lines import (
     LineFacts,
     facts_from_line,
     is_human_turn,
-    truncate_text,
 )
 from sessionstate.upstream.json_stream import LineScanner
+
+
+def truncate_text(facts: LineFacts, limit: int = TEXT_PREFIX_CHARS) -> LineFacts:
+    """``facts`` with its text cut to ``limit`` chars, as the streaming path keeps it."""
+    if len(facts.text) <= limit:
+        return facts
+    return replace(facts, text=facts.text[:limit], text_truncated=True)
 
 _scalars = (
     st.none()

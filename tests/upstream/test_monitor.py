@@ -213,7 +213,7 @@ def test_a_write_racing_a_replaced_session_does_not_land(world: World) -> None:
     world.human(THREAD, "seen by the racing check")
 
     def replace_session() -> None:
-        world.gw.delete_session(key)
+        world.gw.ops.delete_session(key)
         world.gw.create_session(key)
 
     world.jsonl.before = replace_session
@@ -232,7 +232,7 @@ def test_deleting_a_session_drops_its_link_even_on_a_reopened_gateway(world: Wor
 
     world.gw = Gateway.open(url)
     assert world.monitor().links.get(key, "main") is not None
-    world.gw.delete_session(key)
+    world.gw.ops.delete_session(key)
     assert world.monitor().links.all() == []
     world.gw.create_session(key)  # a new session under the old key has no link
     assert world.monitor().links.get(key, "main") is None
@@ -330,7 +330,7 @@ def test_concurrent_appends_while_the_monitor_ticks(world: World) -> None:
 def test_end_to_end_the_manager_gets_exactly_one_notice(world: World) -> None:
     world.transcript(THREAD)
     key = world.adopt_jsonl(THREAD)
-    version = world.gw.state_version(key)
+    version = world.gw.ops.state_version(key)
     monitor = world.monitor()
     for i in range(5):
         world.human(THREAD, f"turn {i}")
@@ -442,7 +442,7 @@ def test_adoption_refuses_a_thread_linked_elsewhere_and_unknown_providers(world:
         world.adopt_jsonl(THREAD, session_key="agent:main:second")
     with pytest.raises(InvalidArgument, match="no provider"):
         world.adopter().adopt(CatalogEntry("nope", THREAD))
-    assert not world.gw.session_exists("agent:main:second")
+    assert not world.gw.ops.session_exists("agent:main:second")
 
 
 def test_asyncio_loop_and_background_thread(world: World) -> None:
@@ -498,7 +498,7 @@ def test_default_echo_source_is_the_gateways_transcript(world: World) -> None:
     the external tool then shows upstream is an echo, not a human turn."""
     world.transcript(THREAD)
     key = world.adopt_jsonl(THREAD)
-    world.gw.append_message(key, "user", "Deploy the  branch\nto staging")
+    world.gw.transcripts.append_message(key, "user", "Deploy the  branch\nto staging")
     world.human(THREAD, "deploy the branch to STAGING")
     typed = world.human(THREAD, "actually wait")
     report = UpstreamMonitor(world.gw, world.providers).tick()

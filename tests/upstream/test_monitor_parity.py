@@ -44,7 +44,7 @@ def test_a_session_with_an_active_run_is_not_scanned_until_the_run_ends(world: W
     assert (report.checked, report.activities_recorded, report.skipped_running) == (0, 0, 1)
     assert world.jsonl.calls == calls_before  # the provider was not even asked
     assert world.events(key, "human_direct_message") == []
-    world.gw.finish_run(run_id, "completed", announce=False)
+    world.gw.runs.finish_run(run_id, "completed", announce=False)
     after = monitor.tick()
     assert (after.checked, after.skipped_running) == (1, 0)
 

@@ -14,7 +14,7 @@ from sessionstate.upstream.providers import (
     PairedNodeProvider,
     provider_class,
 )
-from sessionstate.upstream.providers.fake_node import InMemoryNodeClient
+from tests.upstream.fake_node import InMemoryNodeClient
 from sessionstate.upstream.providers.paired_node import EMPTY_THREAD, WINDOW
 
 THREAD = "node-thread-1"

@@ -49,7 +49,7 @@ CALLS: dict[str, Call] = {
         draw(d, key, "key"), agent_id=draw(d, st.one_of(st.none(), key), "agent_id"),
         kind=draw(d, st.one_of(st.just("main"), junk), "kind"), parent=draw(d, st.one_of(st.none(), key), "parent"),
         label=draw(d, st.one_of(st.none(), junk), "label"), run_id=draw(d, st.one_of(st.none(), junk), "run_id")),
-    "session_exists": lambda gw, d: gw.session_exists(draw(d, key, "key"), draw(d, st.one_of(st.none(), key), "agent")),
+    "session_exists": lambda gw, d: gw.ops.session_exists(draw(d, key, "key"), draw(d, st.one_of(st.none(), key), "agent")),
     "record_event": lambda gw, d: gw.record_event(
         draw(d, key, "key"), draw(d, kind, "kind"), actor_type=draw(d, actor_type, "actor_type"),
         summary=draw(d, st.one_of(st.sampled_from(INJECTION), junk), "summary"),
@@ -60,15 +60,15 @@ CALLS: dict[str, Call] = {
     "unwatch": lambda gw, d: gw.unwatch(draw(d, key, "w"), draw(d, key, "t"), target_agent_id=draw(d, st.one_of(st.none(), key), "a")),
     "drain_system_events": lambda gw, d: gw.drain_system_events(draw(d, key, "key")),
     "pending_system_events": lambda gw, d: gw.pending_system_events(draw(d, key, "key")),
-    "enqueue_system_event": lambda gw, d: gw.enqueue_system_event(draw(d, key, "key"), draw(d, junk, "text")),
+    "enqueue_system_event": lambda gw, d: gw.ops.enqueue_system_event(draw(d, key, "key"), draw(d, junk, "text")),
     "session_status": lambda gw, d: gw.session_status(
         draw(d, key, "key"), changes_since=draw(d, st.one_of(st.none(), junk), "since"),
         agent_id=draw(d, st.one_of(st.none(), key), "agent")),
-    "reset_session": lambda gw, d: gw.reset_session(draw(d, key, "key"), agent_id=draw(d, st.one_of(st.none(), key), "a")),
-    "delete_session": lambda gw, d: gw.delete_session(draw(d, key, "key"), agent_id=draw(d, st.one_of(st.none(), key), "a")),
-    "cursor_positions": lambda gw, d: gw.cursor_positions(
+    "reset_session": lambda gw, d: gw.ops.reset_session(draw(d, key, "key"), agent_id=draw(d, st.one_of(st.none(), key), "a")),
+    "delete_session": lambda gw, d: gw.ops.delete_session(draw(d, key, "key"), agent_id=draw(d, st.one_of(st.none(), key), "a")),
+    "cursor_positions": lambda gw, d: gw.ops.cursor_positions(
         draw(d, key, "w"), draw(d, key, "t"), target_agent_id=draw(d, st.one_of(st.none(), key), "a")),
-    "state_version": lambda gw, d: gw.state_version(draw(d, key, "key"), draw(d, st.one_of(st.none(), key), "a")),
+    "state_version": lambda gw, d: gw.ops.state_version(draw(d, key, "key"), draw(d, st.one_of(st.none(), key), "a")),
 }
 
 

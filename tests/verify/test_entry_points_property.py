@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from sessionstate import Gateway, SessionStateError
 from sessionstate.clients.cli import build_parser, main
 from sessionstate.runner import Rule, ScriptedRunner
-from sessionstate.tools.policy import ToolPolicy
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
 MANAGER = "agent:main:main"
@@ -95,71 +95,71 @@ def kw(data: st.DataObject, **strategies: st.SearchStrategy[Any]) -> dict[str, A
 CALLS: dict[str, Call] = {
     "create_session": lambda gw, x: gw.create_session(d(x, key, "key"), **kw(
         x, agent_id=key, kind=st.one_of(st.sampled_from(["main", "subagent"]), junk), parent=key, label=junk, run_id=junk)),
-    "register_session": lambda gw, x: gw.register_session(d(x, key, "key"), **kw(
+    "register_session": lambda gw, x: gw.registry.register_session(d(x, key, "key"), **kw(
         x, agent_id=key, parent=key, label=junk, channel=junk, model=junk, thinking=junk, runtime=junk, sandboxed=junk)),
-    "session_exists": lambda gw, x: gw.session_exists(d(x, key, "key"), d(x, maybe(key), "agent")),
-    "resolve": lambda gw, x: gw.resolve(d(x, key, "key"), d(x, maybe(key), "agent")),
+    "session_exists": lambda gw, x: gw.ops.session_exists(d(x, key, "key"), d(x, maybe(key), "agent")),
+    "resolve": lambda gw, x: gw.ops.resolve(d(x, key, "key"), d(x, maybe(key), "agent")),
     "record_event": lambda gw, x: gw.record_event(
         d(x, key, "key"), d(x, st.one_of(st.sampled_from(["goal_changed", "human_direct_message", "run_failed"]), junk), "kind"),
         actor_type=d(x, st.one_of(st.sampled_from(["human", "agent"]), junk), "actor"), summary=d(x, junk, "summary"),
         **kw(x, actor_id=key, agent_id=key, run_id=junk, payload=junk, dedupe_key=junk, occurred_at=junk)),
     "record_events": lambda gw, x: gw.record_events(d(x, st.one_of(junk, st.lists(st.dictionaries(
         st.sampled_from(["session_key", "kind", "actor_type", "summary", "payload", "occurred_at", "bogus"]), junk), max_size=3)), "events")),
-    "prepare_event": lambda gw, x: gw.prepare_event(
+    "prepare_event": lambda gw, x: gw.ops.prepare_event(
         d(x, key, "key"), d(x, st.one_of(st.sampled_from(["goal_changed", "human_direct_message"]), junk), "kind"),
         actor_type=d(x, junk, "actor"), summary=d(x, junk, "summary"),
         **kw(x, actor_id=key, agent_id=key, payload=junk, occurred_at=junk)),
-    "prepare_events": lambda gw, x: gw.prepare_events(d(x, st.one_of(junk, st.lists(st.dictionaries(
+    "prepare_events": lambda gw, x: gw.ops.prepare_events(d(x, st.one_of(junk, st.lists(st.dictionaries(
         st.sampled_from(["session_key", "kind", "actor_type", "summary", "payload", "bogus"]), junk), max_size=3)), "events")),
-    "record_prepared": lambda gw, x: gw.record_prepared(d(x, st.one_of(junk, st.lists(st.lists(junk, max_size=2), max_size=2)), "calls")),
-    "observe": lambda gw, x: gw.observe(d(x, junk, "observer")),
+    "record_prepared": lambda gw, x: gw.ops.record_prepared(d(x, st.one_of(junk, st.lists(st.lists(junk, max_size=2), max_size=2)), "calls")),
+    "observe": lambda gw, x: gw.ops.observe(d(x, junk, "observer")),
     "allowed_tools": lambda gw, x: gw.allowed_tools(d(x, key, "caller")),
-    "queued_events": lambda gw, x: gw.queued_events(d(x, key, "key")),
-    "forget_queued": lambda gw, x: gw.forget_queued(d(x, maybe(junk), "key")),
-    "serve": lambda gw, x: gw.serve(d(x, st.one_of(junk, st.lists(junk, max_size=2)), "patterns")),
+    "queued_events": lambda gw, x: gw.ops.queued_events(d(x, key, "key")),
+    "forget_queued": lambda gw, x: gw.ops.forget_queued(d(x, maybe(junk), "key")),
+    "serve": lambda gw, x: gw.cluster.serve(d(x, st.one_of(junk, st.lists(junk, max_size=2)), "patterns")),
     "watch": lambda gw, x: gw.watch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key, ambient=junk)),
-    "watchers_of": lambda gw, x: gw.watchers_of(d(x, key, "t"), **kw(x, target_agent_id=key)),
+    "watchers_of": lambda gw, x: gw.ops.watchers_of(d(x, key, "t"), **kw(x, target_agent_id=key)),
     "unwatch": lambda gw, x: gw.unwatch(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key)),
     "drain_system_events": lambda gw, x: gw.drain_system_events(d(x, key, "key")),
     "pending_system_events": lambda gw, x: gw.pending_system_events(d(x, key, "key")),
-    "attach": lambda gw, x: gw.attach(d(x, key, "key")),
-    "detach": lambda gw, x: gw.detach(d(x, key, "key")),
-    "serves": lambda gw, x: gw.serves(d(x, key, "key")),
-    "queue_owed_notices": lambda gw, x: gw.queue_owed_notices(d(x, key, "key")),
-    "enqueue_system_event": lambda gw, x: gw.enqueue_system_event(d(x, key, "key"), d(x, junk, "text")),
+    "attach": lambda gw, x: gw.cluster.attach(d(x, key, "key")),
+    "detach": lambda gw, x: gw.cluster.detach(d(x, key, "key")),
+    "serves": lambda gw, x: gw.cluster.serves(d(x, key, "key")),
+    "queue_owed_notices": lambda gw, x: gw.ops.queue_owed_notices(d(x, key, "key")),
+    "enqueue_system_event": lambda gw, x: gw.ops.enqueue_system_event(d(x, key, "key"), d(x, junk, "text")),
     "session_status": lambda gw, x: gw.session_status(d(x, key, "key"), **kw(x, changes_since=junk, agent_id=key)),
     "call_tool": lambda gw, x: gw.call_tool(d(x, key, "caller"), d(x, st.one_of(st.sampled_from(list(TOOL_SCHEMAS)), junk), "name"), d(x, junk, "args")),
-    "reset_session": lambda gw, x: gw.reset_session(d(x, key, "key"), **kw(x, agent_id=key)),
-    "delete_session": lambda gw, x: gw.delete_session(d(x, key, "key"), **kw(x, agent_id=key)),
-    "cursor_positions": lambda gw, x: gw.cursor_positions(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key)),
-    "state_version": lambda gw, x: gw.state_version(d(x, key, "key"), d(x, maybe(key), "agent")),
-    "session_meta": lambda gw, x: gw.session_meta(d(x, key, "key"), d(x, maybe(key), "agent")),
-    "resolve_session_id": lambda gw, x: gw.resolve_session_id(d(x, junk, "id")),
-    "set_model_override": lambda gw, x: gw.set_model_override(d(x, key, "key"), d(x, maybe(junk), "model"), **kw(x, agent_id=key)),
-    "set_route": lambda gw, x: gw.set_route(d(x, key, "key"), d(x, junk, "channel"), d(x, maybe(junk), "to"), **kw(x, agent_id=key)),
-    "append_message": lambda gw, x: gw.append_message(
+    "reset_session": lambda gw, x: gw.ops.reset_session(d(x, key, "key"), **kw(x, agent_id=key)),
+    "delete_session": lambda gw, x: gw.ops.delete_session(d(x, key, "key"), **kw(x, agent_id=key)),
+    "cursor_positions": lambda gw, x: gw.ops.cursor_positions(d(x, key, "w"), d(x, key, "t"), **kw(x, target_agent_id=key)),
+    "state_version": lambda gw, x: gw.ops.state_version(d(x, key, "key"), d(x, maybe(key), "agent")),
+    "session_meta": lambda gw, x: gw.registry.session_meta(d(x, key, "key"), d(x, maybe(key), "agent")),
+    "resolve_session_id": lambda gw, x: gw.registry.resolve_session_id(d(x, junk, "id")),
+    "set_model_override": lambda gw, x: gw.registry.set_model_override(d(x, key, "key"), d(x, maybe(junk), "model"), **kw(x, agent_id=key)),
+    "set_route": lambda gw, x: gw.registry.set_route(d(x, key, "key"), d(x, junk, "channel"), d(x, maybe(junk), "to"), **kw(x, agent_id=key)),
+    "append_message": lambda gw, x: gw.transcripts.append_message(
         d(x, key, "key"), d(x, st.one_of(st.sampled_from(["user", "assistant", "tool"]), junk), "role"), d(x, junk, "text"),
         **kw(x, agent_id=key, actor_type=junk, actor_id=key, provenance=junk, tool_calls=junk, tool_result=junk,
              input_tokens=junk, output_tokens=junk)),
-    "human_message": lambda gw, x: gw.human_message(d(x, key, "key"), d(x, junk, "text"), **kw(x, channel=junk, sender=junk, agent_id=key)),
-    "recent_user_messages": lambda gw, x: gw.recent_user_messages(d(x, key, "key"), d(x, st.one_of(st.integers(0, 5), junk), "limit")),
-    "transcript": lambda gw, x: gw.transcript(d(x, key, "key"), **kw(x, limit=junk, agent_id=key)),
-    "goal_changed": lambda gw, x: gw.goal_changed(
+    "human_message": lambda gw, x: gw.transcripts.human_message(d(x, key, "key"), d(x, junk, "text"), **kw(x, channel=junk, sender=junk, agent_id=key)),
+    "recent_user_messages": lambda gw, x: gw.transcripts.recent_user_messages(d(x, key, "key"), d(x, st.one_of(st.integers(0, 5), junk), "limit")),
+    "transcript": lambda gw, x: gw.transcripts.transcript(d(x, key, "key"), **kw(x, limit=junk, agent_id=key)),
+    "goal_changed": lambda gw, x: gw.producers.goal_changed(
         d(x, key, "key"), d(x, st.one_of(st.sampled_from(["created", "updated"]), junk), "change"),
         actor_type=d(x, st.one_of(st.just("agent"), junk), "actor"), **kw(x, actor_id=key, agent_id=key, occurred_at=junk)),
-    "compacted": lambda gw, x: gw.compacted(d(x, key, "key"), d(x, junk, "op"), **kw(
+    "compacted": lambda gw, x: gw.producers.compacted(d(x, key, "key"), d(x, junk, "op"), **kw(
         x, actor_type=junk, actor_id=key, agent_id=key, messages_before=junk, messages_after=junk, occurred_at=junk)),
-    "get_run": lambda gw, x: gw.get_run(d(x, junk, "run")),
-    "runs_of": lambda gw, x: gw.runs_of(d(x, st.one_of(st.tuples(key, key), junk), "requester"), d(x, st.one_of(st.integers(0, 5), junk), "limit")),
-    "runs_of_child": lambda gw, x: gw.runs_of_child(d(x, st.one_of(st.tuples(key, key), junk), "child")),
-    "finish_run": lambda gw, x: gw.finish_run(d(x, junk, "run"), d(x, st.one_of(st.sampled_from(["completed", "error"]), junk), "outcome"),
+    "get_run": lambda gw, x: gw.runs.get_run(d(x, junk, "run")),
+    "runs_of": lambda gw, x: gw.runs.runs_of(d(x, st.one_of(st.tuples(key, key), junk), "requester"), d(x, st.one_of(st.integers(0, 5), junk), "limit")),
+    "runs_of_child": lambda gw, x: gw.runs.runs_of_child(d(x, st.one_of(st.tuples(key, key), junk), "child")),
+    "finish_run": lambda gw, x: gw.runs.finish_run(d(x, junk, "run"), d(x, st.one_of(st.sampled_from(["completed", "error"]), junk), "outcome"),
                                               **kw(x, text=junk, actor_type=junk, actor_id=key, announce=junk, usage=junk)),
-    "kill_run": lambda gw, x: gw.kill_run(d(x, junk, "run"), **kw(x, actor_id=key, announce=junk)),
-    "steer_run": lambda gw, x: gw.steer_run(d(x, junk, "run"), d(x, junk, "guidance"), sender=d(x, key, "sender")),
-    "start_run": lambda gw, x: gw.start_run(d(x, junk, "run"), d(x, junk, "prompt")),
+    "kill_run": lambda gw, x: gw.runs.kill_run(d(x, junk, "run"), **kw(x, actor_id=key, announce=junk)),
+    "steer_run": lambda gw, x: gw.runs.steer_run(d(x, junk, "run"), d(x, junk, "guidance"), sender=d(x, key, "sender")),
+    "start_run": lambda gw, x: gw.runs.start_run(d(x, junk, "run"), d(x, junk, "prompt")),
     "configure_tools": lambda gw, x: gw.configure_tools(**kw(x, policy=junk, runner=junk, id_factory=junk)),
-    "wait_for_runs": lambda gw, x: gw.wait_for_runs(d(x, st.one_of(st.floats(0, 0.01), junk), "timeout")),
-    "stop_runs": lambda gw, x: gw.stop_runs(d(x, st.one_of(st.floats(0, 0.01), junk), "timeout")),
+    "wait_for_runs": lambda gw, x: gw.runs.wait_for_runs(d(x, st.one_of(st.floats(0, 0.01), junk), "timeout")),
+    "stop_runs": lambda gw, x: gw.runs.stop_runs(d(x, st.one_of(st.floats(0, 0.01), junk), "timeout")),
 }
 # Public methods without input to vary (lifecycle, context managers, no-argument reads and
 # maintenance); Gateway.open is covered by the storage tests' arbitrary-URL property.
@@ -185,18 +185,18 @@ def make_world(path: Path) -> Gateway:
     gw = Gateway.open(f"sqlite:///{path}")
     runner = ScriptedRunner([Rule("agent:main:subagent:held*", "task", ["late"], delay=600)])
     gw.configure_tools(ToolPolicy(visibility="agent", profile="coding"), runner=runner)
-    gw.register_session(MANAGER, channel="telegram")
-    gw.register_session(PEER, label="peer")
-    gw.register_session(CHILD, kind="subagent", parent=MANAGER)
-    gw.register_session("global", agent_id="main")
-    gw.human_message(PEER, "hello", channel="telegram", sender="u1")
+    gw.registry.register_session(MANAGER, channel="telegram")
+    gw.registry.register_session(PEER, label="peer")
+    gw.registry.register_session(CHILD, kind="subagent", parent=MANAGER)
+    gw.registry.register_session("global", agent_id="main")
+    gw.transcripts.human_message(PEER, "hello", channel="telegram", sender="u1")
     gw.watch(MANAGER, PEER)
     gw.record_event(PEER, "goal_changed", actor_type="agent", summary="goal set")  # a pending notice
     return gw
 
 
 def snapshot(gw: Gateway, path: Path) -> tuple[Any, ...]:
-    gw.wait_for_runs(5)  # background replies land before the picture is taken
+    gw.runs.wait_for_runs(5)  # background replies land before the picture is taken
     return db_dump(path), {k: gw.pending_system_events(k) for k in (MANAGER, PEER, CHILD)}
 
 
@@ -224,7 +224,7 @@ def test_python_api_gives_a_typed_error_and_changes_nothing(method, tmp_path):
     try:
         fuzz(path, gw, lambda data: CALLS[method](gw, data), examples=40)
     finally:
-        gw.stop_runs(1)
+        gw.runs.stop_runs(1)
         gw.close()
 
 
@@ -275,7 +275,7 @@ def test_call_tool_gives_an_error_result_and_changes_nothing(tool, tmp_path):
     try:
         fuzz(path, gw, call, examples=80)
     finally:
-        gw.stop_runs(1)
+        gw.runs.stop_runs(1)
         gw.close()
 
 

@@ -123,7 +123,7 @@ def test_a_run_inside_one_extension_transaction_writes_nothing_when_rolled_back(
 def test_tracing_is_off_without_a_path(tmp_path, monkeypatch):
     monkeypatch.delenv("SESSIONSTATE_TRACE", raising=False)
     with Gateway.open(tmp_path / "s.db") as gw:
-        assert not gw.diagnostics().tracing
+        assert not gw.ops.diagnostics().tracing
         assert "transaction" not in vars(gw.store)  # the store's transactions are not wrapped
 
 
@@ -133,8 +133,8 @@ def test_tracing_patches_nothing_and_still_sees_every_transaction_and_unqueue(tm
     the store itself is traced, and a notice leaving the queue is on record."""
     trace = tmp_path / "t.jsonl"
     with Gateway.open(tmp_path / "s.db", trace=trace) as gw:
-        assert gw.diagnostics().tracing
-        queue = gw._protocol.queue  # white-box on purpose: the check is about this instance's methods
+        assert gw.ops.diagnostics().tracing
+        queue = gw.ops.queue  # white-box on purpose: the check is about this instance's methods
         patched = [name for name in ("transaction", "after_commit") if name in vars(gw.store)]
         patched += [name for name in ("remove", "withdraw_notice", "clear") if name in vars(queue)]
         assert patched == []

@@ -38,10 +38,10 @@ def test_drain_after_another_process_drained_delivers_the_current_text(tmp_path)
             later = two.record_event(T, "human_direct_message", actor_type="human", summary="again")
         # one still holds the old text (changesSince 0); the durable cursor is pending from the
         # position two acknowledged, so one delivers that text, once.
-        acknowledged = one.cursor_positions(W, T).last_seen
+        acknowledged = one.ops.cursor_positions(W, T).last_seen
         assert acknowledged == later - 1
         assert one.drain_system_events(W) == [
             f'Session "{T}" changed (other actor). Reconcile before acting: '
             f'session_status sessionKey "{T}" changesSince {acknowledged}.'
         ]
-        assert one.cursor_positions(W, T).last_seen == later
+        assert one.ops.cursor_positions(W, T).last_seen == later

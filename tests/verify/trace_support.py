@@ -52,11 +52,11 @@ def traced_scenario(directory: Path) -> Path:
     other.close()
     gw.drain_system_events(PEER)  # R21: nothing pending, the stale notice is dropped
     gw.record_event(TARGET, "human_direct_message", **human)  # freeze MAIN again
-    gw.startup_sweep()  # a manual sweep: the same text again, deduplicated
+    gw.ops.startup_sweep()  # a manual sweep: the same text again, deduplicated
     gw.watch(TARGET, CHILD)
     gw.record_event(CHILD, "human_direct_message", **human)  # freeze TARGET -> CHILD
     gw.record_event(CHILD, "goal_changed", **human)  # raise_material, then pruned away
-    gw.reset_session(MAIN)
+    gw.ops.reset_session(MAIN)
     gw.close()
     gw = Gateway.open(url, clock=clock, trace=trace, max_rows=2)
     gw.prune()  # the row cap: writes the pending cursor's material watermark (R7)
@@ -64,7 +64,7 @@ def traced_scenario(directory: Path) -> Path:
     clock.now += 40 * DAY
     gw.prune()  # the retention window: PEER -> TARGET expires
     gw.watch(MAIN, CHILD)
-    gw.delete_session(CHILD)  # removes MAIN -> CHILD and TARGET -> CHILD
+    gw.ops.delete_session(CHILD)  # removes MAIN -> CHILD and TARGET -> CHILD
     gw.watch(MAIN, TARGET)
     gw.watch(MAIN, PEER)
     gw.record_event(TARGET, "human_direct_message", **human)
@@ -77,7 +77,7 @@ def traced_scenario(directory: Path) -> Path:
     clock.now += 5
     gw.record_event(PEER, "human_direct_message", **human)  # inside MAIN's window: owed (R12)
     clock.now += 16
-    gw.fire_due_wakes()  # the window ended: the owed wake
+    gw.ops.fire_due_wakes()  # the window ended: the owed wake
     gw.close()
     return trace
 

@@ -64,13 +64,13 @@ def run_demo_processes(db: str | None, *, reuse: bool = False) -> int:
         refuse_non_empty([s.session_key for s in gw.store.list_sessions()], url, reuse=reuse)
         print(f"sessionstate demo on {url}, two processes")
         for key in (WORKER, MANAGER):  # --reuse: a previous run's sessions
-            if gw.session_exists(key):
-                gw.delete_session(key)
+            if gw.ops.session_exists(key):
+                gw.ops.delete_session(key)
         heading(1, "Process 1 serves the manager; the manager spawns a worker")
         gw.create_session(MANAGER)
         gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
-        generation = gw.attach(MANAGER)
-        spawn_version = gw.state_version(WORKER)
+        generation = gw.cluster.attach(MANAGER)
+        spawn_version = gw.ops.state_version(WORKER)
         feed = "listens for the commits' NOTIFY" if is_postgres_url(url) else "polls PRAGMA data_version"
         print(f"   attached {MANAGER} (claim generation {generation}); its change pump {feed}")
 

@@ -62,10 +62,10 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
         providers = {"claude-jsonl": ClaudeJsonlProvider(tmp)}
         (entry,) = SessionCatalog([ClaudeJsonlSource(tmp)]).list().entries
         print(f"   catalog: {entry.provider} thread {entry.thread_id}")
-        if gw.session_exists(adopted_key(entry)):  # a previous run's adoption
-            gw.delete_session(adopted_key(entry))
+        if gw.ops.session_exists(adopted_key(entry)):  # a previous run's adoption
+            gw.ops.delete_session(adopted_key(entry))
         adopted = Adopter(gw, providers).adopt(entry, watcher=MANAGER)
-        since = gw.state_version(adopted.session_key)
+        since = gw.ops.state_version(adopted.session_key)
         print(f"   adopted as {adopted.session_key} (link generation {adopted.generation}); the manager watches it")
         monitor = UpstreamMonitor(gw, providers)
         with transcript.open("a", encoding="utf-8") as handle:
@@ -79,14 +79,14 @@ def _adopted_session_step(gw: Gateway, number: int) -> None:
 def _tools_step(gw: Gateway, number: int) -> None:
     """The agent-facing tools: spawn, send with watch and a reply-back loop, kill, announce."""
     from ...runner import Rule, ScriptedRunner
-    from ...tools.policy import ToolPolicy
+    from ...shared.policy import ToolPolicy
 
     heading(number, "The session tools: spawn two children, a peer sends with watch:true, kill one, announce")
     peer = "agent:main:peer"
     children = [f"agent:main:subagent:demo-tool-{i}" for i in (1, 2)]
     for key in (*children, peer):  # a previous run's sessions
-        if gw.session_exists(key):
-            gw.delete_session(key)
+        if gw.ops.session_exists(key):
+            gw.ops.delete_session(key)
     ids = iter(f"demo-tool-{i}" for i in range(1, 100))
     runner = ScriptedRunner([
         Rule(children[0], "task", ["3 warnings in the logs"]),
@@ -96,19 +96,19 @@ def _tools_step(gw: Gateway, number: int) -> None:
         Rule(MANAGER, "reply_back", ["REPLY_SKIP"]),
     ])
     gw.configure_tools(ToolPolicy(visibility="agent"), runner=runner, id_factory=lambda: next(ids))
-    gw.register_session(peer, channel="slack")
-    gw.set_route(MANAGER, "telegram", "ops-chat")
+    gw.registry.register_session(peer, channel="slack")
+    gw.registry.set_route(MANAGER, "telegram", "ops-chat")
     survey = gw.call_tool(MANAGER, "sessions_spawn", {"task": "survey the logs", "label": "surveyor"})
     # The survey finishes before the second child starts: two runs recording at once would number
     # their events in a different order on every run of the story.
-    gw.run_executor.wait_for(survey["runId"])
+    gw.runs.executor.wait_for(survey["runId"])
     slow = gw.call_tool(MANAGER, "sessions_spawn", {"task": "rewrite everything", "label": "rewriter"})
     print(f"   sessions_spawn -> {json.dumps({k: survey[k] for k in ('status', 'runId', 'childSessionKey')})}")
     sent = gw.call_tool(peer, "sessions_send", {"sessionKey": "main", "message": "how is the survey going?",
                                                 "timeoutSeconds": 5, "watch": True})
     print(f"   sessions_send (peer -> manager, watch) -> {json.dumps(sent)}")
-    gw.run_executor.wait_for(sent["runId"])
-    recent = gw.transcript(MANAGER)[-3:]
+    gw.runs.executor.wait_for(sent["runId"])
+    recent = gw.transcripts.transcript(MANAGER)[-3:]
     print(f"   the manager's transcript, newest: {len(recent)} message(s)")
     for message in recent:
         print(f"     | {message.role}: {' / '.join(message.text.splitlines())}")
@@ -123,7 +123,7 @@ def _tools_step(gw: Gateway, number: int) -> None:
     print(f"   sessions_list (includePreview): {len(rows)} session(s)")
     for row in rows:
         print(f"     | {row['key']:<36} {row['kind']:<8} v{row.get('stateVersion', '-')}  {row.get('preview') or ''}")
-    gw.human_message(MANAGER, "a human steps in on telegram", channel="telegram", sender="ops-chat")
+    gw.transcripts.human_message(MANAGER, "a human steps in on telegram", channel="telegram", sender="ops-chat")
     show_lines("the peer watches the manager now; its queue", gw.drain_system_events(peer))
 
 
@@ -144,20 +144,20 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
         raise
     print(f"sessionstate demo on {url}")
     for key in DEMO_SESSIONS:  # --reuse: a previous run's sessions, so the story starts clean
-        if gw.session_exists(key):
-            gw.delete_session(key)
+        if gw.ops.session_exists(key):
+            gw.ops.delete_session(key)
 
     heading(1, "A manager spawns a worker: the spawn edge seeds the manager's cursor")
     gw.create_session(MANAGER)
     gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
-    spawn_version = gw.state_version(WORKER)
-    cursor = gw.cursor_positions(MANAGER, WORKER)
+    spawn_version = gw.ops.state_version(WORKER)
+    cursor = gw.ops.cursor_positions(MANAGER, WORKER)
     assert cursor is not None  # the spawn edge seeded it
     print(f"   worker stateVersion {spawn_version}; manager cursor {tuple(cursor)}")
     # R27: each new session logs `created` first (log-only), so the spawn is not sequence 1.
     log = gw.session_status(WORKER, changes_since=0)["stateChanges"]["events"]
     print("   worker's log: " + ", ".join(f"{e['sequence']} {e['kind']}" for e in log)
-          + f" (sequences are global: {gw.state_version(MANAGER)} is the manager's created)")
+          + f" (sequences are global: {gw.ops.state_version(MANAGER)} is the manager's created)")
 
     heading(2, "A human steps into the worker over telegram, twenty times")
     for turn in range(1, 21):
@@ -183,7 +183,7 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     print("   events that landed after the notice was queued reopen exactly one follow-up:")
     show_lines("manager's queue", follow_up)
     gw.drain_system_events(MANAGER)
-    cursor = gw.cursor_positions(MANAGER, WORKER)
+    cursor = gw.ops.cursor_positions(MANAGER, WORKER)
     assert cursor is not None
     print(f"   manager cursor now {tuple(cursor)}")
 
@@ -197,7 +197,7 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     after = gw.pending_system_events(MANAGER)
     show_lines("queue after reopening (startup sweep)", after)
     print(f"   byte-identical after the restart: {before == after}")
-    cursor = gw.cursor_positions(MANAGER, WORKER)
+    cursor = gw.ops.cursor_positions(MANAGER, WORKER)
     assert cursor is not None
     noticed_since = cursor.last_seen
     gw.drain_system_events(MANAGER)
@@ -217,7 +217,7 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
     show_json(gap)
     print("   historyGap true: refresh the whole session instead of trusting a delta;")
     print(f"   stateVersion stays {gap['stateVersion']}: heads survive pruning.")
-    gw.stop_runs()
+    gw.runs.stop_runs()
     gw.close()
     print(f"\nThe story's database is left as it ends: sessionstate sessions --db '{url}'")
     return 0

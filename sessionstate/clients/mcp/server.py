@@ -16,7 +16,7 @@ serving meanwhile):
 
 Notices recorded by another process reach this one only through the durable cursors: while a
 client is subscribed, a poll queues the session's owed notices every ``poll_interval`` seconds
-(``Gateway.queue_owed_notices``, spec R18: a read, unlike a sweep it writes nothing) and
+(``Gateway.ops.queue_owed_notices``, spec R18: a read, unlike a sweep it writes nothing) and
 announces new ones; a read does the same first. ``docs/mcp.md`` says what that costs.
 """
 
@@ -122,11 +122,11 @@ class SessionToolServer:
         return self.gateway.allowed_tools(self.session_key)
 
     def _owed_and_pending(self) -> list[str]:
-        self.gateway.queue_owed_notices(self.session_key)
+        self.gateway.ops.queue_owed_notices(self.session_key)
         return self.gateway.pending_system_events(self.session_key)
 
     def _owed_and_drained(self) -> list[str]:
-        self.gateway.queue_owed_notices(self.session_key)
+        self.gateway.ops.queue_owed_notices(self.session_key)
         return self.gateway.drain_system_events(self.session_key)
 
     # -- connection lifespan and the notice poll ---------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence  # the ABCs: isinstance on typing's aliases is slow
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict, Unpack
 
 from ...errors import InvalidArgument, UnknownSession
 from ...shared.keys import SessionRef, check_key, resolve_agent_id
@@ -29,20 +29,28 @@ RETRY_PAUSE_SECONDS = 0.05
 Clock = Callable[[], float]
 WakeHook = Callable[[str, str], None]
 
+class ProtocolOptions(TypedDict, total=False):
+    """The notice protocol's settings, written once: ``NoticeCore`` reads them and
+    ``Gateway(store, ...)`` passes them on (``Unpack[ProtocolOptions]``)."""
+
+    on_wake: WakeHook | None  # called at most once per wake window per watcher (R12)
+    retention_days: float  # R13, 30 by default
+    max_rows: int  # R13, 50 000 by default
+    serve: Sequence[str]  # R19, every session (SERVE_ALL) by default
+    wake_window: float  # R12, R23, DEFAULT_WAKE_WINDOW by default
+
+
 class NoticeCore:
     """The notice service's state: what every part below reads and writes."""
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        clock: Clock,
-        on_wake: WakeHook | None = None,
-        retention_days: float = 30,
-        max_rows: int = 50_000,
-        serve: Sequence[str] = SERVE_ALL,
-        wake_window: float = DEFAULT_WAKE_WINDOW,
-    ) -> None:
+    def __init__(self, store: Store, *, clock: Clock, **options: Unpack[ProtocolOptions]) -> None:
+        if unknown := sorted(options.keys() - ProtocolOptions.__optional_keys__):
+            raise TypeError(f"unexpected keyword arguments {unknown}")
+        on_wake = options.get("on_wake")
+        retention_days = options.get("retention_days", 30)
+        max_rows = options.get("max_rows", 50_000)
+        serve = options.get("serve", SERVE_ALL)
+        wake_window = options.get("wake_window", DEFAULT_WAKE_WINDOW)
         if isinstance(retention_days, bool) or not isinstance(retention_days, (int, float)) or retention_days <= 0:
             raise InvalidArgument("retention_days must be a positive number")
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
@@ -95,7 +103,8 @@ class NoticeCore:
         if self.tracer is not None:
             self.tracer.wake(watcher, at, self.wakes.window, due)
 
-    def resolve(self, key: Any, agent_id: Any) -> SessionRef:
+    @locked
+    def resolve(self, key: Any, agent_id: Any = None) -> SessionRef:
         """(key, agent id) of an existing session, or ``UnknownSession``."""
         check_key(key)
         agent = resolve_agent_id(key, agent_id)

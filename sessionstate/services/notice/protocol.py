@@ -13,6 +13,10 @@ each public call is always: validate (raise, nothing changed) -> one transaction
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import NamedTuple
+
 from ...errors import InvalidArgument, SessionExists, UnknownSession
 from ...shared.keys import (
     DEFAULT_AGENT_ID,
@@ -31,11 +35,31 @@ from ...shared.validation import (
 from ...statemachine.table import SEED
 from ...store import SessionRecord
 from ..locking import locked
+from ..observing import GatewayObserver, observe
+from ..trace import Tracer
 from .announce import announcement_target, created_line
 from .core import Clock, WakeHook
+from .queue import QueuedEvent
 from .recording import PreparedEvent, Recording
 
-__all__ = ["Clock", "NoticeProtocol", "PreparedEvent", "WakeHook"]
+__all__ = ["Clock", "Diagnostics", "NoticeProtocol", "PreparedEvent", "WakeHook"]
+
+_OBSERVER_METHODS = ("recorded", "spawned", "queued", "drained", "wake_fired", "wake_owed")
+
+
+class Diagnostics(NamedTuple):
+    """A snapshot of a gateway's in-memory workings, for operators, drills and tests."""
+
+    owed_wakes: dict[str, float]  # watcher -> when its owed wake falls due (R12)
+    owed_wakes_cancelled: int  # owed wakes that fell due with nothing new held (drained meanwhile)
+    wake_timer_running: bool  # the wake timer was started (by the first owed wake)
+    unwoken: frozenset[str]  # watchers holding a waking line newer than this process's last wake of them
+    queued: dict[str, int]  # session -> lines queued for it in this process's memory
+    group_batches: int  # group commits of more than one caller so far
+    group_queued: int  # callers waiting for the write turn now
+    group_idle: bool  # no caller holds or waits for the write turn
+    server_id: str | None  # this process's server id (R19-R20) once registered
+    tracing: bool  # the protocol trace is being written (spec section 15)
 
 
 class NoticeProtocol(Recording):
@@ -44,28 +68,67 @@ class NoticeProtocol(Recording):
     effect (a queued notice or line, a withdrawal, a wake) waits for the outermost commit of
     the store's unit of work (R9)."""
 
-    @locked
-    def attach(self, session_key: str) -> int:
-        """R20: serve ``session_key`` from this process (the last attach wins); returns the
-        claim's generation. Needs the change pump."""
-        return self.serving.attach(session_key)
+    # -- operations (``Gateway.ops``) -------------------------------------------------------
+
+    @property
+    def wake_window(self) -> float:
+        """Seconds within which a watcher is woken at most once (R12, R23)."""
+        return self.wakes.window
+
+    def trace_to(self, path: str | os.PathLike[str]) -> None:
+        """Append the protocol trace to ``path`` from now on (spec section 15)."""
+        self.tracer = Tracer(path, self.store, self.queue)
+
+    def shut(self, *, unregister: bool = True) -> None:
+        """Give up this process's part, lock held: the claims (or, with ``unregister=False``,
+        only the change feed, leaving the row as a dead process would) and the trace."""
+        if unregister:
+            self.claims.unregister()
+        elif self.claims.feed is not None:
+            self.claims.feed.close()
+        if self.tracer is not None:
+            self.tracer.close()
+
+    def observe(self, observer: GatewayObserver) -> Callable[[], None]:
+        """Report this gateway's recordings, queued and drained notices and wakes to
+        ``observer`` (``metrics.instrument`` does); returns the function that stops it.
+        A gateway nobody observes pays nothing for it."""
+        missing = [name for name in _OBSERVER_METHODS if not callable(getattr(observer, name, None))]
+        if missing:
+            raise InvalidArgument(f"observer must have the GatewayObserver methods; missing {', '.join(missing)}")
+        return observe(self, observer)
 
     @locked
-    def detach(self, session_key: str) -> bool:
-        """R20: drop this process's claim on ``session_key``; ``True`` when it held one."""
-        return self.serving.detach(session_key)
+    def diagnostics(self) -> Diagnostics:
+        """A snapshot of the in-memory workings: owed wakes, the group commit, the server id."""
+        wakes, group, queue = self.wakes, self.group, self.queue
+        return Diagnostics(
+            owed_wakes=wakes.owed(), owed_wakes_cancelled=wakes.owed_cancelled,
+            wake_timer_running=wakes.timer is not None,
+            unwoken=frozenset(w for w in queue.sessions() if wakes.holds_unwoken(w)),
+            queued={s: n for s in queue.sessions() if (n := len(queue.peek(s)))},
+            group_batches=group.batches, group_queued=group.queued(), group_idle=group.idle(),
+            server_id=self.claims.server_id, tracing=self.tracer is not None,
+        )
 
     @locked
-    def serves(self, session_key: str) -> bool:
-        """R19: whether notices for ``session_key`` are queued (and wakes sent) here."""
+    def queued_events(self, session_key: str) -> list[QueuedEvent]:
+        """The lines queued in this process's memory for the session, in order, each with its
+        notice's target (``None`` for a plain line); unlike ``pending_system_events`` not
+        re-derived from the cursors."""
         check_key(session_key)
-        return self.serving.serves(session_key)
+        return self.queue.peek(session_key)
 
     @locked
-    def sweep_changes(self) -> int:
-        """R22: one sweep now, of everything committed before the call (what the pump runs on
-        a change); notices queued."""
-        return self.serving.sweep(sync=True)
+    def forget_queued(self, session_key: str | None = None) -> None:
+        """Drop the lines queued in memory (for one session, or all), as a restart does; the
+        cursors still owe their notices (R11: the next sweep queues them again)."""
+        if session_key is not None:
+            check_key(session_key)
+        for session in [session_key] if session_key is not None else self.queue.sessions():
+            self.queue.clear(session)
+
+    # -- sessions ---------------------------------------------------------------------------
 
     @locked
     def create_session(

@@ -10,7 +10,7 @@ from collections.abc import (  # the ABCs: isinstance on typing's aliases is slo
     Mapping,
     Sequence,
 )
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ...errors import (
     InvalidArgument,
@@ -45,6 +45,28 @@ if (states_written_by(MATERIAL_EVENT) | states_written_by(SELF_EVENT)) - {CAUGHT
     raise ImportError("the transition table needs cursor writes the event hot path does not make")
 
 
+class _RequiredEventArgs(TypedDict):
+    actor_type: str
+    summary: str
+
+
+class EventArgs(_RequiredEventArgs, total=False):
+    """``record_event``'s keyword arguments, written once: ``prepare_event`` reads them,
+    ``record_event``, ``Gateway.record_event`` and ``AsyncGateway.record_event`` pass them on
+    (``Unpack[EventArgs]``). ``actor_type`` and ``summary`` are required."""
+
+    actor_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    payload: dict[str, Any] | None
+    dedupe_key: str | None
+    occurred_at: float | None
+
+
+EVENT_ARGS = EventArgs.__required_keys__ | EventArgs.__optional_keys__
+REQUIRED_EVENT_ARGS = EventArgs.__required_keys__
+
+
 class PreparedEvent(NamedTuple):
     # None until resolved inside the append's transaction (``requested`` names it): a
     # resolution that reads the database must fail as the append does (R15).
@@ -74,30 +96,12 @@ class Recording(Turns):
             store.lock, lambda: store.in_transaction, self._record_alone, self._record_batch
         )
 
-    def record_event(
-        self,
-        session_key: str,
-        kind: str,
-        *,
-        actor_type: str,
-        summary: str,
-        actor_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        payload: dict[str, Any] | None = None,
-        dedupe_key: str | None = None,
-        occurred_at: float | None = None,
-    ) -> int | None:
+    def record_event(self, session_key: str, kind: str, **event: Unpack[EventArgs]) -> int | None:
         """Append one event; returns its sequence, or ``None`` if storage failed (R15).
 
         Validated first (raising, nothing written); concurrent calls from other threads may
         share its transaction (group commit), and it returns only after that commit."""
-        event = self.prepare_event(
-            session_key, kind, actor_type=actor_type, summary=summary, actor_id=actor_id,
-            agent_id=agent_id, run_id=run_id, payload=payload, dedupe_key=dedupe_key,
-            occurred_at=occurred_at,
-        )
-        return self.group.submit((event,))[0]
+        return self.group.submit((self.prepare_event(session_key, kind, **event),))[0]
 
     def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
         """Append a burst in one transaction; each item holds ``record_event``'s arguments
@@ -128,25 +132,23 @@ class Recording(Turns):
     def record_prepared(self, calls: Sequence[Sequence[PreparedEvent]]) -> list[Waiter[PreparedEvent]]:
         """Commit several callers' prepared events as one group (with whatever other threads
         have queued), waiting for the write turn; each waiter holds its caller's outcome."""
+        if isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence) or not all(
+            isinstance(events, Sequence) and all(isinstance(e, PreparedEvent) for e in events) for events in calls
+        ):
+            raise InvalidArgument("calls must be a sequence of sequences of prepared events (prepare_event)")
         return self.group.submit_all(calls)
 
-    def prepare_event(
-        self,
-        session_key: str,
-        kind: str,
-        *,
-        actor_type: str,
-        summary: str,
-        actor_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        payload: dict[str, Any] | None = None,
-        dedupe_key: str | None = None,
-        occurred_at: float | None = None,
-    ) -> PreparedEvent:
+    def prepare_event(self, session_key: str, kind: str, **event: Unpack[EventArgs]) -> PreparedEvent:
         """Validate one event's arguments (raising, nothing written); pure, so it runs before
         the caller waits for the write turn. The target is resolved here when its key names the
         agent and no dedupe key asks for a read, else inside the append's transaction (R15)."""
+        if not EVENT_ARGS.issuperset(event) or not REQUIRED_EVENT_ARGS <= event.keys():
+            unknown, missing = sorted(event.keys() - EVENT_ARGS), sorted(REQUIRED_EVENT_ARGS - event.keys())
+            raise TypeError(f"record_event() got unexpected keyword arguments {unknown}" if unknown
+                            else f"record_event() missing required keyword arguments {missing}")
+        actor_type, summary = event["actor_type"], event["summary"]
+        actor_id, agent_id, run_id = event.get("actor_id"), event.get("agent_id"), event.get("run_id")
+        payload, dedupe_key, occurred_at = event.get("payload"), event.get("dedupe_key"), event.get("occurred_at")
         check_key(session_key)
         check_kind(kind)
         check_actor_type(actor_type)

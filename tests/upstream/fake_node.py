@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .paired_node import NodeUnavailable
+from sessionstate.upstream.providers.paired_node import NodeUnavailable
 
 
 class InMemoryNodeClient:
