@@ -125,7 +125,7 @@ def main() -> None:
         raw = RawLog(Path(tmp) / "raw.db")
         raw.db.execute(f"PRAGMA synchronous = {options['--synchronous']}")
         gw = open_side(f"sqlite:///{tmp}/gw.db", slots, options["--synchronous"])
-        group = gw._protocol.group  # the gateway's GroupCommit (its counters and probes)
+        group = gw.ops.group  # the gateway's GroupCommit (its counters and probes)
         if "--no-gather" in args:
             group.gather = False
         timed = hasattr(group, "timings")

@@ -64,7 +64,7 @@ class GatewayAdapter:
             raise RuntimeError("no implementation: send fresh first")
         if op == "clock":
             self.now = float(r["now"])
-            gw.fire_due_wakes()
+            gw.ops.fire_due_wakes()
             return {}
         if op == "create":
             gw.create_session(r["key"])
@@ -77,13 +77,13 @@ class GatewayAdapter:
                                   actor_id=r.get("actorId"), dedupe_key=r.get("dedupeKey"))
             return {"sequence": seq}
         if op == "human":
-            return {"sequence": gw.human_message(r["session"], r.get("text", "hello"))}
+            return {"sequence": gw.transcripts.human_message(r["session"], r.get("text", "hello"))}
         if op == "watch":
             return {"watched": bool(gw.watch(r["watcher"], r["target"]))}
         if op == "drain":
             lines = gw.drain_system_events(r["watcher"])
             if self.fault == "drop-follow-up":
-                gw.forget_queued(r["watcher"])
+                gw.ops.forget_queued(r["watcher"])
             return {"lines": lines}
         if op == "pending":
             return {"lines": gw.pending_system_events(r["watcher"])}
@@ -95,15 +95,15 @@ class GatewayAdapter:
                     "events": [{"sequence": e["sequence"], "kind": e["kind"], "actorType": e["actorType"]}
                                for e in changes["events"]]}
         if op == "version":
-            return {"stateVersion": gw.state_version(r["session"])}
+            return {"stateVersion": gw.ops.state_version(r["session"])}
         if op == "reset":
             kept = gw.pending_system_events(r["session"]) if self.fault == "queue-survives-reset" else []
-            gw.reset_session(r["session"])
+            gw.ops.reset_session(r["session"])
             for line in kept:
-                gw.enqueue_system_event(r["session"], line)
+                gw.ops.enqueue_system_event(r["session"], line)
             return {}
         if op == "delete":
-            gw.delete_session(r["session"])
+            gw.ops.delete_session(r["session"])
             return {}
         if op == "prune":
             return dict(gw.prune())

@@ -163,7 +163,7 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
         gw = Gateway.open(url, clock=lambda: now[0], on_wake=on_wake, record_created=False,
                           notify_on_create=False)
         if server:
-            gw.register_server()
+            gw.cluster.register()
         return gw
 
     first = opened(False)
@@ -189,7 +189,7 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
             if action is None:
                 now[0] += replay.STEP_SECONDS
                 for gw in gws:
-                    gw.fire_due_wakes()
+                    gw.ops.fire_due_wakes()
             elif action[0] == "restart":
                 process = action[1] if processes == 2 else 0
                 gws[process].close()
