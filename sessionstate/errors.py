@@ -77,6 +77,15 @@ class StorageUnavailable(StorageError):
     code = "storage_unavailable"
 
 
+class CommitOutcomeUnknown(StorageUnavailable):
+    """The connection was lost while COMMIT was in flight and asking the server afterwards
+    (spec R29) could not tell whether the transaction committed: its changes may or may not
+    be in the database. ``retry_safe`` is false; only an idempotent retry is safe (R10's
+    dedupe key, an attach)."""
+
+    code = "storage_unavailable"
+
+
 class StorageBusy(StorageUnavailable):
     """Another connection held the write lock longer than the busy timeout (10 s)."""
 

@@ -39,6 +39,7 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
 from ..errors import (
+    CommitOutcomeUnknown,
     InvalidDatabaseUrl,
     StorageConflict,
     StorageError,
@@ -47,7 +48,7 @@ from ..errors import (
     UnknownSession,
     UnsupportedBackend,
 )
-from . import postgres_schema, tables  # noqa: F401  (tables registers every table module)
+from . import commit_outcome, postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import POSTGRES
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .records import CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
@@ -209,6 +210,10 @@ class PostgresStore(SqlStore):
         # R22: what this transaction must tell the other servers, sent with its commit.
         self._changed_watchers: list[str] = []
         self._notified_events: list[NotifiedEvent] = []
+        # R29: how the commits whose answer was lost were resolved (diagnostics, tests).
+        self.commit_resolutions: dict[str, int] = {
+            commit_outcome.COMMITTED: 0, commit_outcome.ABORTED: 0, commit_outcome.UNKNOWN: 0
+        }
         try:
             self._create_schema(create)
             self._connect()
@@ -245,6 +250,9 @@ class PostgresStore(SqlStore):
         pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
         self._cur = pg.cursor()
+        # R29: the timeline this connection's transactions begin on (once per connection).
+        row = pg.execute(commit_outcome.TIMELINE_SQL).fetchone()
+        self._timeline: str | None = row[0] if row else None
 
     def _reconnect_if_broken(self) -> None:
         if not (self._pg.broken or self._pg.closed):
@@ -362,7 +370,31 @@ class PostgresStore(SqlStore):
     def _commit(self) -> None:
         # R22: the notification goes with the commit, in the same round trip.
         self._locked.clear()
-        self._control(self._take_notifications() + "COMMIT", committing=True)
+        # R29: the transaction's id, learned before COMMIT is sent (None: it wrote nothing).
+        try:
+            txid = self._cur.execute(commit_outcome.TXID_SQL).fetchone()[0]  # type: ignore[index]
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc  # before COMMIT: the server rolls it back
+        began_on = self._timeline
+        try:
+            self._control(self._take_notifications() + "COMMIT", committing=True)
+        except CommitOutcomeUnknown:
+            outcome = commit_outcome.COMMITTED if txid is None else commit_outcome.resolve(
+                self._resolving_connection, txid, began_on
+            )
+            self.commit_resolutions[outcome] += 1
+            if outcome == commit_outcome.COMMITTED:
+                return  # as if the answer had arrived
+            if outcome == commit_outcome.ABORTED:
+                raise StorageUnavailable(
+                    f"PostgreSQL connection lost during commit; transaction {txid} rolled back",
+                    retry_safe=True,
+                ) from None
+            raise
+
+    def _resolving_connection(self) -> "psycopg.Connection[Any]":
+        self._reconnect_if_broken()
+        return self._pg
 
     def _rollback(self) -> None:
         try:
@@ -669,7 +701,7 @@ def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
         # A transaction whose connection broke before COMMIT was rolled back by the server;
         # one that broke during COMMIT may or may not have committed.
         if committing:
-            return StorageUnavailable(
+            return CommitOutcomeUnknown(
                 f"PostgreSQL connection lost during commit; the outcome is unknown ({detail})"
             )
         return StorageUnavailable(f"PostgreSQL unavailable: {detail}", retry_safe=True)

@@ -4,9 +4,10 @@ notices another process owes it (R18), plain lines, and ``session_status`` (reco
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from ...errors import UnknownSession
+from ...errors import CommitOutcomeUnknown, StorageError, UnknownSession
 from ...shared.keys import SessionRef, check_key, is_agent_qualified, resolve_agent_id
 from ...shared.validation import MAX_SYSTEM_EVENT_CHARS, check_changes_since, check_text
 from ...statemachine import Positions, derive_state
@@ -14,6 +15,11 @@ from ...statemachine.table import DRAIN, PENDING_STATES
 from ..locking import locked
 from .core import CHANGES_PAGE
 from .cursors import CursorLifecycle
+
+log = logging.getLogger(__name__)
+
+# R29: a drain whose commit is known to have rolled back is run again, this many times in all.
+DRAIN_ATTEMPTS = 3
 from .queue import plan_drain
 from .reconcile import events_json
 
@@ -41,15 +47,45 @@ class Turns(CursorLifecycle):
             texts = [e.text for e in entries]
             self.store.after_commit(lambda: self.queue.remove(session_key, texts))
             return [e.text for e in entries if e.target is None]
+        for attempt in range(1, DRAIN_ATTEMPTS + 1):
+            try:
+                return self._drain_once(session_key, entries)
+            except CommitOutcomeUnknown as exc:
+                # R29: the commit may have acknowledged the pairs: the lines are returned (a
+                # later drain may repeat one; none is lost).
+                lines = getattr(exc, "drained_lines", None)
+                if lines is None or self.store.in_transaction:
+                    raise
+                log.warning("drain of %s: commit outcome unknown; returning its lines", session_key)
+                return list(lines)
+            except StorageError as exc:
+                # R29: a commit known to have rolled back changed nothing: drain again.
+                if not exc.retry_safe or attempt == DRAIN_ATTEMPTS or self.store.in_transaction:
+                    raise
+                entries = self.queue.peek(session_key)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _drain_once(self, session_key: str, entries: Any) -> list[str]:
         now = self.clock()
         follow_ups: list[tuple[str, SessionRef, int]] = []
+        lines: list[tuple[str, SessionRef | None]] = []
+        try:
+            self._drain_transaction(session_key, entries, now, follow_ups, lines)
+        except CommitOutcomeUnknown as exc:
+            exc.drained_lines = [text for text, _ in lines]  # type: ignore[attr-defined]
+            raise
+        return [text for text, _ in lines]
+
+    def _drain_transaction(self, session_key: str, entries: Any, now: float,
+                           follow_ups: list[tuple[str, SessionRef, int]],
+                           lines: list[tuple[str, SessionRef | None]]) -> None:
         with self.store.transaction():
             self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
             # One read for every pending pair, effective positions included (R7): the
             # acknowledgements fire on them without reading each cursor again.
             owed = {(r.target_key, r.target_agent_id): r.positions
                     for r in self.store.pending_cursors_held_by(session_key)}
-            lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
+            lines[:] = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
             for text, target in lines:
                 if target is None:
                     continue
@@ -61,7 +97,6 @@ class Turns(CursorLifecycle):
             texts = [e.text for e in entries]
             self.store.after_commit(lambda: self.queue.remove(session_key, texts))
             self.queue_notices(follow_ups)
-        return [text for text, _ in lines]
 
     @locked
     def pending_system_events(self, session_key: str) -> list[str]:

@@ -1,0 +1,121 @@
+"""A unix-socket proxy in front of a PostgreSQL server that loses a COMMIT's answer on demand.
+
+For the fault trials of spec R29: ``arm(AFTER_COMMIT)`` makes the next client message holding
+``COMMIT`` reach the server, then closes both sides before the server's answer comes back (the
+transaction commits, the client cannot know); ``arm(BEFORE_COMMIT)`` closes them without
+forwarding it (the server rolls the transaction back). ``refuse(seconds)`` turns new
+connections away for a while (no server answers a resolution). libpq reaches the proxy with
+``host=<proxy.directory>`` and the server's port: the proxy listens on ``.s.PGSQL.<port>``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import tempfile
+import threading
+import time
+
+AFTER_COMMIT, BEFORE_COMMIT = "after_commit", "before_commit"
+
+
+class CommitDroppingProxy:
+    """Forwards every connection to the server's socket; see the module docstring."""
+
+    def __init__(self, server_directory: str, port: int = 5432) -> None:
+        self.target = os.path.join(server_directory, f".s.PGSQL.{port}")
+        self.directory = tempfile.mkdtemp(prefix="sessionstate-pgproxy.")
+        os.chmod(self.directory, 0o755)
+        self.port = port
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(os.path.join(self.directory, f".s.PGSQL.{port}"))
+        self._listener.listen(64)
+        self._lock = threading.Lock()
+        self._armed: str | None = None
+        self._refuse_until = 0.0
+        self.dropped = 0  # how many COMMITs were cut off
+        self._closed = False
+        threading.Thread(target=self._accept, name="pgproxy", daemon=True).start()
+
+    def arm(self, mode: str) -> None:
+        """Cut off the next COMMIT (``AFTER_COMMIT`` or ``BEFORE_COMMIT``)."""
+        with self._lock:
+            self._armed = mode
+
+    def refuse(self, seconds: float) -> None:
+        """Turn new connections away for ``seconds``."""
+        with self._lock:
+            self._refuse_until = time.monotonic() + seconds
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        try:
+            os.unlink(os.path.join(self.directory, f".s.PGSQL.{self.port}"))
+            os.rmdir(self.directory)
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                refused = time.monotonic() < self._refuse_until
+            if refused:
+                client.close()
+                continue
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                server.connect(self.target)
+            except OSError:
+                client.close()
+                server.close()
+                continue
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _take_armed(self, chunk: bytes) -> str | None:
+        # A simple-protocol query message ('Q') whose text holds COMMIT: the store's commit.
+        if not chunk.startswith(b"Q") or b"COMMIT" not in chunk:
+            return None
+        with self._lock:
+            mode, self._armed = self._armed, None
+        return mode
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        sockets = [client, server]
+        try:
+            while True:
+                readable, _, _ = select.select(sockets, [], [], 1.0)
+                if self._closed:
+                    return
+                for sock in readable:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    if sock is client:
+                        mode = self._take_armed(chunk)
+                        if mode == BEFORE_COMMIT:
+                            self.dropped += 1
+                            return
+                        server.sendall(chunk)
+                        if mode == AFTER_COMMIT:
+                            # The server has the COMMIT; its answer never comes back. Give it
+                            # a moment to read the message before the socket closes.
+                            time.sleep(0.2)
+                            self.dropped += 1
+                            return
+                    else:
+                        client.sendall(chunk)
+        except OSError:
+            return
+        finally:
+            for sock in sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()

@@ -1,0 +1,127 @@
+"""R29: a commit whose answer was lost is resolved, not guessed (PostgreSQL).
+
+The unknown outcome is injected deterministically by a proxy in front of the test server
+(sessionstate/verify/pgproxy.py): the COMMIT reaches the server and its answer is cut off
+(the transaction committed), or the COMMIT is cut off (it rolled back), or, after the cut, no
+server answers the resolution (unknown). Each case checks the drained lines, the log (raw
+SQL) and what a later drain returns: no notice lost, no event acknowledged twice or dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import parse_qs
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from sessionstate import Gateway
+from sessionstate.store import commit_outcome
+from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN, classify
+from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
+
+W = "agent:main:main"
+T = "agent:main:group:lobby"
+
+
+# -- the classification (pure) ----------------------------------------------------------------
+
+
+def test_classify_trusts_committed_only_on_the_timeline_the_transaction_began_on() -> None:
+    assert classify("committed", "00000001", "00000001") == COMMITTED
+    assert classify("committed", "00000001", "00000002") == UNKNOWN  # a failover: maybe reissued
+    assert classify("aborted", "00000001", "00000002") == ABORTED
+    assert classify("in progress", "00000001", "00000001") is None  # ask again
+    assert classify("in progress", "00000001", "00000002") == ABORTED  # another's transaction
+    assert classify(None, "00000001", "00000001") == UNKNOWN  # history truncated
+    assert classify("committed", None, None) == UNKNOWN
+
+
+# -- the injected cases -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def proxied(pg_url: str) -> Iterator[tuple[str, str, CommitDroppingProxy]]:
+    """(URL through the proxy, the direct URL, the proxy)."""
+    url = make_url(pg_url)
+    host = url.query["host"]
+    server_dir = host if isinstance(host, str) else host[0]
+    proxy = CommitDroppingProxy(server_dir)
+    try:
+        yield url.update_query_dict({"host": proxy.directory}).render_as_string(hide_password=False), pg_url, proxy
+    finally:
+        proxy.close()
+
+
+def raw(direct_url: str, sql: str) -> list[tuple]:
+    url = make_url(direct_url)
+    options = parse_qs(url.render_as_string(hide_password=False).split("?", 1)[1])
+    with psycopg.connect(host=options["host"][0], dbname=url.database, user=url.username,
+                         options=options["options"][0], autocommit=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def world(url: str) -> Gateway:
+    gw = Gateway.open(url, record_created=False, notify_on_create=False)
+    gw.create_session(W)
+    gw.create_session(T)
+    gw.watch(W, T)
+    assert gw.record_event(T, "human_direct_message", actor_type="human", summary="hello") is not None
+    assert gw.pending_system_events(W), "the watcher owes a notice"
+    return gw
+
+
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_a_drain_whose_commit_answer_is_lost_delivers_its_lines_once(proxied, mode: str, outcome: str) -> None:
+    url, direct, proxy = proxied
+    gw = world(url)
+    try:
+        expected = gw.pending_system_events(W)
+        proxy.arm(mode)
+        lines = gw.drain_system_events(W)
+        assert proxy.dropped == 1, "the proxy cut a COMMIT off"
+        assert gw.store.commit_resolutions[outcome] == 1  # type: ignore[attr-defined]
+        assert lines == expected  # committed: returned; aborted: drained again
+        assert gw.drain_system_events(W) == []  # acknowledged exactly once
+        pending = raw(direct, "SELECT count(*) FROM session_watch_cursors WHERE notified_sequence <> last_seen_sequence")
+        assert pending == [(0,)]
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_a_record_whose_commit_answer_is_lost_is_acknowledged_once_and_stored_once(
+    proxied, mode: str, outcome: str
+) -> None:
+    url, direct, proxy = proxied
+    gw = world(url)
+    try:
+        proxy.arm(mode)
+        sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="again")
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions[outcome] == 1  # type: ignore[attr-defined]
+        assert sequence is not None, "resolved: acknowledged, not reported as failed"
+        rows = raw(direct, "SELECT sequence FROM session_state_events WHERE summary = 'again'")
+        assert rows == [(sequence,)]
+    finally:
+        gw.close()
+
+
+def test_a_drain_whose_outcome_stays_unknown_returns_its_lines(proxied, monkeypatch) -> None:
+    """No server answers the resolution: the spec's conservative choice, the lines are
+    returned (a later drain may repeat them; none is lost)."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "RESOLVE_SECONDS", 0.5)
+    try:
+        expected = gw.pending_system_events(W)
+        proxy.arm(AFTER_COMMIT)
+        proxy.refuse(1.5)
+        lines = gw.drain_system_events(W)
+        assert gw.store.commit_resolutions[UNKNOWN] == 1  # type: ignore[attr-defined]
+        assert lines == expected
+        # It did commit (the server had the COMMIT): the pair is acknowledged, nothing repeats.
+        assert raw(direct, "SELECT count(*) FROM session_watch_cursors WHERE notified_sequence <> last_seen_sequence") == [(0,)]
+    finally:
+        gw.close()
