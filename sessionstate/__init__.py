@@ -12,6 +12,7 @@ from .errors import (
     SchemaVersionError,
     SessionExists,
     SessionStateError,
+    CommitOutcomeUnknown,
     StorageBusy,
     StorageConflict,
     StorageError,
@@ -32,6 +33,7 @@ from .facade.aio import AsyncGateway
 
 __all__ = [
     "AsyncGateway",
+    "CommitOutcomeUnknown",
     "CursorPositions",
     "Diagnostics",
     "Gateway",
