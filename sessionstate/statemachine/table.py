@@ -106,15 +106,17 @@ TRANSITIONS: Final[tuple[Transition, ...]] = (
 
 class KindPolicy(NamedTuple):
     kind: str
-    notifies: bool
+    notifies: bool  # R1: a material change, a notice for every other actor's watchers
+    seeds_parent: bool = False  # R4: recorded on a new child, it seeds the spawning parent's cursor
 
 
-# The event-kind table of the spec (section 8).
+# The event-kind table of the spec (section 8). The hot path reads NOTIFYING_KINDS, the spawn
+# path SEEDING_KINDS, and verify/promela.py renders both into the SPIN model's event classes.
 EVENT_KINDS: Final[tuple[KindPolicy, ...]] = (
     KindPolicy("human_direct_message", True),
     KindPolicy("upstream_missing", True),
     KindPolicy("goal_changed", True),
-    KindPolicy("child_spawned", False),
+    KindPolicy("child_spawned", False, seeds_parent=True),
     KindPolicy("run_completed", False),
     KindPolicy("run_failed", False),
     KindPolicy("compacted", False),
@@ -122,7 +124,9 @@ EVENT_KINDS: Final[tuple[KindPolicy, ...]] = (
     KindPolicy("created", False),
 )
 
+SPAWN_KIND: Final = "child_spawned"  # what a spawn records on the child (R4)
 NOTIFYING_KINDS: Final = frozenset(p.kind for p in EVENT_KINDS if p.notifies)
+SEEDING_KINDS: Final = frozenset(p.kind for p in EVENT_KINDS if p.seeds_parent)
 KNOWN_KINDS: Final = frozenset(p.kind for p in EVENT_KINDS)
 
 ACTOR_TYPES: Final = ("human", "agent", "system")

@@ -34,8 +34,10 @@ def transition_rows() -> list[tuple[str, str, str, str]]:
     return [tuple(r) for r in table_rows("4. Transition table")]  # type: ignore[misc]
 
 
-def kind_rows() -> list[tuple[str, bool]]:
-    return [(r[0], {"yes": True, "no": False}[r[1]]) for r in table_rows("8. Event kinds")]
+def kind_rows() -> list[tuple[str, bool, bool]]:
+    """Section 8: (kind, notifies, seeds the parent's cursor)."""
+    yes = {"yes": True, "no": False}
+    return [(r[0], yes[r[1]], yes[r[2]]) for r in table_rows("8. Event kinds")]
 
 
 def effect_rows() -> list[tuple[str, str, str]]:

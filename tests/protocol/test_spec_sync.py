@@ -44,7 +44,7 @@ def test_machine_compiles_back_to_the_spec_table():
 
 
 def test_event_kinds_match_the_spec():
-    assert kind_rows() == [(p.kind, p.notifies) for p in EVENT_KINDS]
+    assert kind_rows() == [(p.kind, p.notifies, p.seeds_parent) for p in EVENT_KINDS]
 
 
 def test_notice_text_matches_the_spec():

@@ -17,6 +17,8 @@ from sessionstate.statemachine import effects
 from sessionstate.statemachine.effectdata import EFFECT_DATA, EffectSpec, promela_inline
 from sessionstate.statemachine.table import (
     CAUGHT_UP,
+    EVENT_KINDS,
+    KindPolicy,
     DRAIN,
     EFFECT_ACK,
     EFFECT_RAISE_MATERIAL,
@@ -28,6 +30,7 @@ from sessionstate.statemachine.table import (
 )
 from sessionstate.verify import promela, runner
 from sessionstate.verify.promela import Mutation, generate
+from sessionstate.verify.promela_kinds import spec_kinds
 from sessionstate.verify.spin import BOUNDS, SpinReport, run_spin
 
 from .test_promela import need_spin
@@ -115,6 +118,43 @@ def test_spin_finds_a_bug_seeded_in_the_one_source(name, tmp_path):
     print(_line(report))
     assert report.failed is not None, f"SPIN missed the seeded bug {name}"
     assert expected in report.failed.output, report.failed.output[-2000:]
+
+
+def _kind(kind: str, **changes) -> tuple[KindPolicy, ...]:
+    assert kind in {p.kind for p in EVENT_KINDS}
+    return tuple(p._replace(**changes) if p.kind == kind else p for p in EVENT_KINDS)
+
+
+# A kind's policy changed in the code's table (what the gateway would do); the model's ghosts
+# come from the spec's table, so each is a counterexample: name -> (kinds, what pan must report).
+KIND_SEEDED = {
+    # R1: a log-only kind notifies (INV5 on the spec's ghost: no log-only notice).
+    "compacted_notifies": (_kind("compacted", notifies=True), "assertion violated (opened==255)"),
+    # R1: a material kind is treated as log-only (INV6: the owed event is above M, never noticed).
+    "goal_changed_is_log_only": (_kind("goal_changed", notifies=False), "assertion violated"),
+    # R4: the spawn no longer seeds the parent's cursor.
+    "child_spawned_does_not_seed": (_kind("child_spawned", seeds_parent=False), "SPEC_SEEDS"),
+    # R4: another kind seeds its actor's cursor.
+    "run_failed_seeds": (_kind("run_failed", seeds_parent=True), "SPEC_SEEDS"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KIND_SEEDED))
+def test_spin_finds_a_bug_seeded_in_a_kind_policy(name, tmp_path):
+    need_spin()
+    kinds, expected = KIND_SEEDED[name]
+    report = run_spin(generate(kinds=kinds), 1, BOUNDS[1], properties=("safety",), workdir=tmp_path)
+    print(_line(report))
+    assert report.failed is not None, f"SPIN missed the seeded kind bug {name}"
+    assert expected in report.failed.output, report.failed.output[-2000:]
+
+
+def test_the_kind_ghosts_come_from_the_spec_not_from_the_code():
+    model = generate(kinds=_kind("compacted", notifies=True))
+    assert "NOTIFIES[K_COMPACTED] = 1;" in model and "SPEC_NOTIFIES[K_COMPACTED] = 0;" in model
+    assert spec_kinds() == EVENT_KINDS  # the committed tables agree (test_spec_sync.py checks it too)
+    with pytest.raises(ValueError, match="kinds and the spec's differ"):
+        generate(kinds=EVENT_KINDS[:-1])
 
 
 def test_the_unmutated_model_declares_the_ghosts_apart_from_the_decisions():

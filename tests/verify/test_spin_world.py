@@ -58,11 +58,14 @@ MUTATIONS = {
     # R23: the owed wake at the window's end, dropped.
     "owed_wake": ("wake(w, qw, wc)", "skip", 1),
     # R2: an event by the watcher itself notifies it.
-    "self_suppression": ("notifying && a == PW[pe] ->", "false ->", 1),
+    "self_suppression": ("NOTIFIES[k] && a == PW[pe] ->", "false ->", 1),
     # R20: an attach that does not move the claim.
     "claims": ("claim[w] = q;", "skip;", 2),
 }
-MUTATION_SEEDS = {"heal_rewake": range(1, 121), "owed_wake": range(1, 31), "self_suppression": range(1, 11),
+# Seeds that reach each mutant's code; the owed wake needs a wake, a second notice inside the
+# window and the window's end in one run: with the event kinds picked at random (three classes,
+# spec section 8) the first such seed at these bounds is 97 (then 150), so its range starts there.
+MUTATION_SEEDS = {"heal_rewake": range(1, 121), "owed_wake": range(90, 101), "self_suppression": range(1, 11),
                   "claims": range(1, 31)}
 
 

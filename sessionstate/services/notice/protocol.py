@@ -32,7 +32,7 @@ from ...shared.validation import (
     check_line,
     check_optional_id,
 )
-from ...statemachine.table import SEED
+from ...statemachine.table import SEED, SEEDING_KINDS, SPAWN_KIND
 from ...store import SessionRecord
 from ..locking import locked
 from ..observing import GatewayObserver, observe
@@ -178,14 +178,15 @@ class NoticeProtocol(Recording):
                 self.store.after_commit(lambda: self._announce(main, line))
             if parent_target is not None:
                 sequence, inserted = self.store.append_event(
-                    key, agent, "child_spawned", "agent", parent_target[0], run_id,
+                    key, agent, SPAWN_KIND, "agent", parent_target[0], run_id,
                     f"spawned by {parent_target[0]}"[:MAX_SUMMARY_LENGTH], None, now, now,
                     f"child-spawned:{run_id}" if run_id else None,
                 )
                 if inserted and self.tracer is not None:
-                    self.tracer.event(sequence, (key, agent), "child_spawned", "agent", parent_target[0])
-                # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn.
-                if is_agent_qualified(parent_target[0]):
+                    self.tracer.event(sequence, (key, agent), SPAWN_KIND, "agent", parent_target[0])
+                # R3: only agent-qualified parents hold cursors; R4: seeded at the spawn, as the
+                # kind table says of the spawn's kind.
+                if is_agent_qualified(parent_target[0]) and SPAWN_KIND in SEEDING_KINDS:
                     self._fire_pairs([(parent_target[0], (key, agent), None)], SEED, sequence, now,
                                      provenance=PROVENANCE_SPAWN)
                     self.store.set_provenance(parent_target[0], key, agent, PROVENANCE_SPAWN, promote_only=False)
