@@ -20,7 +20,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 from collections.abc import Set
-from typing import cast
+from typing import Mapping, cast
 
 from ..facade.gateway import Gateway
 from ..shared.formats import notice_text
@@ -70,21 +70,22 @@ def open_replayed(url: str, wakes: ReplayWakes) -> Gateway:
                         notify_on_create=False)
 
 
-def apply_real(gw: Gateway, url: str, action: Action, wakes: ReplayWakes) -> Gateway:
+def apply_real(gw: Gateway, url: str, action: Action, wakes: ReplayWakes,
+               keys: Mapping[str, str] = KEYS) -> Gateway:
     """Run one model-check action on the real gateway; returns the gateway to go on with (a
     restart or crash closes ``gw`` and opens a new one). Also the SPIN trail replay's (spin.py)."""
     kind = action[0]
     if kind == "event":
         _, target, actor, notifying = action
         gw.record_event(
-            KEYS[target],
+            keys[target],
             "human_direct_message" if notifying else "run_completed",
             actor_type="human" if actor is None else "agent",
-            actor_id=None if actor is None else KEYS[actor],
+            actor_id=None if actor is None else keys[actor],
             summary="model-check event",
         )
     elif kind == "drain":
-        gw.drain_system_events(KEYS[action[1]])
+        gw.drain_system_events(keys[action[1]])
     elif kind in ("restart", "crash"):  # a crash is a restart to the protocol (its wake is lost)
         gw.close()
         return open_replayed(url, wakes)
@@ -94,13 +95,13 @@ def apply_real(gw: Gateway, url: str, action: Action, wakes: ReplayWakes) -> Gat
         gw.ops.max_rows = gw.store.event_count() - 1
         gw.prune()
     elif kind == "reset":
-        gw.ops.reset_session(KEYS[action[1]])
+        gw.ops.reset_session(keys[action[1]])
     elif kind == "delete":
-        gw.ops.delete_session(KEYS[action[1]])
+        gw.ops.delete_session(keys[action[1]])
     elif kind == "watch":
-        gw.watch(KEYS[action[1]], KEYS[action[2]], ambient=action[3] == "ambient")
+        gw.watch(keys[action[1]], keys[action[2]], ambient=action[3] == "ambient")
     elif kind == "unwatch":
-        gw.unwatch(KEYS[action[1]], KEYS[action[2]])
+        gw.unwatch(keys[action[1]], keys[action[2]])
     return gw
 
 
@@ -174,29 +175,30 @@ def _open_server(url: str, wakes: ReplayWakes) -> Gateway:
     return gw
 
 
-def apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: ReplayWakes) -> list[str] | None:
+def apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: ReplayWakes,
+                       keys: Mapping[str, str] = KEYS) -> list[str] | None:
     """Run one two-process action on the real gateways; returns a drain's lines."""
     kind, process = action[0], process_of(action)
     gw = gws[0 if process is None else process]
     if kind == "event":
-        apply_real(gw, url, action[:4], wakes)
+        apply_real(gw, url, action[:4], wakes, keys)
     elif kind == "drain":
-        return gw.drain_system_events(KEYS[action[1]])
+        return gw.drain_system_events(keys[action[1]])
     elif kind == "sweep":
         gw.cluster.sweep()
     elif kind == "attach":
-        gw.cluster.attach(KEYS[action[1]])
+        gw.cluster.attach(keys[action[1]])
     elif kind in ("restart", "crash"):
         assert process is not None
         gw.close()
         gws[process] = _open_server(url, wakes)
     elif kind == "tick":
         for each in gws:
-            each.fire_due_wakes()
+            each.ops.fire_due_wakes()
     elif kind in ("prune", "watch"):
-        apply_real(gw, url, action, wakes)
+        apply_real(gw, url, action, wakes, keys)
     else:  # reset, delete, unwatch: the same calls, in the named process
-        apply_real(gw, url, action[:-1], wakes)
+        apply_real(gw, url, action[:-1], wakes, keys)
     return None
 
 

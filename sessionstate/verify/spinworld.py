@@ -10,9 +10,8 @@ process, ``spin.replay_trail``'s set-up) and compares after every step:
 - the positions ``(L, N, M)`` of every pair (or that the pair has no cursor);
 - every process's queue: per watcher, the notice lines ``pending_system_events`` would hand it,
   against the model's ``qtext`` (``changesSince + 1`` per pair and process, 0 for none);
-- every wake of the main-style watcher A: which processes woke it in which step. The model's B
-  is a sub-agent (never woken) while the replay's keys make it ``agent:b:main``; B's real
-  wakes are counted but not compared (see docs/verification.md).
+- every wake, per watcher and step: which processes woke the main-style A, and that nothing
+  wakes B, a sub-agent in the model (R12) and here (``SIM_KEYS``: ``agent:b:subagent:b``).
 
 A change to the world's heal (R23's re-wake), its self-suppression or its claims that the
 gateway does not share shows up as a difference in some seed's run; the tests seed such
@@ -33,6 +32,10 @@ from pathlib import Path
 from ..shared.formats import notice_text
 from .spin import SpinMissing, spin_available, trail_actions
 from .world import PAIRS, Action, provenance_of
+
+# The sessions' keys on the real gateways: the trail replay's, but B a sub-agent as in the
+# model (MAIN_STYLE in promela.py), so its wakes are compared too: none, for real and there.
+SIM_KEYS = {"A": "agent:a:main", "B": "agent:b:subagent:b", "C": "agent:c:main"}
 
 # The bounds of a simulation: longer than the exhaustive search's (a run is one path).
 SIM_BOUNDS = {1: {"MAXSEQ": 3, "STEPS": 10}, 2: {"MAXSEQ": 3, "STEPS": 10}}
@@ -137,7 +140,7 @@ class SimReplay:
     model_wakes: int = 0  # A's wakes in the run
     queued_lines: int = 0  # notice lines the model held, summed over the steps
     words: list[str] = field(default_factory=list)
-    b_real_wakes: int = 0
+    b_real_wakes: int = 0  # B's wakes for real, over the run (each one also a difference: R12)
     reattached: int = 0  # claims re-taken after a restart (see replay_simulation)
 
 
@@ -155,9 +158,9 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
 
     def opened(server: bool, process: int = 0) -> Gateway:
         def on_wake(watcher: str, reason: str) -> None:
-            if watcher == replay.KEYS["A"]:
+            if watcher == SIM_KEYS["A"]:
                 sent.append(process)
-            elif watcher == replay.KEYS["B"]:
+            elif watcher == SIM_KEYS["B"]:
                 b_sent.append(process)
 
         gw = Gateway.open(url, clock=lambda: now[0], on_wake=on_wake, record_created=False,
@@ -167,23 +170,25 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
         return gw
 
     first = opened(False)
-    for key in replay.KEYS.values():
+    for key in SIM_KEYS.values():
         first.create_session(key)
     for watcher, target in PAIRS:
-        first.watch(replay.KEYS[watcher], replay.KEYS[target], ambient=provenance_of((watcher, target)) == "ambient")
+        first.watch(SIM_KEYS[watcher], SIM_KEYS[target], ambient=provenance_of((watcher, target)) == "ambient")
     if processes == 1:
         gws = [first]
     else:
         first.close()
         gws = [opened(True, 0), opened(True, 1)]
         for watcher in ("A", "B"):
-            gws[0].attach(replay.KEYS[watcher])
-        gws[1].sweep_changes()
+            gws[0].cluster.attach(SIM_KEYS[watcher])
+        gws[1].cluster.sweep()
     wakes = replay.ReplayWakes()
     result = SimReplay(seed, 0, [])
     try:
         for index, step in enumerate(steps):
             sent.clear()
+            b_step: list[int] = []
+            b_sent_before = len(b_sent)
             action = step.action
             label = f"seed {seed} step {index + 1} ({action or 'the window passes'})"
             if action is None:
@@ -201,19 +206,23 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
                     # serve by pattern (R19). Found by this replay (docs/verification.md): the
                     # replay re-attaches the model's claimant, as the model assumes.
                     for w_index, watcher in enumerate(("A", "B")):
-                        if step.claims[w_index] == process and gws[process].session_exists(replay.KEYS[watcher]):
-                            gws[process].attach(replay.KEYS[watcher])
+                        if step.claims[w_index] == process and gws[process].ops.session_exists(SIM_KEYS[watcher]):
+                            gws[process].cluster.attach(SIM_KEYS[watcher])
                             result.reattached += 1
             elif processes == 1:
-                gws[0] = replay.apply_real(gws[0], url, action, wakes)
+                gws[0] = replay.apply_real(gws[0], url, action, wakes, SIM_KEYS)
             else:
-                replay.apply_real_process(gws, url, action, wakes)
+                replay.apply_real_process(gws, url, action, wakes, SIM_KEYS)
             result.steps += 1
             result.words.append(step.word)
             want = sorted(q for w, q in step.wakes if w == 0)
             result.model_wakes += len(want)
             if sorted(sent) != want:
                 result.differences.append(f"{label}: A woken by processes {sorted(sent)} for real, {want} in the model")
+            b_step = sorted(b_sent[b_sent_before:])
+            b_want = sorted(q for w, q in step.wakes if w == 1)  # the model asserts none (R12)
+            if b_step != b_want:
+                result.differences.append(f"{label}: B woken by processes {b_step} for real, {b_want} in the model")
             result.differences += _state_differences(gws, step, label, processes)
             result.queued_lines += sum(1 for v in step.queues.values() if v)
     finally:
@@ -228,7 +237,7 @@ def _state_differences(gws: list, step: SimStep, label: str, processes: int) -> 
 
     out: list[str] = []
     gw0 = gws[0]
-    live = {name: gw0.session_exists(key) for name, key in replay.KEYS.items()}
+    live = {name: gw0.ops.session_exists(key) for name, key in SIM_KEYS.items()}
     if step.positions is not None:
         for pair_index, (watcher, target) in enumerate(PAIRS):
             if not (live[watcher] and live[target]):
@@ -236,7 +245,7 @@ def _state_differences(gws: list, step: SimStep, label: str, processes: int) -> 
                     out.append(f"{label}: pair {watcher}{target} has no session for real, {step.positions[pair_index]}"
                                " in the model")
                 continue
-            real = gw0.cursor_positions(replay.KEYS[watcher], replay.KEYS[target])
+            real = gw0.ops.cursor_positions(SIM_KEYS[watcher], SIM_KEYS[target])
             real_t = tuple(real) if real else None
             if real_t != step.positions[pair_index]:
                 out.append(f"{label}: pair {watcher}{target} real {real_t} != model {step.positions[pair_index]}")
@@ -250,9 +259,9 @@ def _state_differences(gws: list, step: SimStep, label: str, processes: int) -> 
                 # may still queue for it by the claim it last read; its sweep drops the line.
                 # The model's INV11 holds only once the process swept: so is this comparison.
                 continue
-            want = sorted(notice_text(replay.KEYS[t], step.queues.get(process * npairs + p, 0) - 1)
+            want = sorted(notice_text(SIM_KEYS[t], step.queues.get(process * npairs + p, 0) - 1)
                           for p, (w, t) in enumerate(PAIRS) if w == watcher and step.queues.get(process * npairs + p, 0))
-            got = sorted(gws[process].pending_system_events(replay.KEYS[watcher])) if live[watcher] else []
+            got = sorted(gws[process].pending_system_events(SIM_KEYS[watcher])) if live[watcher] else []
             if got != want:
                 out.append(f"{label}: process {process} queues {got} for {watcher} for real, {want} in the model")
     return out

@@ -87,3 +87,17 @@ def test_a_world_the_gateway_does_not_share_fails_the_replay(name, tmp_path):
 def test_the_queue_prints_need_the_after_inline():
     with pytest.raises(spinworld.ModelShapeChanged):
         spinworld.with_queue_prints(promela.generate().replace("inline after(q) {", "inline later(q) {"))
+
+
+def test_a_woken_sub_agent_fails_the_replay(tmp_path, monkeypatch):
+    """B's wakes are compared (none in the model, R12): with B's real key made main-style, the
+    real gateway wakes it and some seed's replay reports it."""
+    need_spin()
+    monkeypatch.setitem(spinworld.SIM_KEYS, "B", "agent:b:main")
+    found = []
+    for seed in range(1, 31):
+        run = spinworld.run_seed(promela.generate(), 1, seed, tmp_path / str(seed), BOUNDS)
+        found += [d for d in run.differences if "B woken" in d]
+        if found:
+            break
+    assert found, "no replay saw B woken for real"
