@@ -1,11 +1,12 @@
 """Writer scaling on one PostgreSQL primary: 1, 2, 4, 8, 16 writer processes (docs/scaling.md).
 
 Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/writer_scaling.py
-         [--writers 1,2,4,8,16] [--events N] [--layout own,shared]
+         [--writers 1,2,4,8,16] [--seconds S] [--layout own,shared]
 
-Per writer count W and layout, W processes each open a gateway on a fresh schema and, at one
-start time, record N events (``record_event``, one commit per call, the store's default
-durability ``synchronous_commit = on``):
+Per writer count W and layout, W processes each open a gateway on a fresh schema and, from
+one start time, record events for S seconds (``record_event``, one commit per call, the
+store's default durability ``synchronous_commit = on``); a time box rather than a count, so
+one writer the scheduler holds back does not stretch the run:
 
 - ``own``: every writer on a session of its own (each watched by one watcher): the head rows
   never contend; what they share is the global sequence, the WAL and the server's CPU;
@@ -14,8 +15,8 @@ durability ``synchronous_commit = on``):
 
 The baseline (``raw``) is the same processes with bare psycopg: one ``INSERT`` into a table
 with a ``bigserial`` key and one commit per event, the database's own ceiling on this machine
-and this server. Printed as JSON: per W and side, events/s over the whole run (first start
-to last end), the p50 and p99 of each call, and the project/raw throughput ratio. Nothing is
+and this server. Printed as JSON: per W and side, events/s (every writer's events over S),
+the p50 and p99 of each call, and the project/raw throughput ratio. Nothing is
 asserted. The test server runs with ``fsync = off``: a commit's WAL flush costs nothing there,
 so the WAL's share is what it costs on a real disk, not measured here.
 """
@@ -42,7 +43,7 @@ def session(layout: str, index: int) -> str:
     return "agent:shared:main" if layout == "shared" else f"agent:writer{index}:main"
 
 
-def worker(side: str, url: str, layout: str, index: int, events: int) -> None:
+def worker(side: str, url: str, layout: str, index: int, seconds: float) -> None:
     """Open, say ready, wait for the start time on stdin, record, print the timings."""
     if side == "project":
         from sessionstate import Gateway
@@ -65,13 +66,12 @@ def worker(side: str, url: str, layout: str, index: int, events: int) -> None:
     while time.time() < start:
         time.sleep(0.001)
     latencies = []
-    began = time.time()
-    for _ in range(events):
+    end = start + seconds
+    while time.time() < end:
         t = time.perf_counter()
         append()
         latencies.append(time.perf_counter() - t)
-    ended = time.time()
-    print(json.dumps({"began": began, "ended": ended, "latencies": latencies}), flush=True)
+    print(json.dumps({"latencies": latencies}), flush=True)
 
 
 def prepare(side: str, url: str, layout: str, writers: int) -> None:
@@ -91,9 +91,9 @@ def prepare(side: str, url: str, layout: str, writers: int) -> None:
                          " summary text NOT NULL)")
 
 
-def one_point(side: str, url: str, layout: str, writers: int, events: int) -> dict[str, float]:
+def one_point(side: str, url: str, layout: str, writers: int, seconds: float) -> dict[str, float]:
     prepare(side, url, layout, writers)
-    children = [subprocess.Popen([sys.executable, __file__, "--worker", side, url, layout, str(i), str(events)],
+    children = [subprocess.Popen([sys.executable, __file__, "--worker", side, url, layout, str(i), str(seconds)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(writers)]
     for child in children:
         assert child.stdout is not None
@@ -107,9 +107,8 @@ def one_point(side: str, url: str, layout: str, writers: int, events: int) -> di
             raise SystemExit(f"a {side} writer failed ({child.returncode})")
         results.append(json.loads(out.strip().splitlines()[-1]))
     latencies = sorted(x for r in results for x in r["latencies"])
-    elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
     return {
-        "events_per_s": round(len(latencies) / elapsed),
+        "events_per_s": round(len(latencies) / seconds),
         "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 2),
         "p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1e3, 2),
     }
@@ -117,25 +116,25 @@ def one_point(side: str, url: str, layout: str, writers: int, events: int) -> di
 
 def main(args: list[str]) -> None:
     if args[:1] == ["--worker"]:
-        worker(args[1], args[2], args[3], int(args[4]), int(args[5]))
+        worker(args[1], args[2], args[3], int(args[4]), float(args[5]))
         return
     from multiproc_latency import pg_schema
 
-    options = {"--writers": "1,2,4,8,16", "--events": "200", "--layout": "own,shared"}
+    options = {"--writers": "1,2,4,8,16", "--seconds": "3", "--layout": "own,shared"}
     for name in list(options):
         if name in args:
             i = args.index(name)
             options[name] = args[i + 1]
     counts = [int(n) for n in options["--writers"].split(",")]
-    events = int(options["--events"])
-    report: dict[str, object] = {"backend": "postgresql", "events_per_writer": events, "points": []}
+    seconds = float(options["--seconds"])
+    report: dict[str, object] = {"backend": "postgresql", "seconds": seconds, "points": []}
     for layout in options["--layout"].split(","):
         for writers in counts:
             point: dict[str, object] = {"layout": layout, "writers": writers}
             for side in ("raw", "project"):
                 with ExitStack() as stack:
                     url = stack.enter_context(pg_schema())
-                    point[side] = one_point(side, url, layout, writers, events)
+                    point[side] = one_point(side, url, layout, writers, seconds)
             point["project_vs_raw"] = round(point["project"]["events_per_s"]  # type: ignore[index]
                                             / point["raw"]["events_per_s"], 2)  # type: ignore[index]
             report["points"].append(point)  # type: ignore[attr-defined]

@@ -8,7 +8,9 @@ seconds on a loaded machine); the next line stops the worker.
 - ``serve LOG WATCHER``: a pumped gateway serving the watcher. After each drain it
   reconciles every delivered line as the agent would (``session_status changesSince N``,
   every page, retried until it answers): LOG gets ``D<TAB>time<TAB>line`` per delivered
-  line and ``R<TAB>target<TAB>sequences`` per reconciliation (the sequences it returned).
+  line (``U`` instead of ``D`` when the drain's commit answer was lost and its outcome stayed
+  unknown, R29) and ``R<TAB>target<TAB>sequences`` per reconciliation (the sequences it
+  returned).
 
 Each prints ``ready`` once its gateway is open and, when stopped, one JSON line with how its
 store resolved the commits whose answer was lost (R29). A call that raises where the spec
@@ -97,12 +99,15 @@ def serve(url: str, log_path: str, watcher: str) -> dict[str, int]:
         gw.cluster.attach(watcher)
         print("ready", flush=True)
         while not stop.is_set():
+            unknown_before = _resolutions(gw).get("unknown", 0)
             try:
                 lines = gw.drain_system_events(watcher)
             except StorageError:  # the server is failing over: the next drain reconnects
                 lines = []
+            # U: returned by a drain whose commit answer was lost and stayed unknown (R29).
+            tag = "U" if _resolutions(gw).get("unknown", 0) > unknown_before else "D"
             for line in lines:
-                log.write(f"D\t{time.time():.6f}\t{line}\n")
+                log.write(f"{tag}\t{time.time():.6f}\t{line}\n")
                 log.flush()
                 found = _SINCE.search(line)
                 if found is None:

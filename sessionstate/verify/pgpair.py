@@ -150,18 +150,26 @@ class StreamingPair:
     def kill_primary(self) -> float:
         """SIGKILL the primary's postmaster and every backend (its process group); returns
         the ``time.time()`` just before the signal."""
-        pid = self._postmaster(self.primary_dir)
+        self.killed_at = self._kill(self.primary_dir, "primary")
+        return self.killed_at
+
+    def kill_standby(self) -> float:
+        """SIGKILL the standby (the "standby lost" case)."""
+        return self._kill(self.standby_dir, "standby")
+
+    def _kill(self, server_dir: Path, name: str) -> float:
+        pid = self._postmaster(server_dir)
         if pid is None:
-            raise RuntimeError("the primary is not running")
-        self.killed_at = time.time()
+            raise RuntimeError(f"the {name} is not running")
+        at = time.time()
         if os.getpgid(pid) == pid:  # pg_ctl starts the postmaster with setsid
             os.killpg(pid, signal.SIGKILL)
         else:
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while self._postmaster(self.primary_dir) is not None and time.monotonic() < deadline:
+        while self._postmaster(server_dir) is not None and time.monotonic() < deadline:
             time.sleep(0.01)
-        return self.killed_at
+        return at
 
     def promote(self) -> float:
         """Promote the standby; returns the ``time.time()`` it took writes."""
