@@ -39,6 +39,17 @@ WATCHER = "agent:watcher:main"
 START_DELAY_SECONDS = 1.0  # after the last worker is ready
 
 
+def connect(url: str):  # type: ignore[no-untyped-def]
+    """A bare autocommit psycopg connection to the SQLAlchemy URL ``url``."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    query = {k: v for k, v in parsed.query.items() if isinstance(v, str)}
+    return psycopg.connect(dbname=parsed.database, user=parsed.username, password=parsed.password,
+                           host=parsed.host or query.pop("host", None), port=parsed.port, autocommit=True, **query)
+
+
 def session(layout: str, index: int) -> str:
     return "agent:shared:main" if layout == "shared" else f"agent:writer{index}:main"
 
@@ -54,9 +65,7 @@ def worker(side: str, url: str, layout: str, index: int, seconds: float) -> None
         def append() -> None:
             gw.record_event(key, KIND, actor_type="human", summary="hello")
     else:
-        from multiproc_latency import _pg_connect
-
-        conn = _pg_connect(url)
+        conn = connect(url)
         conn.execute("SET synchronous_commit = on")
 
         def append() -> None:
@@ -84,9 +93,7 @@ def prepare(side: str, url: str, layout: str, writers: int) -> None:
                 gw.create_session(key)
                 gw.watch(WATCHER, key)
     else:
-        from multiproc_latency import _pg_connect
-
-        with _pg_connect(url) as conn:
+        with connect(url) as conn:
             conn.execute("CREATE TABLE raw_log (sequence bigserial PRIMARY KEY, session_key text NOT NULL,"
                          " summary text NOT NULL)")
 
