@@ -18,7 +18,8 @@ Then, with raw SQL on the promoted server:
   before the crash they were acknowledged);
 - no sequence was acknowledged twice, none was reissued to another event, and the promoted
   server's sequence is past every acknowledged one (asynchronous: counted, not asserted);
-- no notice was delivered twice (an episode twice);
+- no notice was delivered twice (an episode twice), except once more for a line a drain
+  returned when its commit answer was lost and stayed unknown (R29: at least once; counted);
 - no notice was lost: every event the serving process's cursors acknowledged was shown to it
   by the reconciliation of a delivered notice (``session_status changesSince N``), the
   injected drain's pair included, and every pair is caught up.
