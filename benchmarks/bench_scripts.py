@@ -74,3 +74,18 @@ def test_batch_ceiling_script_sets_the_ceiling_against_the_target():
     ceiling = 1e6 / report["one_thread_us_per_event"]["bursts_of_8"]
     assert abs(report["ceiling_events_per_s"] - ceiling) <= 0.01 * ceiling
     assert abs(report["target_events_per_s"] - 3 * report["eight_threads_events_per_s"]["serial"]) <= 3
+
+
+def test_writer_scaling_script_reports_both_sides():
+    if not PG_URL:
+        pytest.skip("needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "writer_scaling.py"), "--writers", "1", "--seconds", "0.2", "--layout", "shared"],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(p["layout"], p["writers"]) for p in report["points"]] == [("shared", 1)]
+    for point in report["points"]:
+        for side in ("raw", "project"):
+            assert point[side]["events_per_s"] > 0 and point[side]["p99_ms"] >= point[side]["p50_ms"]

@@ -10,6 +10,8 @@
 - ``concurrency``: two gateway processes appending to one database;
 - ``ordering``: writer and reader processes on one database, ordering and cursor consistency;
 - ``restart``: immediate restarts of a throwaway PostgreSQL server under load;
+- ``failover``: a PostgreSQL primary killed under load and its streaming standby promoted
+  (``pgpair``, ``failover_worker``), an unknown commit outcome injected (``pgproxy``);
 - ``spin`` (``--spin``): SPIN on the Promela model generated from the table (``promela``);
 - ``trace_check``: ``sessionstate replay``, protocol traces checked against the spec.
 """

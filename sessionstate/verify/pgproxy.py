@@ -6,6 +6,10 @@ transaction commits, the client cannot know); ``arm(BEFORE_COMMIT)`` closes them
 forwarding it (the server rolls the transaction back). ``refuse(seconds)`` turns new
 connections away for a while (no server answers a resolution). libpq reaches the proxy with
 ``host=<proxy.directory>`` and the server's port: the proxy listens on ``.s.PGSQL.<port>``.
+
+``on_drop``, when given, runs in the proxy's thread after an ``AFTER_COMMIT`` COMMIT reached
+the server and before the client's socket closes: the failover trial kills the primary there,
+so the client's resolution can only reach the promoted standby.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 AFTER_COMMIT, BEFORE_COMMIT = "after_commit", "before_commit"
 
@@ -23,7 +28,7 @@ AFTER_COMMIT, BEFORE_COMMIT = "after_commit", "before_commit"
 class CommitDroppingProxy:
     """Forwards every connection to the server's socket; see the module docstring."""
 
-    def __init__(self, server_directory: str, port: int = 5432) -> None:
+    def __init__(self, server_directory: str, port: int = 5432, on_drop: Callable[[], object] | None = None) -> None:
         self.target = os.path.join(server_directory, f".s.PGSQL.{port}")
         self.directory = tempfile.mkdtemp(prefix="sessionstate-pgproxy.")
         os.chmod(self.directory, 0o755)
@@ -36,6 +41,7 @@ class CommitDroppingProxy:
         self._refuse_until = 0.0
         self.dropped = 0  # how many COMMITs were cut off
         self._closed = False
+        self._on_drop = on_drop
         threading.Thread(target=self._accept, name="pgproxy", daemon=True).start()
 
     def arm(self, mode: str) -> None:
@@ -107,6 +113,8 @@ class CommitDroppingProxy:
                             # a moment to read the message before the socket closes.
                             time.sleep(0.2)
                             self.dropped += 1
+                            if self._on_drop is not None:
+                                self._on_drop()
                             return
                     else:
                         client.sendall(chunk)

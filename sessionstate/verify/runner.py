@@ -13,11 +13,11 @@ from typing import TextIO
 
 from . import results as _results
 
-PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering", "restart")
+PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering", "restart", "failover")
 SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000,
-        "restart_trials": 5}
+        "restart_trials": 5, "failover_trials": 3, "failover_modes": "sync,async"}
 FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500,
-        "restart_trials": 1}
+        "restart_trials": 1, "failover_trials": 1, "failover_modes": "sync"}
 # SPIN's bounds (--spin): per process count, events in a run and environment actions.
 SPIN_SLOW = {1: {"MAXSEQ": 3, "STEPS": 6}, 2: {"MAXSEQ": 2, "STEPS": 5}}
 ORDERING_WRITERS, ORDERING_READERS = 4, 2
@@ -45,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-trials", type=int, default=None, metavar="N",
                         help="immediate restarts of a throwaway PostgreSQL server under load (slow 5, fast 1;"
                              " skipped without PostgreSQL's server binaries)")
+    parser.add_argument("--failover-trials", type=int, default=None, metavar="N",
+                        help="PostgreSQL failovers under load per standby mode (slow 3, fast 1; skipped without"
+                             " PostgreSQL's server binaries)")
+    parser.add_argument("--failover-modes", default=None, metavar="MODES",
+                        help="the standby modes of the failover trials: sync, async or sync,async"
+                             " (slow sync,async, fast sync)")
     parser.add_argument("--db", default=None, metavar="URL",
                         help="run the crash, concurrency and ordering trials on this database's backend:"
                              " a PostgreSQL URL gets a fresh schema per trial (dropped after), a SQLite"
@@ -121,6 +127,8 @@ def _run_parts(args: argparse.Namespace, profile: dict, parts: list[str], failur
         failures += rec.part("ordering", lambda: _ordering(profile, args.seed, say, database))
     if "restart" in parts:
         failures += rec.part("restart", lambda: _restart(profile, args.seed, say, required=args.only is not None))
+    if "failover" in parts:
+        failures += rec.part("failover", lambda: _failover(profile, args.seed, say, required=args.only is not None))
     if getattr(args, "spin", False) or "spin" in parts:
         failures += rec.part("spin", lambda: _spin(args.fast, say))
     say("FAILED: " + f"{len(failures)} failure(s)" if failures else "all checks passed")
@@ -319,23 +327,33 @@ def _ordering(profile: dict, seed: int, say, database: str | None) -> list[str]:
             for f in report.failures]
 
 
-def _restart(profile: dict, seed: int, say, *, required: bool) -> list[str]:
-    """PostgreSQL's restart trials, on a server of their own (its binaries must be installed:
-    without them the part is skipped, or fails when asked for by ``--only``)."""
+def _missing_postgres(part: str, say, *, required: bool, tools: tuple[str, ...] = ("initdb", "pg_ctl")) -> list[str] | None:
+    """``None`` when PostgreSQL's server binaries and psycopg are here; else the part's
+    failures (none when it was not asked for by ``--only``: skipped)."""
     from .pgserver import server_binaries
 
-    trials = profile["restart_trials"]
-    if trials <= 0:
-        return []
-    if server_binaries() is None:
-        reason = "no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
-        say(f"restart: skipped ({reason})")
-        return [f"restart: {reason}"] if required else []
+    binaries = server_binaries()
+    if binaries is None or not all((binaries / tool).exists() for tool in tools):
+        reason = f"no PostgreSQL server binaries ({', '.join(tools)}) on this machine"
+        say(f"{part}: skipped ({reason})")
+        return [f"{part}: {reason}"] if required else []
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        say("restart: skipped (psycopg is not installed: pip install 'sessionstate[postgres]')")
-        return ["restart: psycopg is not installed"] if required else []
+        say(f"{part}: skipped (psycopg is not installed: pip install 'sessionstate[postgres]')")
+        return [f"{part}: psycopg is not installed"] if required else []
+    return None
+
+
+def _restart(profile: dict, seed: int, say, *, required: bool) -> list[str]:
+    """PostgreSQL's restart trials, on a server of their own (its binaries must be installed:
+    without them the part is skipped, or fails when asked for by ``--only``)."""
+    trials = profile["restart_trials"]
+    if trials <= 0:
+        return []
+    missing = _missing_postgres("restart", say, required=required)
+    if missing is not None:
+        return missing
     from .restart import run_restart_trials
 
     report = run_restart_trials(trials, seed=seed, progress=lambda d, n: sys.stderr.write(f"\rrestart trials: {d}/{n}"))
@@ -345,3 +363,32 @@ def _restart(profile: dict, seed: int, say, *, required: bool) -> list[str]:
         f" 2 writer processes and a pumped serving process, {report.acknowledged} acknowledged appends,"
         f" {report.delivered} notices delivered, watcher caught up within {slowest:.2f}s, {report.seconds:.1f}s")
     return [f"restart: {f}\n  replay: sessionstate check --only restart --seed {seed}" for f in report.failures]
+
+
+def _failover(profile: dict, seed: int, say, *, required: bool) -> list[str]:
+    """PostgreSQL failover trials on a primary and a streaming standby of their own, per
+    standby mode; an asynchronous standby's loss is reported, not failed."""
+    trials = profile["failover_trials"]
+    modes = [m.strip() for m in str(profile["failover_modes"]).split(",") if m.strip()]
+    unknown = [m for m in modes if m not in ("sync", "async")]
+    if unknown:
+        return [f"failover: unknown standby mode(s) {unknown}: sync or async"]
+    if trials <= 0 or not modes:
+        return []
+    missing = _missing_postgres("failover", say, required=required, tools=("initdb", "pg_ctl", "pg_basebackup"))
+    if missing is not None:
+        return missing
+    from .failover import run_failover_trials
+
+    failures: list[str] = []
+    for mode in modes:
+        report = run_failover_trials(trials, mode, seed=seed,
+                                     progress=lambda d, n: sys.stderr.write(f"\rfailover trials ({mode}): {d}/{n}"))
+        sys.stderr.write("\n")
+        say(f"failover ({mode} standby): {report.summary()}")
+        _results.stat(**{f"failover_{mode}_acknowledged": report.acknowledged,
+                         f"failover_{mode}_lost": len(report.lost),
+                         f"failover_{mode}_loss_window_ms": report.loss_window_ms})
+        failures += [f"failover ({mode}): {f}\n  replay: sessionstate check --only failover --failover-modes {mode}"
+                     f" --seed {seed}" for f in report.failures]
+    return failures

@@ -16,7 +16,8 @@ def run(argv: list[str]) -> tuple[int, str]:
 
 def test_fast_profile_end_to_end_report():
     code, text = run(["--fast", "--depth", "3", "--processes-depth", "2", "--replay", "5", "--budget", "2",
-                      "--crash-trials", "1", "--events", "100", "--restart-trials", "0"])
+                      "--crash-trials", "1", "--events", "100", "--restart-trials", "0",
+                      "--failover-trials", "0"])
     assert code == 0, text
     for needle in ("model check:", "states", "model check, two processes: 225 states",
                    "two-process real-store replay: 5 traces on two gateways, all equal", "real-store replay: 5 traces", "fuzz: 2 examples",
