@@ -7,7 +7,9 @@ others stay owed, R23). ``crash`` is a process that took a watcher's slot for a 
 before the hook reached the watcher (the in-flight wake is lost), then restarts.
 
 Per process the layer keeps which queued notices entered after its own last wake of their
-watcher (``new``) and which watchers it owes a wake (``owed``). Only main-style watchers wake:
+watcher (``new``) and which watchers it owes a wake (``owed``). A material event on a pair whose
+line the event's process still holds wakes the watcher again once its window passed (R23's
+re-wake, as the SPIN model's ``event`` and the gateway do). Only main-style watchers wake:
 in the shared configuration A is main-style, B a sub-agent; A's ambient cursor on C never
 wakes (R26), so its notices never count as new.
 
@@ -95,6 +97,13 @@ def advance(
         draft.new[process] |= {n for n in entered if waking(n)}
         for watcher in sorted({n[0] for n in entered if waking(n)}):  # one wake per group (R12)
             draft.wake_or_owe(process, watcher, owed_wakes=owed_wakes)
+    if kind == "event" and action[3]:  # R23: a material event re-wakes a watcher still holding its line
+        _, target, actor, _, *rest = action
+        process = rest[0] if rest else 0
+        held = queues_before[process] & queues_after[process]
+        for watcher in sorted({n[0] for n in held if n[1] == target and n[0] != actor and waking(n)}):
+            if watcher not in draft.open:  # once its window passed; inside it, nothing (SPIN's event)
+                draft.wake_or_owe(process, watcher, owed_wakes=owed_wakes)
     if kind == "tick":  # the window passes: windows close, the timers fire what is due
         draft.open = set()
         for process in range(len(queues_after)):
