@@ -221,3 +221,25 @@ def test_r30_async_open_passes_auto_prune_through(tmp_path):
         return found
 
     assert anyio.run(schedules) == [True, False]
+
+
+# -- the schedule alone ---------------------------------------------------------------------
+
+
+def test_r30_a_failed_run_is_counted_not_raised_and_due_again_an_hour_later(clock, caplog):
+    outcomes: list[BaseException | dict[str, int]] = [OSError("disk gone"), {"events": 1}]
+
+    def prune() -> dict[str, int]:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    schedule = AutoPrune(prune, clock, read_only=lambda: False)
+    assert schedule.run_due() is None  # the run at open failed: logged, counted, not raised
+    assert (schedule.runs, schedule.failures) == (0, 1)
+    assert "automatic prune failed" in caplog.text
+    clock.now += AUTO_PRUNE_INTERVAL - 1
+    assert schedule.run_due() is None and outcomes  # not retried before the hour
+    clock.now += 1
+    assert schedule.run_due() == {"events": 1} and (schedule.runs, schedule.failures) == (1, 1)
