@@ -162,6 +162,47 @@ def test_r30_hourly_probe_fails_without_the_timer(db_url, clock, monkeypatch):
         check_hourly(db_url, clock)
 
 
+def count_schedule_calls_while_recording(db_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch,
+                                         events: int = 50) -> int:
+    """How often recording ``events`` events (one call each, and one burst) touched the schedule."""
+    calls: list[str] = []
+    real = AutoPrune.run_due
+    caller = threading.current_thread()  # the timer thread's own checks are not the record path's
+
+    def counted(self: AutoPrune) -> dict[str, int] | None:
+        if threading.current_thread() is caller:
+            calls.append("run_due")
+        return real(self)
+
+    monkeypatch.setattr(AutoPrune, "run_due", counted)
+    with Gateway.open(db_url, clock=clock, **QUIET) as gw:
+        gw.create_session(MANAGER)
+        gw.create_session(CHILD, kind="subagent", parent=MANAGER)
+        at_open = len(calls)
+        for _ in range(events):
+            human(gw)
+            clock.now += 2 * HOUR  # due again at every event: still not the record path's job
+        gw.record_events([dict(session_key=CHILD, kind="compacted", actor_type="system", summary="c")] * events)
+        return len(calls) - at_open
+
+
+def test_r30_recording_never_checks_the_schedule(db_url, clock, monkeypatch):
+    assert count_schedule_calls_while_recording(db_url, clock, monkeypatch) == 0
+
+
+def test_r30_the_record_path_check_can_fail(db_url, clock, monkeypatch):
+    """The probe: a record path that asked the schedule at each event is seen."""
+    real = Gateway.record_event
+
+    def asking(gw: Gateway, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if gw.ops.auto_prune is not None:
+            gw.ops.auto_prune.run_due()
+        return real(gw, *args, **kwargs)
+
+    monkeypatch.setattr(Gateway, "record_event", asking)
+    assert count_schedule_calls_while_recording(db_url, clock, monkeypatch) >= 50
+
+
 # -- several processes, a read-only file, the async open ----------------------------------
 
 
