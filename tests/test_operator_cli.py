@@ -119,14 +119,14 @@ def aged(db_url):
         gw.create_session(WORKER, kind="subagent", parent=MANAGER)
         for _ in range(3):
             human(gw)
-    with Gateway.open(db_url) as gw:
+    with Gateway.open(db_url, auto_prune=False) as gw:  # R30 would prune the aged events at open
         gw.create_session("agent:main:fresh")
         human(gw, "agent:main:fresh")
     return db_url
 
 
 def test_prune_shows_what_would_go_then_does_it(aged):
-    with Gateway.open(aged, create=False) as gw:
+    with Gateway.open(aged, create=False, auto_prune=False) as gw:
         before = gw.store.dump()
     dry = cli("prune", "--db", aged)
     assert dry.returncode == 0, dry.stderr
@@ -134,7 +134,7 @@ def test_prune_shows_what_would_go_then_does_it(aged):
     # `created` and one turn.
     assert "events: 8 retained; would remove 6 (6 past the retention window, 0 over the row cap)" in dry.stdout
     assert f"{MANAGER} -> {WORKER}" in dry.stdout and "dry run: nothing changed" in dry.stdout
-    with Gateway.open(aged, create=False) as gw:
+    with Gateway.open(aged, create=False, auto_prune=False) as gw:
         assert gw.store.dump() == before
     plan = json.loads(cli("prune", "--json", "--db", aged, "--max-rows", "0").stdout)["plan"]
     assert plan["eventsOverRowCap"] == 8 and plan["eventsToRemove"] == 8

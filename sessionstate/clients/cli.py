@@ -159,7 +159,8 @@ def _model(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from ..facade.gateway import Gateway
 
-    with Gateway.open(args.db, create=False) as gw:  # reading creates no file, no directory
+    # Reading creates no file, no directory, and prunes nothing (R30: a reading command).
+    with Gateway.open(args.db, create=False, auto_prune=False) as gw:
         result = gw.session_status(args.key, changes_since=args.changes_since, agent_id=args.agent)
         watchers = gw.ops.watchers_of(args.key, target_agent_id=args.agent)
     if args.json:

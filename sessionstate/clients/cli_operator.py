@@ -66,11 +66,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
-    """A gateway that may write (startup sweep included), for ``sessions create`` and ``prune``."""
+    """A gateway that may write (startup sweep included), for ``sessions create`` and ``prune``;
+    it prunes only when asked (``prune --apply``), never by itself at open (R30): a dry run
+    changes nothing."""
     from ..facade.gateway import Gateway
 
     return Gateway.open(args.db, create=create, retention_days=getattr(args, "retention_days", 30),
-                        max_rows=getattr(args, "max_rows", 50_000))
+                        max_rows=getattr(args, "max_rows", 50_000), auto_prune=False)
 
 
 def _observe(args: argparse.Namespace) -> Any:

@@ -35,6 +35,7 @@ class GatewayAdapter:
         return Gateway.open(
             str(self.dir / "state.sqlite"), clock=lambda: self.now,
             on_wake=lambda watcher, reason: self.woken.append((watcher, reason)),
+            auto_prune=False,  # the kit's model prunes only as its `prune` step (R30 off)
         )
 
     def fresh(self) -> None:

@@ -215,6 +215,7 @@ class AsyncGateway:
         record_created: bool = True,
         notify_on_create: bool = True,
         wake_window: float = DEFAULT_WAKE_WINDOW,
+        auto_prune: bool = True,
     ) -> "AsyncGateway":
         """``Gateway.open`` in a worker thread; the same errors. ``on_wake`` may be a plain
         function (called in a store thread, as in the sync API) or a coroutine function."""
@@ -229,6 +230,7 @@ class AsyncGateway:
                 url, clock=clock, on_wake=hook, retention_days=retention_days, max_rows=max_rows,
                 synchronous=synchronous, create=create, serve=serve, pump=pump, trace=trace,
                 record_created=record_created, notify_on_create=notify_on_create, wake_window=wake_window,
+                auto_prune=auto_prune,
             )
 
         try:

@@ -47,6 +47,7 @@ from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
 from ..services.observing import GatewayObserver
 from ..services.producers import Producers
 from ..services.registry import Registry
+from ..services.retention import AutoPrune
 from ..services.trace import trace_path
 from ..services.transcript_service import Transcripts
 from ..shared.config import normalize_url
@@ -124,6 +125,7 @@ class Gateway:
         record_created: bool = True,
         notify_on_create: bool = True,
         wake_window: float = DEFAULT_WAKE_WINDOW,
+        auto_prune: bool = True,
     ) -> "Gateway":
         """Open the database at ``url`` and run the startup sweep.
 
@@ -142,9 +144,14 @@ class Gateway:
         ``wake_window``: the seconds within which a watcher is woken at most once, across
         processes (R12, R23; 20 by default); a wake suppressed by it is owed and fired by the
         gateway's wake timer when it ends.
+        ``auto_prune`` (R30): run ``prune()`` (R13) now, before the startup sweep, and then
+        from a timer thread at most once an hour of the gateway's clock; ``False`` for a host
+        that calls ``prune()`` on its own schedule. A read-only database is never pruned.
         """
         if not isinstance(notify_on_create, bool) or not isinstance(record_created, bool):
             raise InvalidArgument("record_created and notify_on_create must be booleans")
+        if not isinstance(auto_prune, bool):
+            raise InvalidArgument("auto_prune must be a boolean")
         store = open_store(
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
@@ -158,7 +165,14 @@ class Gateway:
                 gateway.ops.trace_to(path)
             if pump:
                 gateway._pump = start_pump(_Pumped(gateway))
+            if auto_prune:  # R30: once now, before the sweep re-queues what pruning expires
+                schedule = AutoPrune(lambda: gateway.ops.prune(), gateway.clock,  # looked up each run: observers see it
+                                     read_only=lambda: store.read_only)
+                gateway.ops.auto_prune = schedule
+                schedule.run_due()
             gateway.ops.startup_sweep()
+            if gateway.ops.auto_prune is not None:
+                gateway.ops.auto_prune.start()
         except BaseException:
             store.close()
             raise
@@ -173,6 +187,8 @@ class Gateway:
             raise InvalidArgument("unregister must be a boolean")
         if self._pump is not None:  # joined outside the lock: its sweep takes the lock
             self._pump.stop()
+        if self.ops.auto_prune is not None:  # likewise the prune timer (R30)
+            self.ops.auto_prune.stop()
         self.ops.stop_wakes()  # likewise the wake timer
         with self.store.lock:
             if not self.closed:

@@ -67,7 +67,7 @@ def open_replayed(url: str, wakes: ReplayWakes) -> Gateway:
     The small world has no `created` event and no announcement line (R27): without them the
     real gateway's sequence numbers and queues are the model's."""
     return Gateway.open(url, clock=wakes.clock, on_wake=wakes.on_wake, record_created=False,
-                        notify_on_create=False)
+                        notify_on_create=False, auto_prune=False)  # the model prunes as an action
 
 
 def apply_real(gw: Gateway, url: str, action: Action, wakes: ReplayWakes,

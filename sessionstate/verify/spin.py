@@ -268,7 +268,7 @@ def replay_trail(
 
         # The Promela model has no `created` event nor announcement line (R27).
         gw = Gateway.open(url, clock=lambda: now[0], trace=trace, on_wake=on_wake, record_created=False,
-                          notify_on_create=False)
+                          notify_on_create=False, auto_prune=False)  # the model prunes as an action
         if server:
             gw.cluster.register()
         return gw

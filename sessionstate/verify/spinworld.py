@@ -164,7 +164,7 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
                 b_sent.append(process)
 
         gw = Gateway.open(url, clock=lambda: now[0], on_wake=on_wake, record_created=False,
-                          notify_on_create=False)
+                          notify_on_create=False, auto_prune=False)  # the model prunes as an action
         if server:
             gw.cluster.register()
         return gw

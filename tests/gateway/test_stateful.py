@@ -55,6 +55,7 @@ class GatewayVersusModel(RuleBasedStateMachine):
             clock=lambda: self.model.now,
             on_wake=lambda w, r: self.wakes.append((w, r)),
             max_rows=MAX_ROWS,
+            auto_prune=False,  # the machine prunes as a rule (R30's schedule: test_auto_prune.py)
             record_created=self.record_created,
             notify_on_create=False,
         )
@@ -378,6 +379,7 @@ class TracedGatewayVersusModel(GatewayVersusModel):
             clock=lambda: self.model.now,
             on_wake=lambda w, r: self.wakes.append((w, r)),
             max_rows=MAX_ROWS,
+            auto_prune=False,  # the machine prunes as a rule (R30's schedule: test_auto_prune.py)
             trace=self.trace_file,
             record_created=self.record_created,
             notify_on_create=False,

@@ -52,6 +52,7 @@ class GatewaysVersusModel(GatewayVersusModel):
             clock=lambda: self.model.now,
             on_wake=lambda w, r: self.wake_times.append((w, self.model.now)),
             max_rows=MAX_ROWS,
+            auto_prune=False,  # the machine prunes as a rule (R30's schedule: test_auto_prune.py)
             serve=[],
             record_created=self.record_created,
             notify_on_create=False,  # as the one-process machine: the model has no announcement line

@@ -15,6 +15,7 @@ from ...shared.timefmt import DAY_SECONDS
 from ...store import Store
 from ..claims import SERVE_ALL
 from ..locking import locked
+from ..retention import AutoPrune
 from ..trace import Tracer
 from .queue import SystemEventQueue
 from .wakes import DEFAULT_WAKE_WINDOW, WakeCoalescer, WakeTimer
@@ -74,6 +75,7 @@ class NoticeCore:
         # announce it to the agent's main session.
         self.record_created = True
         self.notify_on_create = True
+        self.auto_prune: AutoPrune | None = None  # R30: the schedule Gateway.open starts
 
     @locked
     def fire_due_wakes(self) -> int:
