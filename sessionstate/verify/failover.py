@@ -479,6 +479,8 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
     # another timeline is unknown).
     failures += check_notices(observed, WATCHER, TARGETS)
     report.repeated += allowed_repeats(observed)
+    if mode == "sync":  # the bound for a synchronous standby: no episode twice at all
+        failures += [f"synchronous standby: {text}" for text in allowed_repeats(observed)]
     failures += check_injected(injected, observed)
     report.acknowledged += len(acknowledged)
     report.delivered += len(delivered)
