@@ -192,7 +192,7 @@ def apply_real_process(gws: list[Gateway], url: str, action: Action, wakes: Repl
         gws[process] = _open_server(url, wakes)
     elif kind == "tick":
         for each in gws:
-            each.fire_due_wakes()
+            each.ops.fire_due_wakes()
     elif kind in ("prune", "watch"):
         apply_real(gw, url, action, wakes)
     else:  # reset, delete, unwatch: the same calls, in the named process

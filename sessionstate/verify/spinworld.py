@@ -177,8 +177,8 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
         first.close()
         gws = [opened(True, 0), opened(True, 1)]
         for watcher in ("A", "B"):
-            gws[0].attach(replay.KEYS[watcher])
-        gws[1].sweep_changes()
+            gws[0].cluster.attach(replay.KEYS[watcher])
+        gws[1].cluster.sweep()
     wakes = replay.ReplayWakes()
     result = SimReplay(seed, 0, [])
     try:
@@ -201,8 +201,8 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
                     # serve by pattern (R19). Found by this replay (docs/verification.md): the
                     # replay re-attaches the model's claimant, as the model assumes.
                     for w_index, watcher in enumerate(("A", "B")):
-                        if step.claims[w_index] == process and gws[process].session_exists(replay.KEYS[watcher]):
-                            gws[process].attach(replay.KEYS[watcher])
+                        if step.claims[w_index] == process and gws[process].ops.session_exists(replay.KEYS[watcher]):
+                            gws[process].cluster.attach(replay.KEYS[watcher])
                             result.reattached += 1
             elif processes == 1:
                 gws[0] = replay.apply_real(gws[0], url, action, wakes)
@@ -228,7 +228,7 @@ def _state_differences(gws: list, step: SimStep, label: str, processes: int) -> 
 
     out: list[str] = []
     gw0 = gws[0]
-    live = {name: gw0.session_exists(key) for name, key in replay.KEYS.items()}
+    live = {name: gw0.ops.session_exists(key) for name, key in replay.KEYS.items()}
     if step.positions is not None:
         for pair_index, (watcher, target) in enumerate(PAIRS):
             if not (live[watcher] and live[target]):
@@ -236,7 +236,7 @@ def _state_differences(gws: list, step: SimStep, label: str, processes: int) -> 
                     out.append(f"{label}: pair {watcher}{target} has no session for real, {step.positions[pair_index]}"
                                " in the model")
                 continue
-            real = gw0.cursor_positions(replay.KEYS[watcher], replay.KEYS[target])
+            real = gw0.ops.cursor_positions(replay.KEYS[watcher], replay.KEYS[target])
             real_t = tuple(real) if real else None
             if real_t != step.positions[pair_index]:
                 out.append(f"{label}: pair {watcher}{target} real {real_t} != model {step.positions[pair_index]}")
