@@ -65,8 +65,8 @@ _R = TypeVar("_R")
 
 class ProtocolMethod(Generic[_P, _R]):
     """A ``Gateway`` method that is the notice protocol's method of that name: looked up on
-    the gateway's protocol at each call (so ``ops.observe`` sees it), with its signature and
-    doc, never written a second time."""
+    the gateway's protocol at each call, with its signature and doc, never written a second
+    time."""
 
     def __init__(self, method: Callable[Concatenate[NoticeProtocol, _P], _R]) -> None:
         self.method = method

@@ -15,6 +15,7 @@ from ...shared.timefmt import DAY_SECONDS
 from ...store import Store
 from ..claims import SERVE_ALL
 from ..locking import locked
+from ..observing import Observers
 from ..trace import Tracer
 from .queue import SystemEventQueue
 from .wakes import DEFAULT_WAKE_WINDOW, WakeCoalescer, WakeTimer
@@ -65,7 +66,8 @@ class NoticeCore:
             holds_waking_after=self.queue.holds_waking_after, queue_mark=self.queue.mark,
         )
         self.wakes.start_timer = self._start_wake_timer  # R12: one timer, started by the first owed wake
-        self.wakes.on_fired = self._trace_wake
+        self.wakes.fired_hooks.append(self._trace_wake)  # the trace's, before any observer's
+        self.observers = Observers(self.queue, self.wakes)  # services/observing.py
         self._wakes_stopped = False
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serve = serve  # section 6a: which watchers this process serves (claims, in release)
