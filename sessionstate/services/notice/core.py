@@ -5,6 +5,7 @@ resolution. Every other part of the service builds on this one.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence  # the ABCs: isinstance on typing's aliases is slow
 from typing import Any, Callable, TypedDict, Unpack
@@ -28,7 +29,9 @@ APPEND_ATTEMPTS = 3  # a burst that rolled back whole (conflict, lost connection
 RETRY_PAUSE_SECONDS = 0.05
 
 Clock = Callable[[], float]
-WakeHook = Callable[[str, str], None]
+# (watcher, reason); what it returns is ignored. A coroutine function is refused here (it would
+# never run): AsyncGateway.open takes one and relays it to its loop.
+WakeHook = Callable[[str, str], object]
 
 class ProtocolOptions(TypedDict, total=False):
     """The notice protocol's settings, written once: ``NoticeCore`` reads them and
@@ -48,6 +51,8 @@ class NoticeCore:
         if unknown := sorted(options.keys() - ProtocolOptions.__optional_keys__):
             raise TypeError(f"unexpected keyword arguments {unknown}")
         on_wake = options.get("on_wake")
+        if on_wake is not None and (not callable(on_wake) or inspect.iscoroutinefunction(on_wake)):
+            raise InvalidArgument("on_wake must be a plain function (a coroutine function: use AsyncGateway.open)")
         retention_days = options.get("retention_days", 30)
         max_rows = options.get("max_rows", 50_000)
         serve = options.get("serve", SERVE_ALL)

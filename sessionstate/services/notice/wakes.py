@@ -44,7 +44,7 @@ def check_window(window: object) -> float:
 class WakeCoalescer:
     def __init__(
         self,
-        on_wake: Callable[[str, str], None] | None,
+        on_wake: Callable[[str, str], object] | None,
         clock: Callable[[], float],
         take_slot: WakeSlot | None = None,
         *,
