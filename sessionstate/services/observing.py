@@ -46,17 +46,15 @@ class GatewayObserver(Protocol):
 OBSERVER_METHODS = ("recorded", "spawned", "queued", "drained", "wake_fired", "wake_owed")
 
 
-class Observers:
-    """The observers of one gateway's protocol, in the order they were added. A report point
-    asks ``if observers:`` first, so an unobserved gateway does no work for it."""
+class Observers(list[GatewayObserver]):
+    """The observers of one gateway's protocol, in the order they were added: a list, so the
+    ``if observers:`` a report point asks first is the list's own (C-level) truth test, and an
+    unobserved gateway does no other work for it."""
 
     def __init__(self, queue: "SystemEventQueue", wakes: "WakeCoalescer") -> None:
+        super().__init__()
         self._queue = queue
         self._wakes = wakes
-        self._observers: list[GatewayObserver] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._observers)
 
     def add(self, observer: GatewayObserver) -> Callable[[], None]:
         """Report to ``observer`` from now on; returns the function that stops it (calling it
@@ -71,14 +69,14 @@ class Observers:
             (self._wakes.fired_hooks, observer.wake_fired),
             (self._wakes.owed_hooks, observer.wake_owed),
         ]
-        self._observers.append(observer)
+        self.append(observer)
         for owner, hook in hooks:
             owner.append(hook)
 
         def detach() -> None:
             if not hooks:
                 return
-            self._observers.remove(observer)
+            self.remove(observer)
             for owner, hook in hooks:
                 owner.remove(hook)
             hooks.clear()
@@ -90,14 +88,14 @@ class Observers:
     def recorded(self, kinds: Sequence[str], sequences: Sequence[int | None], started: float) -> None:
         """A recording call that began at ``started`` (``time.perf_counter``) ended."""
         seconds = time.perf_counter() - started
-        for observer in list(self._observers):
+        for observer in list(self):
             observer.recorded(kinds, sequences, seconds)
 
     def spawned(self) -> None:
-        for observer in list(self._observers):
+        for observer in list(self):
             observer.spawned()
 
     def drained(self, count: int) -> None:
         if count:
-            for observer in list(self._observers):
+            for observer in list(self):
                 observer.drained(count)
