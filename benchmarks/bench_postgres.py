@@ -122,11 +122,11 @@ class RawPg:
 
     def __init__(self, url: str) -> None:
         from sessionstate.statemachine import NOTIFYING_KINDS
-        from sessionstate.store import postgres
+        from sessionstate.store import postgres_statements
         from sessionstate.store.dialect import POSTGRES
         from sessionstate.store.statements import CoreStatements
 
-        self.postgres = postgres
+        self.pg_sql = postgres_statements
         self.sql = CoreStatements(POSTGRES, sorted(NOTIFYING_KINDS))
         self.db = _connect(url)
         self.cur = self.db.cursor()
@@ -138,7 +138,7 @@ class RawPg:
         sql, cur = self.sql, self.cur
         cur.execute("BEGIN")
         sequence = cur.execute(
-            self.postgres.LOCK_AND_APPEND_SQL,
+            self.pg_sql.LOCK_AND_APPEND_SQL,
             (key, AGENT, key, AGENT, KIND, "human", None, None, "hello", None, NOW, NOW, None, NOW, key, AGENT),
             prepare=True,
         ).fetchone()[0]
@@ -146,7 +146,7 @@ class RawPg:
         changes = [(w, key, AGENT, last, sequence, sequence, NOW) for w, last, _, _ in rows]
         if len(changes) == 1:
             cur.execute(sql.put_cursor, changes[0], prepare=True)
-        elif 1 < len(changes) <= self.postgres.PUT_CURSORS_MAX_ROWS:
+        elif 1 < len(changes) <= self.pg_sql.PUT_CURSORS_MAX_ROWS:
             cur.execute(sql.put_cursors(len(changes)), [v for c in changes for v in c], prepare=True)
         elif changes:
             cur.executemany(sql.put_cursor, changes)

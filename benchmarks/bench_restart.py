@@ -113,7 +113,7 @@ def test_sweep_project(benchmark, sweep_template, tmp_path):
         state["gw"] = gw
 
     def sweep():
-        return state["gw"].startup_sweep()
+        return state["gw"].ops.startup_sweep()
 
     n = measure(benchmark, sweep, key="sweep.project", setup=setup, rounds_full=15, warmup=1,
                 cursors=CURSORS, behind=BEHIND)

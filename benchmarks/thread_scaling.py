@@ -123,7 +123,7 @@ def main() -> None:
                 one_round(gw, threads, events // 4, side == "serial")
             throughput: dict[str, list[float]] = {"serial": [], "group": []}
             latency: dict[str, list[float]] = {"serial": [], "group": []}
-            batches_before = sides["group"].diagnostics().group_batches
+            batches_before = sides["group"].ops.diagnostics().group_batches
             for _ in range(rounds):
                 for side, gw in sides.items():
                     elapsed, calls = one_round(gw, threads, events, side == "serial")
@@ -139,7 +139,7 @@ def main() -> None:
             point["group_vs_serial"] = round(
                 statistics.median(throughput["group"]) / statistics.median(throughput["serial"]), 2
             )
-            point["shared_batches"] = sides["group"].diagnostics().group_batches - batches_before
+            point["shared_batches"] = sides["group"].ops.diagnostics().group_batches - batches_before
             report["points"].append(point)  # type: ignore[attr-defined]
             print(json.dumps(point), file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))

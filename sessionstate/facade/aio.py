@@ -26,7 +26,6 @@ is abandoned); the sync API's retry by dedupe key (R10) covers that case.
 from __future__ import annotations
 
 import inspect
-import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -38,11 +37,8 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import StorageUnavailable
-from .gateway import Gateway, ProtocolMethod
+from .gateway import Gateway, OpenOptions, ProtocolMethod
 from ..services.notice.recording import EventArgs
-from ..store import DEFAULT_SYNCHRONOUS
-from ..services.claims import SERVE_ALL
-from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
 
 _T = TypeVar("_T")
 AsyncWakeHook = Callable[[str, str], Coroutine[Any, Any, None]]
@@ -199,39 +195,18 @@ class AsyncGateway:
         self.ops = _AsyncPart(self, gateway.ops)
 
     @classmethod
-    async def open(
-        cls,
-        url: str | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-        on_wake: Callable[[str, str], Any] | None = None,
-        retention_days: float = 30,
-        max_rows: int = 50_000,
-        synchronous: str = DEFAULT_SYNCHRONOUS,
-        create: bool = True,
-        serve: Sequence[str] = SERVE_ALL,
-        pump: bool = False,
-        trace: str | os.PathLike[str] | None = None,
-        record_created: bool = True,
-        notify_on_create: bool = True,
-        wake_window: float = DEFAULT_WAKE_WINDOW,
-        auto_prune: bool = True,
-    ) -> "AsyncGateway":
-        """``Gateway.open`` in a worker thread; the same errors. ``on_wake`` may be a plain
-        function (called in a store thread, as in the sync API) or a coroutine function."""
+    async def open(cls, url: str | None = None, **options: Unpack[OpenOptions]) -> "AsyncGateway":
+        """``Gateway.open`` in a worker thread: its keywords (``OpenOptions``, the one
+        declaration of both), the same errors. ``on_wake`` may be a plain function (called in
+        a store thread, as in the sync API) or a coroutine function."""
         relay = None
-        hook: Callable[[str, str], None] | None = on_wake
+        on_wake = options.get("on_wake")
         if on_wake is not None and inspect.iscoroutinefunction(on_wake):
             relay = _WakeRelay(on_wake, anyio.lowlevel.current_token())
-            hook = relay
+            options["on_wake"] = relay
 
         def open_sync() -> Gateway:
-            return Gateway.open(
-                url, clock=clock, on_wake=hook, retention_days=retention_days, max_rows=max_rows,
-                synchronous=synchronous, create=create, serve=serve, pump=pump, trace=trace,
-                record_created=record_created, notify_on_create=notify_on_create, wake_window=wake_window,
-                auto_prune=auto_prune,
-            )
+            return Gateway.open(url, **options)
 
         try:
             gateway = await anyio.to_thread.run_sync(open_sync)

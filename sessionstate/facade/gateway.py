@@ -32,7 +32,7 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overload
 
@@ -40,10 +40,9 @@ from ..errors import InvalidArgument
 from ..runner.base import AgentRunner
 from ..services.change_pump import ChangePump, start_pump
 from ..services.child_runs import Runs
-from ..services.claims import SERVE_ALL, Serving
+from ..services.claims import Serving
 from ..services.notice.core import ProtocolOptions
-from ..services.notice.protocol import Clock, Diagnostics, NoticeProtocol, WakeHook
-from ..services.notice.wakes import DEFAULT_WAKE_WINDOW
+from ..services.notice.protocol import Clock, Diagnostics, NoticeProtocol
 from ..services.observing import GatewayObserver
 from ..services.producers import Producers
 from ..services.registry import Registry
@@ -56,7 +55,8 @@ from ..statemachine import NOTIFYING_KINDS
 from ..store import DEFAULT_SYNCHRONOUS, Store, open_store
 from ..tools.dispatch import allowed_tools as _allowed_tools, call_tool as _call_tool
 
-__all__ = ["DEPRECATED", "Diagnostics", "Gateway", "GatewayObserver", "GatewayToolHost", "PUBLIC_NAMES", "ProtocolMethod"]
+__all__ = ["DEPRECATED", "Diagnostics", "Gateway", "GatewayObserver", "GatewayToolHost", "OpenOptions", "PUBLIC_NAMES",
+           "ProtocolMethod"]
 
 DEFAULT_POLICY = ToolPolicy()
 
@@ -64,10 +64,25 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+class OpenOptions(ProtocolOptions, total=False):
+    """``Gateway.open``'s keywords, written once: the protocol's (``on_wake``, ``retention_days``
+    30, ``max_rows`` 50 000, ``serve`` every session, ``wake_window`` 20 s) and these;
+    ``AsyncGateway.open`` takes the same (``Unpack[OpenOptions]``)."""
+
+    clock: Clock | None  # the gateway's clock, time.time by default
+    synchronous: str  # the store's durability level, DEFAULT_SYNCHRONOUS ("NORMAL") by default
+    create: bool  # create a missing database (True)
+    pump: bool  # run the change pump (False)
+    trace: str | os.PathLike[str] | None  # the protocol trace's file ($SESSIONSTATE_TRACE)
+    record_created: bool  # R27 (True)
+    notify_on_create: bool  # R27 (True)
+    auto_prune: bool  # R30: prune at open, then at most hourly (True)
+
+
 class ProtocolMethod(Generic[_P, _R]):
     """A ``Gateway`` method that is the notice protocol's method of that name: looked up on
-    the gateway's protocol at each call (so ``ops.observe`` sees it), with its signature and
-    doc, never written a second time."""
+    the gateway's protocol at each call, with its signature and doc, never written a second
+    time."""
 
     def __init__(self, method: Callable[Concatenate[NoticeProtocol, _P], _R]) -> None:
         self.method = method
@@ -109,25 +124,9 @@ class Gateway:
         self.closed = False
 
     @classmethod
-    def open(
-        cls,
-        url: str | None = None,
-        *,
-        clock: Clock | None = None,
-        on_wake: WakeHook | None = None,
-        retention_days: float = 30,
-        max_rows: int = 50_000,
-        synchronous: str = DEFAULT_SYNCHRONOUS,
-        create: bool = True,
-        serve: Sequence[str] = SERVE_ALL,
-        pump: bool = False,
-        trace: str | os.PathLike[str] | None = None,
-        record_created: bool = True,
-        notify_on_create: bool = True,
-        wake_window: float = DEFAULT_WAKE_WINDOW,
-        auto_prune: bool = True,
-    ) -> "Gateway":
-        """Open the database at ``url`` and run the startup sweep.
+    def open(cls, url: str | None = None, **options: Unpack[OpenOptions]) -> "Gateway":
+        """Open the database at ``url`` and run the startup sweep; ``options`` are
+        ``OpenOptions`` (keywords only, each with its default there).
 
         With ``create`` (the default) a missing file and its directories are created; without
         it a missing file raises ``StorageUnavailable`` and nothing is created. A file this
@@ -148,6 +147,14 @@ class Gateway:
         from a timer thread at most once an hour of the gateway's clock; ``False`` for a host
         that calls ``prune()`` on its own schedule. A read-only database is never pruned.
         """
+        if unknown := sorted(options.keys() - OpenOptions.__optional_keys__):
+            raise TypeError(f"Gateway.open() got unexpected keyword arguments {unknown}")
+        settings: dict[str, Any] = dict(options)  # what is left after these: the protocol's
+        clock, pump, trace = settings.pop("clock", None), settings.pop("pump", False), settings.pop("trace", None)
+        record_created = settings.pop("record_created", True)
+        notify_on_create = settings.pop("notify_on_create", True)
+        synchronous, create = settings.pop("synchronous", DEFAULT_SYNCHRONOUS), settings.pop("create", True)
+        auto_prune = settings.pop("auto_prune", True)
         if not isinstance(notify_on_create, bool) or not isinstance(record_created, bool):
             raise InvalidArgument("record_created and notify_on_create must be booleans")
         if not isinstance(auto_prune, bool):
@@ -156,8 +163,7 @@ class Gateway:
             normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
         )
         try:
-            gateway = cls(store, clock=clock, on_wake=on_wake, retention_days=retention_days,
-                          max_rows=max_rows, serve=serve, wake_window=wake_window)
+            gateway = cls(store, clock=clock, **settings)
             gateway.ops.record_created = record_created
             gateway.ops.notify_on_create = notify_on_create
             path = trace_path(trace)

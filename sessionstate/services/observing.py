@@ -1,18 +1,24 @@
-"""``observe(protocol, observer)``: report one gateway's work to an observer (``metrics.py``'s
-OpenTelemetry instruments, a benchmark's clock), and take it all back again.
+"""What one gateway reports of its work to an observer (``metrics.py``'s OpenTelemetry
+instruments, a benchmark's clock), through explicit hooks, and how it is taken back again.
 
-Nothing is added to the record path of a gateway nobody observes: the protocol's bound
-methods are wrapped on that one instance (the detach function puts back what the instance
-held before), and the wake counters come from the wake coalescer's two hooks (``on_fired``,
-``on_owed``: wakes.py), chained after the protocol's own (the trace)."""
+``Observers`` is the protocol's declared list of observers (``NoticeProtocol.observers``).
+Its owners call it at each report point: recording (``record_event``, ``record_events``),
+``create_session`` (a spawn) and ``drain_system_events`` call ``Observers``' methods; the queue
+calls its ``entry_observers`` for each line it takes in, and the wake coalescer its
+``fired_hooks``/``owed_hooks`` (wakes.py), after the protocol's own (the trace). Nothing is
+patched: with nobody observing, each report point costs one truth test of an empty list."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-_CLASS_METHOD = object()  # the instance held nothing: the class's method showed through
+if TYPE_CHECKING:
+    from .notice.queue import SystemEventQueue
+    from .notice.wakes import WakeCoalescer
+
+__all__ = ["GatewayObserver", "OBSERVER_METHODS", "Observers"]
 
 
 class GatewayObserver(Protocol):
@@ -37,84 +43,59 @@ class GatewayObserver(Protocol):
         """The wake window held a wake back (R12); it is owed at ``due``."""
 
 
-def observe(protocol: Any, observer: GatewayObserver) -> Callable[[], None]:
-    """Start reporting to ``observer``; returns the function that stops it."""
-    originals: list[tuple[object, str, object]] = []
+OBSERVER_METHODS = ("recorded", "spawned", "queued", "drained", "wake_fired", "wake_owed")
 
-    def replace(owner: object, name: str, make: Callable[[Any], Any]) -> None:
-        originals.append((owner, name, vars(owner).get(name, _CLASS_METHOD)))
-        setattr(owner, name, make(getattr(owner, name)))
 
-    def recording(original: Callable[..., int | None]) -> Callable[..., int | None]:
-        def record_event(*args: Any, **kwargs: Any) -> int | None:
-            kind = args[1] if len(args) > 1 else kwargs.get("kind", "")
-            start = time.perf_counter()
-            sequence = original(*args, **kwargs)
-            observer.recorded([kind], [sequence], time.perf_counter() - start)
-            return sequence
-        return record_event
+class Observers(list[GatewayObserver]):
+    """The observers of one gateway's protocol, in the order they were added: a list, so the
+    ``if observers:`` a report point asks first is the list's own (C-level) truth test, and an
+    unobserved gateway does no other work for it."""
 
-    def recording_batch(original: Callable[..., list[int | None]]) -> Callable[..., list[int | None]]:
-        def record_events(events: Any) -> list[int | None]:
-            events = list(events)
-            start = time.perf_counter()
-            sequences = original(events)
-            kinds = [e.get("kind", "") if hasattr(e, "get") else "" for e in events]
-            observer.recorded(kinds, sequences, time.perf_counter() - start)
-            return sequences
-        return record_events
+    def __init__(self, queue: "SystemEventQueue", wakes: "WakeCoalescer") -> None:
+        super().__init__()
+        self._queue = queue
+        self._wakes = wakes
 
-    def creating(original: Callable[..., None]) -> Callable[..., None]:
-        def create_session(*args: Any, **kwargs: Any) -> None:
-            original(*args, **kwargs)
-            if kwargs.get("parent") is not None:
-                observer.spawned()
-        return create_session
+    def add(self, observer: GatewayObserver) -> Callable[[], None]:
+        """Report to ``observer`` from now on; returns the function that stops it (calling it
+        again does nothing)."""
 
-    def queueing(original: Callable[..., bool]) -> Callable[..., bool]:
-        def enqueue(session_key: str, text: str, target: Any = None, **options: Any) -> bool:
-            added = original(session_key, text, target, **options)  # options: the queue's own (wakes=)
-            if added and target is not None:  # a stale notice (plain lines carry no target)
+        def entered(session_key: str, text: str, target: tuple[str, str] | None) -> None:
+            if target is not None:  # a stale notice (plain lines carry no target)
                 observer.queued()
-            return added
-        return enqueue
 
-    def draining(original: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
-        def drain_system_events(session_key: str) -> list[str]:
-            notices = {e.text for e in protocol.queue.peek(session_key) if e.target is not None}
-            lines = original(session_key)
-            delivered = sum(1 for line in lines if line in notices)
-            if delivered:
-                observer.drained(delivered)
-            return lines
-        return drain_system_events
+        hooks: list[tuple[list, Callable[..., None]]] = [
+            (self._queue.entry_observers, entered),
+            (self._wakes.fired_hooks, observer.wake_fired),
+            (self._wakes.owed_hooks, observer.wake_owed),
+        ]
+        self.append(observer)
+        for owner, hook in hooks:
+            owner.append(hook)
 
-    def chained(hook: Callable[..., None]) -> Callable[[Any], Callable[..., None]]:
-        def make(original: Callable[..., None] | None) -> Callable[..., None]:
-            if original is None:
-                return hook
+        def detach() -> None:
+            if not hooks:
+                return
+            self.remove(observer)
+            for owner, hook in hooks:
+                owner.remove(hook)
+            hooks.clear()
 
-            def both(*args: Any) -> None:  # the protocol's own hook (the trace) first
-                original(*args)
-                hook(*args)
-            return both
-        return make
+        return detach
 
-    replace(protocol, "record_event", recording)
-    replace(protocol, "record_events", recording_batch)
-    replace(protocol, "create_session", creating)
-    replace(protocol.queue, "enqueue", queueing)
-    replace(protocol, "drain_system_events", draining)
-    # Every on_wake call, at once or owed, passes on_fired (wakes.WakeCoalescer._attempt).
-    replace(protocol.wakes, "on_fired", chained(observer.wake_fired))
-    replace(protocol.wakes, "on_owed", chained(observer.wake_owed))
+    # -- the report points the protocol calls -------------------------------------------------
 
-    def detach() -> None:
-        for owner, name, original in reversed(originals):
-            if original is _CLASS_METHOD:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        originals.clear()
+    def recorded(self, kinds: Sequence[str], sequences: Sequence[int | None], started: float) -> None:
+        """A recording call that began at ``started`` (``time.perf_counter``) ended."""
+        seconds = time.perf_counter() - started
+        for observer in list(self):
+            observer.recorded(kinds, sequences, seconds)
 
-    return detach
+    def spawned(self) -> None:
+        for observer in list(self):
+            observer.spawned()
+
+    def drained(self, count: int) -> None:
+        if count:
+            for observer in list(self):
+                observer.drained(count)

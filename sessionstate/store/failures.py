@@ -4,7 +4,7 @@ The store layer (``sessionstate/store/``) is where the drivers (``sqlite3``, ``p
 SQLAlchemy) and ``OSError`` are seen; this module translates SQLite's and the file system's:
 every public store method, every transaction (``SqlStore.transaction``, ``sql_store.py``) and
 the open itself turn them into a ``StorageError`` subclass whose message names the database
-and the cause (PostgreSQL's failures are translated in ``postgres.py``). Callers above the
+and the cause (PostgreSQL's failures are translated in ``postgres_errors.py``). Callers above the
 store (the gateway's best-effort recording, the tools, the CLI) only ever see those.
 """
 

@@ -18,164 +18,68 @@ gave for free (the ordering argument is written out in spec/notice-protocol.md,
   keeps the schema version and runs the migrations).
 - R22: what other servers must learn of a transaction goes as ``NOTIFY`` in the same round
   trip as its ``COMMIT`` (the unit of work's ``_commit`` hook).
-- Driver errors leave as ``StorageError`` subclasses with the driver's error as the cause;
-  a connection that broke is replaced at the start of the next transaction.
+- Driver errors leave as ``StorageError`` subclasses with the driver's error as the cause
+  (``postgres_errors.py``); a connection that broke is replaced at the start of the next
+  transaction (``postgres_connection.py``, which the store is built on).
+
+Beside it: ``postgres_statements.py`` (the statements only this backend runs: head locks and
+the ``unnest`` batch forms), ``postgres_trace.py`` (the statements sent, from libpq's trace),
+``postgres_feed.py`` (R22's listening side) and ``postgres_schema.py``.
 """
 
 from __future__ import annotations
 
-import re
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
 import psycopg
-from psycopg import errors as pg_errors
 from sqlalchemy import create_engine
-from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
-from ..errors import (
-    CommitOutcomeUnknown,
-    InvalidDatabaseUrl,
-    StorageConflict,
-    StorageError,
-    StorageFull,
-    StorageUnavailable,
-    UnknownSession,
-    UnsupportedBackend,
-)
+from ..errors import CommitOutcomeUnknown, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
 from . import commit_outcome, postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import POSTGRES
+from .postgres_connection import (
+    CONNECT_TIMEOUT_SECONDS,
+    SCHEMES,
+    SYNCHRONOUS_COMMIT,
+    PostgresConnected,
+    PostgresConnection,
+    postgres_url,
+)
+from .postgres_errors import translate
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
+from .postgres_statements import (
+    APPEND_MANY_SQL,
+    APPEND_SQL,
+    CAUGHT_UP_OF_SQL,
+    LOCK_AND_APPEND_SQL,
+    LOCK_HEAD_SQL,
+    LOCK_HEADS_SQL,
+    PUT_CURSORS_MAX_ROWS,
+    PUT_PAIRS_SQL,
+)
+from .postgres_trace import traced
 from .records import CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
 from .sql_store import SYNCHRONOUS_LEVELS, SqlStore, Target, last_changes
-from .statements import (
-    CAUGHT_UP_CURSOR,
-    CURSOR_ORDER,
-    EVENT_COLUMNS,
-    HELD_BY,
-    PUT_CURSOR,
-    CoreStatements,
-    cursor_record,
-)
+from .statements import CURSOR_ORDER, HELD_BY, CoreStatements, cursor_record
 from .transcripts import SqlTranscriptTable
 from .upstream_links import SqlUpstreamLinkTable
 
-SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
+__all__ = ["PRUNE_CHUNK_ROWS", "SCHEMES", "PostgresServingTable", "PostgresStore", "postgres_url"]
+
 # Smaller than SQLite's 2,000: a chunk's transaction holds the row locks of the heads it
 # touches until it commits, and a server-side delete maintains four indexes per row.
 PRUNE_CHUNK_ROWS = 250
-CONNECT_TIMEOUT_SECONDS = 10
-# Durability per ``synchronous`` level, set on every connection of the store. NORMAL (the
-# default) is ``on`` too: a server tuned to ``synchronous_commit = off`` acknowledges a commit
-# before its WAL is written, and an immediate restart then lost acknowledged events and
-# reissued their sequences (issue 20). ``OFF`` is the faster mode, asked for by name.
-_SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "on", "FULL": "on", "EXTRA": "on"}
-
-LOCK_HEAD_SQL = (
-    "SELECT last_sequence FROM session_state_heads"
-    " WHERE session_key = %s AND agent_id = %s FOR UPDATE"
-)
-# The head bump both append statements end with.
-_BUMP_HEAD = (
-    " UPDATE session_state_heads h SET last_sequence = inserted.sequence, updated_at = %s"
-    " FROM inserted WHERE h.session_key = %s AND h.agent_id = %s RETURNING inserted.sequence"
-)
-# Runs after LOCK_HEAD_SQL in the same transaction: the sequence is taken under the head's
-# lock. ON CONFLICT covers a dedupe key committed by a transaction on another session after
-# the dedupe check (no row comes back; the caller reads the winner's sequence).
-APPEND_SQL = (
-    f"WITH inserted AS (INSERT INTO session_state_events ({EVENT_COLUMNS})"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence)" + _BUMP_HEAD
-)
-# The first append to a session in a transaction, without a dedupe key: the head lock and the
-# append in one statement, one round trip fewer (spec section 16, C1). The inserted row is
-# produced by the locked head row, so its sequence is taken after the lock is held; no head
-# row means nothing is inserted and nothing comes back. Arguments: the head's key twice, then
-# APPEND_SQL's.
-LOCK_AND_APPEND_SQL = (
-    "WITH locked AS (SELECT 1 FROM session_state_heads"
-    " WHERE session_key = %s AND agent_id = %s FOR UPDATE),"
-    f" inserted AS (INSERT INTO session_state_events ({EVENT_COLUMNS})"
-    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s::float8, %s::float8, %s FROM locked"
-    " RETURNING sequence)" + _BUMP_HEAD
-)
-# The heads of several targets, locked in key order (one order everywhere: no deadlock
-# between two such statements).
-LOCK_HEADS_SQL = (
-    "SELECT session_key, agent_id FROM session_state_heads"
-    " WHERE (session_key, agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
-    " ORDER BY session_key, agent_id FOR UPDATE"
-)
-# The caught-up cursors of several targets in one statement (a group commit's decisions,
-# after the heads are locked): the event path's read, for every target of the batch at once.
-CAUGHT_UP_OF_SQL = (
-    "SELECT target_session_key, target_agent_id, watcher_session_key,"
-    " last_seen_sequence, notified_sequence, material_sequence FROM session_watch_cursors"
-    " WHERE (target_session_key, target_agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
-    f" AND {CAUGHT_UP_CURSOR}"
-)
-# Cursor upserts of any number of pairs (several targets) in one statement, from one array
-# per column: a group commit's cursor changes in one round trip.
-PUT_PAIRS_SQL = PUT_CURSOR.format(
-    rows="SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[],"
-    " %s::bigint[], %s::float8[])"
-)
-# Several events in one statement, one round trip for a group commit's appends, their heads
-# already locked (``lock_targets``, key order). One array per column, in input order; a dedupe
-# key already in the log is found, not inserted (no sequence is consumed for it); the others
-# take their sequences in input order (the ORDER BY before nextval), so one session's events
-# keep their order; each session's head moves to its largest new sequence. A dedupe key that
-# another session's transaction committed meanwhile conflicts and comes back not inserted.
-APPEND_MANY_SQL = (
-    "WITH src AS MATERIALIZED (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
-    " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[], %s::text[])"
-    f" WITH ORDINALITY AS s({EVENT_COLUMNS}, ord)),"
-    " existing AS MATERIALIZED (SELECT s.ord, e.sequence FROM src s"
-    " JOIN session_state_events e ON e.dedupe_key = s.dedupe_key),"
-    " numbered AS MATERIALIZED (SELECT n.*, nextval('session_state_events_sequence_seq') AS sequence"
-    " FROM (SELECT * FROM src WHERE ord NOT IN (SELECT ord FROM existing) ORDER BY ord) n),"
-    f" inserted AS (INSERT INTO session_state_events (sequence, {EVENT_COLUMNS})"
-    f" SELECT sequence, {EVENT_COLUMNS} FROM numbered ORDER BY ord"
-    " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence),"
-    " bumped AS (UPDATE session_state_heads h SET last_sequence = m.last, updated_at = m.at"
-    " FROM (SELECT n.session_key, n.agent_id, max(n.sequence) AS last, max(n.recorded_at) AS at"
-    " FROM numbered n JOIN inserted i ON i.sequence = n.sequence GROUP BY n.session_key, n.agent_id) m"
-    " WHERE h.session_key = m.session_key AND h.agent_id = m.agent_id)"
-    " SELECT n.ord, n.sequence, i.sequence IS NOT NULL, true FROM numbered n"
-    " LEFT JOIN inserted i ON i.sequence = n.sequence"
-    " UNION ALL SELECT ord, sequence, false, false FROM existing"
-)
-# Up to this many cursor upserts go in one statement, one round trip with its plan prepared
-# once per row count: three rows take ~100 µs that way against ~145 µs through executemany's
-# pipeline. A larger freeze (rare) uses executemany, so the statement texts stay few.
-PUT_CURSORS_MAX_ROWS = 16
 
 
-def postgres_url(url: str) -> URL:
-    """The SQLAlchemy URL for a PostgreSQL URL, with the psycopg 3 driver."""
-    if "\x00" in url or any("\ud800" <= ch <= "\udfff" for ch in url):
-        raise InvalidDatabaseUrl(f"{url!r}: a database URL holds no NUL and no lone surrogate")
-    try:
-        parsed = make_url(url)
-    except Exception as exc:  # SQLAlchemy's ArgumentError, or ValueError from a bad port
-        raise InvalidDatabaseUrl(f"{url!r} is not a database URL ({exc})") from None
-    if parsed.drivername not in SCHEMES:
-        raise UnsupportedBackend(
-            f"{parsed.drivername!r} is not a PostgreSQL URL this store opens; use postgresql+psycopg://"
-        )
-    return parsed.set(drivername="postgresql+psycopg")
-
-
-class PostgresStore(SqlStore):
+class PostgresStore(PostgresConnected, SqlStore):
     """Durable signal log, heads, cursors and session registry in a PostgreSQL database."""
 
     path = None  # no file behind it
@@ -193,7 +97,7 @@ class PostgresStore(SqlStore):
         self.url = url
         self.where = parsed.render_as_string(hide_password=True)
         self.closed = False
-        self._synchronous_commit = _SYNCHRONOUS_COMMIT[synchronous.upper()]
+        self._synchronous_commit = SYNCHRONOUS_COMMIT[synchronous.upper()]
         connect_args: dict[str, Any] = {}
         if "application_name" not in parsed.query:  # the URL's own passes to libpq as given
             connect_args["application_name"] = "sessionstate"
@@ -219,10 +123,10 @@ class PostgresStore(SqlStore):
             self._connect()
         except DBAPIError as exc:
             self._engine.dispose()
-            raise _translate(exc.orig or exc) from exc
+            raise translate(exc.orig or exc) from exc
         except psycopg.Error as exc:
             self._engine.dispose()
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
         self.db = PostgresConnection(self)
         self.meta = SqlMetadataTable(self.db, POSTGRES, self.storage_error)
         self.runs = SqlRunTable(self.db, POSTGRES, self.storage_error)
@@ -239,56 +143,6 @@ class PostgresStore(SqlStore):
             # The schema's commit is as durable as the store's (a server may default to off).
             conn.exec_driver_sql(f"SET LOCAL synchronous_commit = {self._synchronous_commit}")
             postgres_schema.prepare(conn, self.where, create=create)
-
-    def _connect(self) -> None:
-        self._proxy = self._engine.raw_connection()
-        pg = self._proxy.driver_connection
-        assert isinstance(pg, psycopg.Connection)
-        pg.rollback()  # the dialect's first-connect queries may have opened one
-        pg.autocommit = True  # transactions are explicit: see transaction()
-        pg.execute("SET standard_conforming_strings = on")  # the NOTIFY literals rely on it
-        pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
-        self._pg: psycopg.Connection[Any] = pg
-        self._cur = pg.cursor()
-        # R29: the timeline this connection's transactions begin on (once per connection).
-        row = pg.execute(commit_outcome.TIMELINE_SQL).fetchone()
-        self._timeline: str | None = row[0] if row else None
-
-    def _reconnect_if_broken(self) -> None:
-        if not (self._pg.broken or self._pg.closed):
-            return
-        try:
-            # Invalidated, not closed: closing would first try to roll back on the dead
-            # connection, and the pool logs that failure as an error with its traceback.
-            if self._proxy.is_valid:  # not already invalidated by a reconnect that failed
-                self._proxy.invalidate()
-        except Exception:  # the old connection is already gone; nothing to release
-            pass
-        try:
-            self._connect()
-        except DBAPIError as exc:
-            raise _translate(exc.orig or exc) from exc
-        except psycopg.Error as exc:
-            raise _translate(exc) from exc
-
-    def _execute(self, sql: str, args: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        """One statement (prepared on the server): reconnects first when idle, translates errors."""
-        if self._depth == 0:
-            self._reconnect_if_broken()
-        try:
-            return self._cur.execute(sql, args, prepare=True)
-        except psycopg.Error as exc:
-            raise _translate(exc) from exc
-
-    def _execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        try:
-            self._cur.executemany(sql, rows)
-        except psycopg.Error as exc:
-            raise _translate(exc) from exc
-
-    def _scalar(self, sql: str, args: Sequence[Any]) -> Any:
-        row = self._execute(sql, args).fetchone()
-        return None if row is None else row[0]
 
     # -- R22: telling other servers ---------------------------------------------------------
 
@@ -308,21 +162,12 @@ class PostgresStore(SqlStore):
         self._changed_watchers, self._notified_events = [], []
         return "".join(notify_statement(self._notify_prefix, p) + "; " for p in payloads)
 
-    def _listening_connection(self) -> "psycopg.Connection[Any]":
-        proxy = self._engine.raw_connection()
-        pg = proxy.driver_connection
-        assert isinstance(pg, psycopg.Connection)
-        proxy.detach()  # closed by the feed, not returned to SQLAlchemy
-        pg.rollback()
-        pg.autocommit = True
-        return pg
-
     def open_change_feed(self, kinds: tuple[str, ...]) -> PostgresChangeFeed:
         """R22: a listening connection of its own on this schema's channel."""
         try:
             return PostgresChangeFeed(self._listening_connection, self.channel, self.serving, self.storage_error)
         except DBAPIError as exc:
-            raise _translate(exc.orig or exc) from exc
+            raise translate(exc.orig or exc) from exc
 
     def storage_error(self, exc: BaseException) -> StorageError:
         """The ``StorageError`` for a driver failure on this database (the feature stores'
@@ -331,31 +176,9 @@ class PostgresStore(SqlStore):
             return StorageUnavailable(f"{self.where}: the store is closed")
         if isinstance(exc, StorageError):
             return exc
-        return _translate(exc)
+        return translate(exc)
 
     # -- lifecycle and the unit of work's statements ----------------------------------------
-
-    def close(self) -> None:
-        self.closed = True
-        try:
-            self._proxy.close()
-        except psycopg.Error:
-            pass  # closing a connection the server already dropped
-        self._engine.dispose()
-
-    def backend_pid(self) -> int:
-        """The server process of this store's main connection (diagnostics and fault tests:
-        ``pg_terminate_backend``)."""
-        return int(self._pg.info.backend_pid)
-
-    def setting(self, name: str) -> str:
-        """A server setting as this store's connection sees it (``current_setting``)."""
-        return str(self._scalar("SELECT current_setting(%s)", (name,)))
-
-    @property
-    def read_only(self) -> bool:
-        """A standby, or a role or database whose transactions default to read-only."""
-        return self._scalar("SELECT current_setting('transaction_read_only')", ()) == "on"
 
     def _begin(self) -> None:
         self._reconnect_if_broken()
@@ -365,7 +188,7 @@ class PostgresStore(SqlStore):
         try:
             self._cur.execute(sql)  # the store's cursor: Connection.execute would make one per call
         except psycopg.Error as exc:
-            raise _translate(exc, committing=committing) from exc
+            raise translate(exc, committing=committing) from exc
 
     def _commit(self) -> None:
         # R22: the notification goes with the commit, in the same round trip.
@@ -374,7 +197,7 @@ class PostgresStore(SqlStore):
         try:
             txid = self._cur.execute(commit_outcome.TXID_SQL).fetchone()[0]  # type: ignore[index]
         except psycopg.Error as exc:
-            raise _translate(exc) from exc  # before COMMIT: the server rolls it back
+            raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on = self._timeline
         try:
             self._control(self._take_notifications() + "COMMIT", committing=True)
@@ -647,7 +470,7 @@ class PostgresStore(SqlStore):
         try:  # VACUUM runs outside a transaction block: the connection is in autocommit here
             self._pg.execute("VACUUM (FULL, ANALYZE) " + ", ".join(names))
         except psycopg.Error as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
         after = int(self._scalar(size_sql, (names,)))
         return VacuumReport(
             before, after,
@@ -660,7 +483,7 @@ class PostgresStore(SqlStore):
         appended to the list it yields (its text; a statement prepared before the block by its
         server-side text too), as libpq's protocol trace records them: how tests count the
         round trips a path makes, without reaching into the connection."""
-        return _traced(self._pg)
+        return traced(self._pg)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -674,105 +497,6 @@ class PostgresStore(SqlStore):
             (),
         )
         return "ok" if not above else f"{above} event(s) above their session's head or without one"
-
-
-# SQLSTATE classes and codes: 08 connection exception, 28 invalid authorization,
-# 57P01-57P03 server shutting down or starting, 40001 serialization failure, 40P01 deadlock.
-_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
-_LOGIN_REFUSED = re.compile(r"authentication failed|role \".*\" does not exist|no pg_hba\.conf entry")
-
-
-def _translate(exc: BaseException, *, committing: bool = False) -> StorageError:
-    """A driver error as the ``StorageError`` that says what happened."""
-    state = getattr(exc, "sqlstate", None) or ""
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)):
-        return StorageConflict(f"PostgreSQL: concurrent transaction conflict ({detail})", retry_safe=True)
-    # A login refused at connect time carries no SQLSTATE in psycopg: the server's FATAL says it.
-    if state.startswith("28") or _LOGIN_REFUSED.search(str(exc)):
-        return StorageUnavailable(f"PostgreSQL refused the login: {detail}")
-    if state.startswith("53"):  # insufficient resources: disk full, out of memory, too many connections
-        return StorageFull(f"PostgreSQL: storage full or out of resources: {detail}") if state == "53100" \
-            else StorageUnavailable(f"PostgreSQL: out of resources: {detail}", retry_safe=True)
-    # A client-side connection failure has no SQLSTATE; the server's says 08 or 57P0x.
-    lost = (state.startswith("08") or state in _UNAVAILABLE_STATES
-            or (isinstance(exc, psycopg.OperationalError) and not state))
-    if lost:
-        # A transaction whose connection broke before COMMIT was rolled back by the server;
-        # one that broke during COMMIT may or may not have committed.
-        if committing:
-            return CommitOutcomeUnknown(
-                f"PostgreSQL connection lost during commit; the outcome is unknown ({detail})"
-            )
-        return StorageUnavailable(f"PostgreSQL unavailable: {detail}", retry_safe=True)
-    return StorageError(f"PostgreSQL error: {detail}")
-
-
-# In libpq's trace (REGRESS_MODE: no timestamps), the frontend's messages that run statements.
-_TRACED_MESSAGE = re.compile(r'^F\t\d+\t(Query|Parse|Bind|Execute)\t "((?:[^"\\]|\\.)*)"(?: "((?:[^"\\]|\\.)*)")?')
-
-
-@contextmanager
-def _traced(pg: "psycopg.Connection[Any]") -> Iterator[list[str]]:
-    statements: list[str] = []
-    with tempfile.TemporaryFile("w+") as log:
-        pg.pgconn.trace(log.fileno())
-        pg.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
-        try:
-            yield statements
-        finally:
-            pg.pgconn.untrace()
-            log.seek(0)
-            trace = log.read()
-            prepared = dict(pg.execute("SELECT name, statement FROM pg_prepared_statements").fetchall())
-            statements.extend(_sent_statements(trace, prepared))
-
-
-def _sent_statements(trace: str, prepared: dict[str, str]) -> list[str]:
-    """The statements a libpq trace shows sent: a simple query's text, or per Execute the
-    text of the statement its Bind named (parsed in the trace, or prepared before it)."""
-    parsed = dict(prepared)
-    sent: list[str] = []
-    bound = ""
-    for line in trace.splitlines():
-        match = _TRACED_MESSAGE.match(line)
-        if match is None:
-            continue
-        message, first, second = match.groups()
-        if message == "Query":
-            sent.append(first)
-        elif message == "Parse":
-            parsed[first] = second or ""
-        elif message == "Bind":
-            bound = parsed.get(second or "", second or "")
-        else:
-            sent.append(bound)
-    return sent
-
-
-class PostgresConnection:
-    """The feature tables' view of the store's connection: ``execute``/``executemany`` as
-    ``sqlite3`` offers them, on the store's psycopg connection. Their statements are already
-    in psycopg's style (``Dialect.sql``); this reconnects when idle and translates errors."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        store = self._store
-        if not store.in_transaction:
-            store._reconnect_if_broken()
-        try:
-            # A cursor of its own: a feature table's read never clobbers the store's cursor.
-            return store._pg.execute(sql, tuple(params), prepare=True)
-        except psycopg.Error as exc:
-            raise _translate(exc) from exc
-
-    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
-        try:
-            self._store._pg.cursor().executemany(sql, [tuple(p) for p in params])
-        except psycopg.Error as exc:
-            raise _translate(exc) from exc
 
 
 class PostgresServingTable(SqlServingTable):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import threading
 from pathlib import Path
+from typing import Unpack
 
 import anyio
 import pytest
@@ -32,9 +33,23 @@ def test_every_public_gateway_method_is_a_coroutine_here():
         member = inspect.getattr_static(AsyncGateway, name)
         function = member.__func__ if isinstance(member, classmethod) else member
         assert inspect.iscoroutinefunction(function), name
-        if name not in ("open", "close"):
+        if name != "close":  # close: the sync one's unregister= is a drill's, not the loop's
             assert inspect.signature(getattr(AsyncGateway, name)).parameters.keys() == \
                 inspect.signature(getattr(Gateway, name)).parameters.keys(), name
+
+
+def test_open_refuses_an_unknown_keyword_and_gateway_a_coroutine_hook(loop_backend):
+    async def hook(watcher: str, reason: str) -> None: ...
+
+    async def main() -> None:
+        with pytest.raises(TypeError, match="no_such_option"):
+            await AsyncGateway.open("sqlite://", no_such_option=1)  # type: ignore[call-arg]
+        async with await AsyncGateway.open("sqlite://", on_wake=hook):  # relayed to the loop
+            pass
+
+    anyio.run(main, backend=loop_backend)
+    with pytest.raises(InvalidArgument, match="coroutine function"):
+        Gateway.open("sqlite://", on_wake=hook)  # the sync gateway would never run it
 
 
 def test_the_notice_flow_and_the_typed_errors(db_url, loop_backend):
@@ -187,11 +202,18 @@ def test_the_thread_record_sees_a_blocked_loop(tmp_path: Path, loop_backend, mon
 
 
 def test_async_open_takes_every_option_of_the_sync_open_with_the_same_defaults():
-    """Opening behaves exactly as the sync API: no Gateway.open option is out of reach."""
-    sync = inspect.signature(Gateway.open).parameters
-    async_ = inspect.signature(AsyncGateway.open).parameters
-    assert list(async_) == list(sync)
+    """Opening behaves exactly as the sync API: no Gateway.open option is out of reach. Both
+    take their keywords from the one declaration, ``OpenOptions`` (its defaults are read in
+    ``Gateway.open``, which the async one calls)."""
+    from sessionstate.facade.gateway import OpenOptions
+
+    sync = inspect.signature(Gateway.open, eval_str=True).parameters
+    async_ = inspect.signature(AsyncGateway.open, eval_str=True).parameters
+    assert list(async_) == list(sync) == ["url", "options"]
     assert [(p.kind, p.default) for p in async_.values()] == [(p.kind, p.default) for p in sync.values()]
+    assert async_["options"].annotation == sync["options"].annotation == Unpack[OpenOptions]
+    assert {"clock", "on_wake", "retention_days", "max_rows", "synchronous", "create", "serve", "pump", "trace",
+            "record_created", "notify_on_create", "wake_window", "auto_prune"} == OpenOptions.__optional_keys__
 
 
 def test_async_open_passes_the_created_options_through(tmp_path):

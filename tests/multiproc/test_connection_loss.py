@@ -62,7 +62,7 @@ def test_a_pumped_gateway_queues_and_wakes_after_losing_a_connection(pg_url, con
     wakes: list[str] = []
     with Gateway.open(pg_url, serve=[]) as recorder, \
             Gateway.open(pg_url, serve=[], pump=True, on_wake=lambda w, r: wakes.append(w)) as serving:
-        serving.attach(W)
+        serving.cluster.attach(W)
         _terminate(_backend_pid(serving, connection))
         first = recorder.record_event(T, "human_direct_message", actor_type="human", summary="one")
         assert first is not None

@@ -57,7 +57,7 @@ def test_an_idle_pumped_gateway_serves_again_soon_after_a_restart(server):
         gw.watch(W, T)
         gw.drain_system_events(W)
     with Gateway.open(server.url, serve=[], pump=True) as serving:
-        serving.attach(W)
+        serving.cluster.attach(W)
         serving.drain_system_events(W)
         back = server.restart_immediately()
         with Gateway.open(server.url, serve=[]) as recorder:

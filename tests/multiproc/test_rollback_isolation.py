@@ -112,10 +112,10 @@ def test_a_rolled_back_change_never_rides_along_with_the_next_commit(db_url, mon
         expected = [notice_text(T2, SEED_T2)]
         # Nothing queued for the rolled-back event, here or in the listener's incremental sweep.
         assert recorder.pending_system_events(W) == expected
-        listener.sweep_changes()
+        listener.cluster.sweep()
         assert listener.pending_system_events(W) == expected
         # Nothing notified: the feed's change set names the later commit's event alone.
-        feed = observer.change_feed
+        feed = observer.cluster.feed
         assert feed is not None
         with observer.locked():
             feed.sync()

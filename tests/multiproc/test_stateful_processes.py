@@ -123,7 +123,7 @@ class GatewaysVersusModel(GatewayVersusModel):
         process finds its heartbeat older than the lease (R20) and releases them."""
         note(f"kill process {index}; its lease runs out")
         dead = self.gws[index]
-        dead_id = dead.diagnostics().server_id
+        dead_id = dead.ops.diagnostics().server_id
 
         def kill(gw: Gateway) -> None:
             gw.close(unregister=False)  # its threads die with it; its server row and claims stay
@@ -133,7 +133,7 @@ class GatewaysVersusModel(GatewayVersusModel):
             with survivor.locked():
                 with survivor.store.transaction():
                     assert survivor.store.serving.heartbeat(dead_id, 0.0)  # its heartbeat aged
-                survivor.heartbeat()
+                survivor.cluster.heartbeat()
                 assert dead_id not in survivor.store.serving.all_claims().values()
 
         self._replace(index, kill, after=take_over)
@@ -144,9 +144,9 @@ class GatewaysVersusModel(GatewayVersusModel):
         self.gws[index] = self._open()
         after()
         self._sweep_all()
-        woken = {w for w in self.model.sessions if self.gws[index].serves(w)}
+        woken = {w for w in self.model.sessions if self.gws[index].cluster.serves(w)}
         for i, served in before.items():
-            woken |= {w for w in self.model.sessions if self.gws[i].serves(w)} - served
+            woken |= {w for w in self.model.sessions if self.gws[i].cluster.serves(w)} - served
         self.model.restart(woken)
         self.pending_texts.clear()
         self.opened_by_last_step = set()

@@ -5,6 +5,7 @@ resolution. Every other part of the service builds on this one.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence  # the ABCs: isinstance on typing's aliases is slow
 from typing import Any, Callable, TypedDict, Unpack
@@ -15,6 +16,7 @@ from ...shared.timefmt import DAY_SECONDS
 from ...store import Store
 from ..claims import SERVE_ALL
 from ..locking import locked
+from ..observing import Observers
 from ..retention import AutoPrune
 from ..trace import Tracer
 from .queue import SystemEventQueue
@@ -28,7 +30,9 @@ APPEND_ATTEMPTS = 3  # a burst that rolled back whole (conflict, lost connection
 RETRY_PAUSE_SECONDS = 0.05
 
 Clock = Callable[[], float]
-WakeHook = Callable[[str, str], None]
+# (watcher, reason); what it returns is ignored. A coroutine function is refused here (it would
+# never run): AsyncGateway.open takes one and relays it to its loop.
+WakeHook = Callable[[str, str], object]
 
 class ProtocolOptions(TypedDict, total=False):
     """The notice protocol's settings, written once: ``NoticeCore`` reads them and
@@ -48,6 +52,8 @@ class NoticeCore:
         if unknown := sorted(options.keys() - ProtocolOptions.__optional_keys__):
             raise TypeError(f"unexpected keyword arguments {unknown}")
         on_wake = options.get("on_wake")
+        if on_wake is not None and (not callable(on_wake) or inspect.iscoroutinefunction(on_wake)):
+            raise InvalidArgument("on_wake must be a plain function (a coroutine function: use AsyncGateway.open)")
         retention_days = options.get("retention_days", 30)
         max_rows = options.get("max_rows", 50_000)
         serve = options.get("serve", SERVE_ALL)
@@ -66,7 +72,8 @@ class NoticeCore:
             holds_waking_after=self.queue.holds_waking_after, queue_mark=self.queue.mark,
         )
         self.wakes.start_timer = self._start_wake_timer  # R12: one timer, started by the first owed wake
-        self.wakes.on_fired = self._trace_wake
+        self.wakes.fired_hooks.append(self._trace_wake)  # the trace's, before any observer's
+        self.observers = Observers(self.queue, self.wakes)  # services/observing.py
         self._wakes_stopped = False
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
         self.serve = serve  # section 6a: which watchers this process serves (claims, in release)

@@ -35,7 +35,7 @@ from ...shared.validation import (
 from ...statemachine.table import SEED, SEEDING_KINDS, SPAWN_KIND
 from ...store import SessionRecord
 from ..locking import locked
-from ..observing import GatewayObserver, observe
+from ..observing import OBSERVER_METHODS, GatewayObserver
 from ..trace import Tracer
 from .announce import announcement_target, created_line
 from .core import Clock, WakeHook
@@ -43,9 +43,6 @@ from .queue import QueuedEvent
 from .recording import PreparedEvent, Recording
 
 __all__ = ["Clock", "Diagnostics", "NoticeProtocol", "PreparedEvent", "WakeHook"]
-
-_OBSERVER_METHODS = ("recorded", "spawned", "queued", "drained", "wake_fired", "wake_owed")
-
 
 class Diagnostics(NamedTuple):
     """A snapshot of a gateway's in-memory workings, for operators, drills and tests."""
@@ -93,10 +90,10 @@ class NoticeProtocol(Recording):
         """Report this gateway's recordings, queued and drained notices and wakes to
         ``observer`` (``metrics.instrument`` does); returns the function that stops it.
         A gateway nobody observes pays nothing for it."""
-        missing = [name for name in _OBSERVER_METHODS if not callable(getattr(observer, name, None))]
+        missing = [name for name in OBSERVER_METHODS if not callable(getattr(observer, name, None))]
         if missing:
             raise InvalidArgument(f"observer must have the GatewayObserver methods; missing {', '.join(missing)}")
-        return observe(self, observer)
+        return self.observers.add(observer)
 
     @locked
     def diagnostics(self) -> Diagnostics:
@@ -192,6 +189,8 @@ class NoticeProtocol(Recording):
                     self.store.set_provenance(parent_target[0], key, agent, PROVENANCE_SPAWN, promote_only=False)
         if parent_target is not None:
             self.stats["events_recorded"] += 1
+            if self.observers:
+                self.observers.spawned()
 
     @locked
     def session_exists(self, key: str, agent_id: str | None = None) -> bool:

@@ -25,6 +25,8 @@ class QueuedEvent(NamedTuple):
 
 
 RemovalObserver = Callable[[str, list[QueuedEvent]], None]
+# (session key, text, target): a line entered a session's queue (target None: a plain line)
+EntryObserver = Callable[[str, str, "tuple[str, str] | None"], None]
 
 
 class SystemEventQueue:
@@ -32,6 +34,8 @@ class SystemEventQueue:
         self._queues: dict[str, dict[str, QueuedEvent]] = {}
         self._entered = 0
         self._removal_observers: list[RemovalObserver] = []
+        # called for each line the queue takes in (services/observing.py adds and removes them)
+        self.entry_observers: list[EntryObserver] = []
 
     def observe_removals(self, observer: RemovalObserver) -> None:
         """Tell ``observer`` of the lines that leave a session's queue, whichever method
@@ -52,6 +56,9 @@ class SystemEventQueue:
             return False
         self._entered += 1
         queue[text] = QueuedEvent(text, target, self._entered, wakes)
+        if self.entry_observers:
+            for observer in list(self.entry_observers):
+                observer(session_key, text, target)
         return True
 
     def mark(self) -> int:

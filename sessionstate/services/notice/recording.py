@@ -101,7 +101,12 @@ class Recording(Turns):
 
         Validated first (raising, nothing written); concurrent calls from other threads may
         share its transaction (group commit), and it returns only after that commit."""
-        return self.group.submit((self.prepare_event(session_key, kind, **event),))[0]
+        if not self.observers:
+            return self.group.submit((self.prepare_event(session_key, kind, **event),))[0]
+        started = time.perf_counter()
+        sequence = self.group.submit((self.prepare_event(session_key, kind, **event),))[0]
+        self.observers.recorded([kind], [sequence], started)
+        return sequence
 
     def record_events(self, events: Sequence[Mapping[str, Any]]) -> list[int | None]:
         """Append a burst in one transaction; each item holds ``record_event``'s arguments
@@ -111,7 +116,13 @@ class Recording(Turns):
         changes. A storage failure rolls the whole burst back and returns ``None`` for each.
         The burst stays together, in order, when it shares a transaction with other callers'.
         """
-        return self.group.submit(self.prepare_events(events))
+        if not self.observers:
+            return self.group.submit(self.prepare_events(events))
+        started = time.perf_counter()
+        prepared = self.prepare_events(events)
+        sequences = self.group.submit(prepared)
+        self.observers.recorded([p.kind for p in prepared], sequences, started)
+        return sequences
 
     def prepare_events(self, events: Sequence[Mapping[str, Any]]) -> list[PreparedEvent]:
         """``record_events``' validation alone (pure: no lock, no store): the prepared events,

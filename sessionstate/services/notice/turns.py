@@ -35,6 +35,14 @@ class Turns(CursorLifecycle):
         pair, for the cursor's L; stale queued notices are dropped.
         """
         check_key(session_key)
+        if not self.observers:
+            return self._drain_turn(session_key)
+        notices = {e.text for e in self.queue.peek(session_key) if e.target is not None}
+        lines = self._drain_turn(session_key)
+        self.observers.drained(sum(1 for line in lines if line in notices))
+        return lines
+
+    def _drain_turn(self, session_key: str) -> list[str]:
         entries = self.queue.peek(session_key)
         if not entries:
             self.resolve_any_agent(session_key)

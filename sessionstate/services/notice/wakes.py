@@ -44,7 +44,7 @@ def check_window(window: object) -> float:
 class WakeCoalescer:
     def __init__(
         self,
-        on_wake: Callable[[str, str], None] | None,
+        on_wake: Callable[[str, str], object] | None,
         clock: Callable[[], float],
         take_slot: WakeSlot | None = None,
         *,
@@ -64,11 +64,12 @@ class WakeCoalescer:
         self._heap: list[tuple[float, str]] = []  # (due, watcher); stale entries skipped on pop
         self.timer: WakeTimer | None = None
         self.start_timer: Callable[[], WakeTimer] | None = None  # set by the owner (it holds the lock)
-        # (watcher, at, due): the trace; due is the owed wake's due time, None for a wake at once
-        self.on_fired: Callable[[str, float, float | None], None] | None = None
-        # (watcher, due): a wake became owed (not an owed one moved: a retry or a lost slot);
-        # the metrics' hook (metrics.py), None unless installed
-        self.on_owed: Callable[[str, float], None] | None = None
+        # Called in order, the owner's first: (watcher, at, due) for each wake sent (the trace,
+        # an observer; due is the owed wake's due time, None for a wake at once), and
+        # (watcher, due) when a wake became owed (not an owed one moved: a retry or a lost
+        # slot; an observer). services/observing.py adds and removes the observers' hooks.
+        self.fired_hooks: list[Callable[[str, float, float | None], None]] = []
+        self.owed_hooks: list[Callable[[str, float], None]] = []
         self.sent = 0
         self.dropped = 0  # asked inside the window (now owed)
         self.owed_cancelled = 0  # fell due with nothing new held: the watcher drained meanwhile
@@ -156,8 +157,8 @@ class WakeCoalescer:
             self._own_mark[watcher] = self._queue_mark()
         self._owed.pop(watcher, None)
         self.sent += 1
-        if self.on_fired is not None:
-            self.on_fired(watcher, now, due)
+        for fired in list(self.fired_hooks):
+            fired(watcher, now, due)
         try:
             self._on_wake(watcher, reason)  # type: ignore[misc]
         except Exception:  # a broken hook must not fail the turn that recorded the event
@@ -172,8 +173,9 @@ class WakeCoalescer:
             return  # already owed, as early: one heap entry per watcher and window
         self._owed[watcher] = (due, reason)
         heapq.heappush(self._heap, (due, watcher))
-        if new and held is None and self.on_owed is not None:
-            self.on_owed(watcher, due)
+        if new and held is None and self.owed_hooks:
+            for owed in list(self.owed_hooks):
+                owed(watcher, due)
         timer = self.timer
         if timer is None and self.start_timer is not None:
             timer = self.timer = self.start_timer()
