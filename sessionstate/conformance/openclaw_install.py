@@ -164,6 +164,12 @@ def serve(cache: Path) -> None:
     for key in ("HOME", "TMPDIR"):
         Path(env[key]).mkdir(parents=True, exist_ok=True)
     node = str(node_path(cache))
+    if not os.environ.get("SESSIONSTATE_OPENCLAW_STDERR"):
+        # The reference logs warnings to its console; they go to a file in the cache (the kit's
+        # report stays readable). SESSIONSTATE_OPENCLAW_STDERR=1 leaves them on stderr.
+        log = os.open(work / "adapter.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 2)
+        os.close(log)
     os.execve(node, [node, str(adapter_script()), "--package", str(package_dir(cache)), "--work", str(work)], env)
 
 

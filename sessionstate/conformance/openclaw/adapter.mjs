@@ -88,7 +88,13 @@ async function engineMain() {
   };
 
   mkdirSync(workDir, { recursive: true });
-  const run = mkdtempSync(join(workDir, "run-"));
+  // A run's directory is named by its process; one left by a process that is gone is removed.
+  for (const name of readdirSync(workDir)) {
+    const pid = Number(/^run-(\d+)-/.exec(name)?.[1]);
+    if (!pid || pid === process.pid) continue;
+    try { process.kill(pid, 0); } catch { rmSync(join(workDir, name), { recursive: true, force: true }); }
+  }
+  const run = mkdtempSync(join(workDir, `run-${process.pid}-`));
   for (const dir of ["logs", "locks"]) mkdirSync(join(run, dir), { recursive: true });
   const logger = await load("logger", ["setLoggerOverride"]);
   logger.setLoggerOverride({ level: "info", file: join(run, "logs", "openclaw.log") });
