@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("--steps", type=int, default=25, help="steps per run at most (default: 25)")
     conformance.add_argument("--max-findings", type=int, default=8, help="stop after this many findings (default: 8)")
     conformance.add_argument("--json", action="store_true", help="the report as JSON")
+    conformance.add_argument("--openclaw", action="store_true",
+                             help="check the published reference (installed with --install-openclaw)")
+    conformance.add_argument("--install-openclaw", action="store_true",
+                             help="install Node 24 and the pinned openclaw into the cache, then exit")
 
     replay = commands.add_parser("replay", help="check protocol traces against the spec (exit 1 on a violation)")
     from ..verify.trace_cli import add_arguments as add_replay_arguments
@@ -264,7 +268,25 @@ def _conformance(args: argparse.Namespace) -> int:
         print("sessionstate conformance needs Hypothesis: pip install 'sessionstate[conformance]'", file=sys.stderr)
         return 2
 
-    command = shlex.split(args.adapter) if args.adapter else [sys.executable, "-m", "sessionstate.conformance.gateway_adapter"]
+    if args.install_openclaw or args.openclaw:
+        from ..conformance import openclaw_install
+
+        if args.install_openclaw:
+            try:
+                done = openclaw_install.install()
+            except openclaw_install.InstallError as exc:
+                print(f"sessionstate conformance: {exc}", file=sys.stderr)
+                return 2
+            took = "already installed" if done["cached"] else f"installed in {done['seconds']} s"
+            print(f"openclaw {done['openclaw']} and Node {done['node']} in {openclaw_install.cache_dir()} ({took})")
+            return 0
+        reason = openclaw_install.installed()
+        if reason:
+            print(f"sessionstate conformance: {reason}", file=sys.stderr)
+            return 2
+        command = openclaw_install.adapter_command()
+    else:
+        command = shlex.split(args.adapter) if args.adapter else [sys.executable, "-m", "sessionstate.conformance.gateway_adapter"]
     report = run(command, examples=args.examples, steps=args.steps, max_findings=args.max_findings)
     print(json.dumps(report.as_json(), indent=2) if args.json else report.text())
     return 1 if report.violations else 0
