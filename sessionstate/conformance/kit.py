@@ -34,7 +34,7 @@ RULES: dict[str, str] = {
     "R11": "On open, every cursor with M > L gets `restart_sweep`, which re-materialises its notice.",
     "R12": "is woken through `on_wake(watcher, reason)` when a line for T enters its queue in a process that serves it, at most once per *wake window* per watcher",
     "R13": "Cursors whose row and target head were both last updated before the window fire `expire`.",
-    "R13-schedule": "Pruning deletes events older than the retention window (30 days) and then all but the newest `max_rows` (50,000).",
+    "R13-schedule": "runs R13's pruning without being asked: once while it opens, before the startup sweep (R11)",
     "R14": "Resetting W fires `reset_watcher` on every cursor W holds (the targets' history stays) and clears W's queue.",
     "R24": "appends `human_direct_message` only when at least one cursor targets the session",
     "R27": "Creating a session appends a log-only `created` event (actor `system`,",
