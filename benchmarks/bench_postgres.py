@@ -232,7 +232,7 @@ def test_pg_prune_chunk_lock(benchmark, pg_schema):
     from sessionstate.store.postgres import PostgresStore
 
     _populate(pg_schema, watchers=3, rows=PRUNE_ROWS)
-    gw = _gateway(pg_schema, max_rows=PRUNE_KEEP)
+    gw = _gateway(pg_schema, max_rows=PRUNE_KEEP, auto_prune=False)  # the benchmark prunes (R30 would at open)
     store = gw.store
     durations: list[float] = []
     original = PostgresStore._prune_chunk
