@@ -8,7 +8,7 @@ reaches next (the same one restarted, or a promoted standby through a multi-host
 ``pg_xact_status``:
 
 - ``committed`` on the same timeline: the transaction committed; the caller goes on as if the
-  answer had arrived. On another timeline (a failover happened) the id may have been issued
+  answer had arrived. On another timeline (a failover happened), or from another run of the server (it restarted), the id may have been issued
   again by the promoted server, so that answer is only "unknown".
 - ``aborted``, ``in progress`` on another timeline (another transaction's), or an id "in the
   future" of the answering server: the transaction is not in the database; it rolled back.
@@ -38,10 +38,14 @@ PAUSE_SECONDS = 0.05
 # Read just before COMMIT: the transaction's id, or NULL when it wrote nothing.
 TXID_SQL = "SELECT pg_current_xact_id_if_assigned()::text"
 
-# The answering server's current timeline, read once per connection (NULL on a standby).
+# The answering server's current timeline and run (its postmaster's start time), read once per
+# connection (NULL on a standby). A restart on the same timeline counts as another: after an
+# immediate restart the server may issue again an id whose records never reached its log (a
+# restart trial under load saw an acknowledged event lost when a `committed` answer came from
+# such a reissued id).
 TIMELINE_SQL = (
     "SELECT CASE WHEN pg_is_in_recovery() THEN NULL"
-    " ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END"
+    " ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) || '@' || pg_postmaster_start_time()::text END"
 )
 
 STATUS_SQL = "SELECT pg_xact_status(%s::xid8), " + TIMELINE_SQL[len("SELECT "):]
