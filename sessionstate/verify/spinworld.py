@@ -187,7 +187,6 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
     try:
         for index, step in enumerate(steps):
             sent.clear()
-            b_step: list[int] = []
             b_sent_before = len(b_sent)
             action = step.action
             label = f"seed {seed} step {index + 1} ({action or 'the window passes'})"
