@@ -28,7 +28,7 @@ def main(url: str, serve: str, window: float) -> None:
     def on_wake(watcher: str, reason: str) -> None:
         # "at" is the time this process took the durable wake slot (what WAKE1 spaces), not the
         # hook's own later time: on a loaded machine the hook ran up to 12 ms after the slot.
-        slot = opened[0].ops.wakes._last.get(watcher) if opened else None
+        slot = opened[0].ops.wakes.last(watcher) if opened else None
         say({"wake": watcher, "at": time.time() if slot is None else slot, "hook_at": time.time()})
 
     with Gateway.open(url, serve=patterns, pump=True, on_wake=on_wake, wake_window=window) as gw:
