@@ -21,6 +21,8 @@ import logging
 import threading
 from typing import Callable
 
+from ..shared.clock_timer import ClockTimer
+
 log = logging.getLogger("sessionstate")
 
 AUTO_PRUNE_INTERVAL = 3600.0  # R30: at most once an hour of the gateway's clock
@@ -43,21 +45,20 @@ class AutoPrune:
         self._read_only = read_only
         self._clock = clock
         self.interval = interval
-        self._max_sleep = max_sleep
         self.next_due: float | None = None  # None: due now (the run at open)
         self.runs = 0
         self.failures = 0
         self.last: dict[str, int] | None = None  # the counts of the last run that succeeded
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._thread: threading.Thread | None = None
+        self._deciding = threading.Lock()
+        self._timer = ClockTimer("sessionstate-prune", next_due=self._due, clock=clock, fire=self.run_due,
+                                 max_sleep=max_sleep, retry=max_sleep)
 
     def run_due(self) -> dict[str, int] | None:
         """Prune if the schedule is due by the gateway's clock; the counts, else ``None``.
 
         A failed run is logged and counted, never raised (the open it runs in, or the timer,
         goes on); it is due again ``interval`` later, like a run that succeeded."""
-        with self._cond:  # one decision at a time: the timer and a direct call never both run
+        with self._deciding:  # one decision at a time: the timer and a direct call never both run
             now = self._clock()
             if self.next_due is not None and now < self.next_due:
                 return None
@@ -78,31 +79,16 @@ class AutoPrune:
 
     def start(self) -> None:
         """Start the timer thread (after the run at open)."""
-        self._thread = threading.Thread(target=self._run, name="sessionstate-prune", daemon=True)
-        self._thread.start()
+        self._timer.start()
 
     def poke(self) -> None:
         """Read the gateway's clock again now (its due time may have come)."""
-        with self._cond:
-            self._cond.notify()
+        self._timer.poke()
 
     def stop(self) -> None:
         """Stop and join the timer; call without the gateway's lock (a run takes it)."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        self._timer.stop()
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped:
-                    return
-                due = self.next_due
-                delay = 0.0 if due is None else due - self._clock()
-                if delay > 0:
-                    self._cond.wait(min(delay, self._max_sleep))
-                    continue
-            self.run_due()
+    def _due(self) -> float:
+        due = self.next_due
+        return self._clock() if due is None else due

@@ -12,6 +12,7 @@ from typing import Any, Callable, TypedDict, Unpack
 
 from ...errors import InvalidArgument, UnknownSession
 from ...shared.keys import SessionRef, check_key, resolve_agent_id
+from ...shared.clock_timer import ClockTimer
 from ...shared.timefmt import DAY_SECONDS
 from ...store import Store
 from ..claims import SERVE_ALL
@@ -20,7 +21,7 @@ from ..observing import Observers
 from ..retention import AutoPrune
 from ..trace import Tracer
 from .queue import SystemEventQueue
-from .wakes import DEFAULT_WAKE_WINDOW, WakeCoalescer, WakeTimer
+from .wakes import DEFAULT_WAKE_WINDOW, WakeCoalescer, start_wake_timer
 
 log = logging.getLogger("sessionstate")
 
@@ -100,8 +101,8 @@ class NoticeCore:
         if timer is not None:
             timer.stop()
 
-    def _start_wake_timer(self) -> WakeTimer:
-        return WakeTimer(self.wakes, self.clock, self._fire_from_timer)
+    def _start_wake_timer(self) -> ClockTimer:
+        return start_wake_timer(self.wakes, self.clock, self._fire_from_timer)
 
     def _fire_from_timer(self) -> None:
         with self.store.lock:

@@ -6,7 +6,7 @@ the watcher's window it calls ``on_wake`` at once (after winning the durable slo
 processes). Inside it, the watcher is *owed* one wake, due when the window ends: one entry in
 a heap of due times. ``fire_due`` pops what is due by the gateway's clock and, for a watcher
 whose queue here still holds a line that entered after this process's own last wake of it,
-tries again (the same slot decides). One ``WakeTimer`` thread per gateway calls ``fire_due``
+tries again (the same slot decides). One timer thread per gateway (``start_wake_timer``) calls ``fire_due``
 when the heap's earliest entry falls due; it is started by the first owed wake and blocks
 without a timeout while nothing is owed.
 """
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import heapq
 import logging
-import threading
 from typing import Callable
+
+from ...shared.clock_timer import ClockTimer
 
 log = logging.getLogger("sessionstate")
 
@@ -62,8 +63,8 @@ class WakeCoalescer:
         self._own_mark: dict[str, int] = {}  # the queue's entry mark at this process's own last wake
         self._owed: dict[str, tuple[float, str]] = {}  # watcher -> (due, reason)
         self._heap: list[tuple[float, str]] = []  # (due, watcher); stale entries skipped on pop
-        self.timer: WakeTimer | None = None
-        self.start_timer: Callable[[], WakeTimer] | None = None  # set by the owner (it holds the lock)
+        self.timer: ClockTimer | None = None
+        self.start_timer: Callable[[], ClockTimer] | None = None  # set by the owner (it holds the lock)
         # Called in order, the owner's first: (watcher, at, due) for each wake sent (the trace,
         # an observer; due is the owed wake's due time, None for a wake at once), and
         # (watcher, due) when a wake became owed (not an owed one moved: a retry or a lost
@@ -180,56 +181,17 @@ class WakeCoalescer:
         if timer is None and self.start_timer is not None:
             timer = self.timer = self.start_timer()
         if timer is not None:
-            timer.poke(due)
+            timer.poke()
 
 
-class WakeTimer:
+def start_wake_timer(wakes: WakeCoalescer, clock: Callable[[], float], fire: Callable[[], object]) -> ClockTimer:
     """One thread per gateway that fires owed wakes when they fall due (R12).
 
     ``fire`` takes the gateway's lock and calls ``WakeCoalescer.fire_due``. While nothing is
-    owed the thread blocks on its condition without a timeout; otherwise it sleeps until the
-    earliest due time by the gateway's clock, at most ``TIMER_MAX_SLEEP_SECONDS``.
+    owed the thread waits without a timeout; otherwise until the earliest due time by the
+    gateway's clock, re-read at least every ``TIMER_MAX_SLEEP_SECONDS`` (LIV1's 1 s).
     """
-
-    def __init__(self, wakes: WakeCoalescer, clock: Callable[[], float], fire: Callable[[], object]) -> None:
-        self._wakes = wakes
-        self._clock = clock
-        self._fire = fire
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="sessionstate-wakes", daemon=True)
-        self._thread.start()
-
-    def poke(self, due: float) -> None:
-        """A wake became owed (due at ``due``): re-plan the sleep."""
-        with self._cond:
-            self._cond.notify()
-
-    def stop(self) -> None:
-        """Stop and join; call without the gateway lock (a firing round takes it)."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped:
-                    return
-                due = self._wakes.next_due()
-                if due is None:
-                    self._cond.wait()
-                    continue
-                delay = due - self._clock()
-                if delay > 0:
-                    self._cond.wait(min(delay, TIMER_MAX_SLEEP_SECONDS))
-                    continue
-            try:
-                self._fire()
-            except Exception:  # e.g. the gateway closed under it; the next round retries
-                log.exception("owed wakes failed")
-                with self._cond:
-                    if not self._stopped:
-                        self._cond.wait(RETRY_SECONDS)
+    timer = ClockTimer("sessionstate-wakes", next_due=wakes.next_due, clock=clock, fire=fire,
+                       max_sleep=TIMER_MAX_SLEEP_SECONDS, retry=RETRY_SECONDS)
+    timer.start()
+    return timer
