@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facade.gateway import Gateway
-from .protocol import serve
+from .protocol import serve, timed_steps
 
 FAULTS = ("queue-survives-reset", "drop-follow-up")
 
@@ -112,6 +112,8 @@ class GatewayAdapter:
             gw.close()
             self.gw = self._open()
             return {}
+        if op == "bench":
+            return timed_steps(self.handle, r["steps"])
         if op == "wakes":
             woken, self.woken = self.woken, []
             return {"wakes": [list(w) for w in woken]}

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import time
 from collections.abc import Sequence
 from typing import IO, Any
 
 OPS = ("hello", "create", "spawn", "record", "human", "watch", "drain", "pending", "changesSince", "fresh",
-       "version", "reset", "delete", "prune", "restart", "clock", "wakes", "bye")
+       "version", "reset", "delete", "prune", "restart", "clock", "wakes", "bench", "bye")
 
 
 class AdapterFailure(Exception):
@@ -75,6 +76,27 @@ class Adapter:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+
+
+def timed_steps(handle: Any, steps: list[Any]) -> dict[str, Any]:
+    """The adapter side of ``bench`` (benchmarks/reference_side_by_side.py): run each step
+    ``[op, arguments, label]`` through the adapter's own handler, timed by a monotonic
+    nanosecond clock inside the implementation's process (the pipe is not timed). The answer:
+    each label's total nanoseconds and count, and the sequences the records returned."""
+    totals: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    sequences: list[Any] = []
+    for op, arguments, label in steps:
+        if op in ("bench", "bye", "hello", "fresh"):
+            raise ValueError(f"bench cannot time {op!r}")
+        began = time.perf_counter_ns()
+        result = handle(op, arguments)
+        took = time.perf_counter_ns() - began
+        totals[label] = totals.get(label, 0) + took
+        counts[label] = counts.get(label, 0) + 1
+        if op in ("record", "human"):
+            sequences.append(result.get("sequence"))
+    return {"ns": totals, "count": counts, "sequences": sequences}
 
 
 def serve(handle: Any, stdin: IO[str], stdout: IO[str]) -> int:

@@ -239,6 +239,23 @@ async function engineMain() {
       return {};
     },
     wakes: async () => { await settle(); return { wakes: woken.splice(0) }; },
+    // benchmarks/reference_side_by_side.py: each step [op, arguments, label] through the ops
+    // above, timed here by a monotonic nanosecond clock (performance.now is the kit's clock).
+    bench: async (r) => {
+      const ns = {}, count = {}, sequences = [];
+      for (const [name, stepArgs, label] of r.steps) {
+        const fn = ops[name];
+        if (!fn || ["bench", "bye", "hello", "fresh"].includes(name)) throw new Error(`bench cannot time ${name}`);
+        const began = process.hrtime.bigint();
+        let out = fn(stepArgs);
+        if (out instanceof Promise) out = await out;
+        const took = Number(process.hrtime.bigint() - began);
+        ns[label] = (ns[label] ?? 0) + took;
+        count[label] = (count[label] ?? 0) + 1;
+        if (name === "record" || name === "human") sequences.push(out?.sequence ?? null);
+      }
+      return { ns, count, sequences };
+    },
   };
 
   const serve = async () => {

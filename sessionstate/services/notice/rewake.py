@@ -2,8 +2,9 @@
 again by a later material event on the target once its window (20 s by default) has passed.
 
 Per target, a heap of (time last woken, watcher) for the pending main-style watchers this
-process serves. A material event looks only at the heap's top: an entry whose notice is gone
-is popped (paid for by the notice that created it), an entry whose watcher was woken since
+process serves. A material event looks only at the heap's top, and reads nothing while the
+top is inside its window (nobody is due). Past it, an entry whose notice is gone is popped
+(paid for by the notice that created it), an entry whose watcher was woken since
 (for another target, or by another process) is pushed back with the newer time (paid for by
 that wake), a due entry is woken and pushed back (paid for by the wake). So an event costs
 O(1) when nobody is due, whatever the number of pending watchers, and each watcher is woken
@@ -58,6 +59,11 @@ class Rewaker:
         skipped: list[tuple[float, str]] = []
         while heap:
             stamp, watcher = heap[0]
+            # The cheap test first: a stamp is never later than its watcher's last wake, so when
+            # the oldest is inside the window nobody is due, and nothing is read (an entry whose
+            # notice is gone waits for its turn: at most one per watcher and target).
+            if now - stamp < self._wakes.window:
+                break
             if not self._still_pending(watcher, target):
                 heapq.heappop(heap)
                 tracked.discard(watcher)
@@ -66,8 +72,6 @@ class Rewaker:
             if last is not None and last > stamp:  # woken since: re-file at its real time
                 heapq.heapreplace(heap, (last, watcher))
                 continue
-            if now - stamp < self._wakes.window:
-                break  # the oldest is not due, so nobody is
             if watcher == actor_id:  # its own event is not material to it (R2)
                 skipped.append(heapq.heappop(heap))
                 continue
