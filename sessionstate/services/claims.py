@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from ..errors import InvalidArgument, StorageError
 from ..shared.keys import SessionRef, check_key
+from ..shared.provenance import Notice
 from ..shared.formats import notice_text
 from .locking import locked
 from .notice.queue import SystemEventQueue
@@ -44,7 +45,7 @@ class NoticeSink(Protocol):
     stats: dict[str, int]
     rewaker: Rewaker
 
-    def queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None: ...
+    def queue_notices(self, notices: list[Notice]) -> None: ...
 
     def resolve_any_agent(self, key: str) -> None: ...
 
@@ -284,14 +285,14 @@ class Serving:
     def _queue_pending(self, pending: Iterable[PendingCursor]) -> int:
         """R18 for the given pending cursors: queue the notice for L, replacing a stale text."""
         sink = self._sink
-        notices = []
+        notices: list[Notice] = []
         for p in pending:
             target = (p.target_key, p.target_agent_id)
             text = notice_text(p.target_key, p.last_seen)
             stale = [e.text for e in sink.queue.peek(p.watcher) if e.target == target and e.text != text]
             if stale:
                 sink.queue.remove(p.watcher, stale)
-            notices.append((p.watcher, target, p.last_seen))
+            notices.append((p.watcher, target, p.last_seen, None))
         before = sink.stats["notices_enqueued"]
         sink.queue_notices(notices)
         return sink.stats["notices_enqueued"] - before

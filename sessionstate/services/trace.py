@@ -22,7 +22,7 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy.engine import make_url
 
@@ -177,7 +177,7 @@ class Tracer:
         sequence: int,
         kind: str,
         actor: str | None,
-        old: Sequence[tuple[str, PositionsLike]],
+        old: Sequence[tuple[Any, ...]],
         new: Sequence[tuple[str, PositionsLike | None, int | None]],
     ) -> None:
         """``step`` for every watcher one event fired ``trigger`` on: the event hot path, so
@@ -186,7 +186,8 @@ class Tracer:
         tail = f',"kind":"{kind}","actor":{_opt(actor)}}}'
         effects: dict[PositionsLike, str] = {}  # rows repeat positions: derive each state once
         append = self._buffer.append
-        for (watcher, before), (_, after, since) in zip(old, new):
+        for row, (_, after, since) in zip(old, new):
+            watcher, before = row[0], row[1]  # (watcher, positions, ...): the store's rows as read
             effect = effects.get(before)
             if effect is None:
                 effect = effects[before] = TRANSITION_TABLE[(derive_state(before), trigger)][1]

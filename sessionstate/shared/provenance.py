@@ -11,8 +11,13 @@ from ..errors import InvalidArgument
 from ..statemachine import Positions
 from ..store.schema import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, PROVENANCE_SPAWN, PROVENANCES
 
-__all__ = ["CursorPositions", "PROVENANCES", "PROVENANCE_AMBIENT", "PROVENANCE_EXPLICIT", "PROVENANCE_SPAWN", "is_queue_only",
+__all__ = ["CursorPositions", "Notice", "PROVENANCES", "PROVENANCE_AMBIENT", "PROVENANCE_EXPLICIT", "PROVENANCE_SPAWN", "is_queue_only",
            "registered_provenance"]
+
+
+# A notice to queue: (watcher, target, changesSince, the pair's provenance), the provenance
+# ``None`` when the read that opened the notice did not carry it (the wake decision reads it).
+Notice = tuple[str, tuple[str, str], int, "str | None"]
 
 
 def registered_provenance(current: str | None, requested: str) -> str:

@@ -113,17 +113,19 @@ def fire(pair: Any, positions: Positions | None, trigger: str, sequence: int | N
 
 
 def fire_many(
-    rows: Iterable[tuple[str, tuple[int, int, int]]], target: str, trigger: str, sequence: int | None
+    rows: Iterable[tuple[Any, ...]], target: str, trigger: str, sequence: int | None
 ) -> list[tuple[str, Positions | None, int | None]]:
     """``fire`` for many watchers of one target at once: the event hot path.
 
-    ``rows`` are ``(watcher, positions)``; returns ``(watcher, new positions, notice since)``.
+    ``rows`` are ``(watcher, positions, ...)`` (anything after the positions, such as the
+    store's provenance, is passed over); returns ``(watcher, new positions, notice since)``.
     The same checks as ``fire`` (state derived per pair, illegal triggers refused before
     anything is returned), with one dispatch lookup per state instead of one per pair.
     """
     by_state: dict[str, Effect] = {}
     out = []
-    for watcher, positions in rows:
+    for row in rows:
+        watcher, positions = row[0], row[1]
         state = derive_state(positions)
         effect = by_state.get(state)
         if effect is None:

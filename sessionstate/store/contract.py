@@ -48,6 +48,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from .records import (
+    CaughtUpRow,
     ChangeSet,
     CursorRecord,
     EventRecord,
@@ -209,14 +210,15 @@ class CursorTable(Protocol):
 
     def cursor(self, watcher: str, target_key: str, target_agent_id: str) -> CursorRecord | None: ...
 
-    def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
+    def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[CaughtUpRow]:
         """The event hot path: only cursors with ``notified == last_seen`` (stored positions,
-        which are effective for them), without reading the pending ones."""
+        which are effective for them), without reading the pending ones; each row with the
+        pair's provenance (R25), so the wake a notice asks for is decided without a read (R26)."""
         ...
 
     def caught_up_watchers_of(
         self, targets: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], list[tuple[str, PositionsTuple]]]:
+    ) -> dict[tuple[str, str], list[CaughtUpRow]]:
         """``caught_up_watchers`` of several targets at once (a group commit's notifying
         events, inside its transaction after the heads are locked): per target its rows, in
         the order its own read returns them; a target without any is left out. One statement

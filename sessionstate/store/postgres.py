@@ -63,7 +63,7 @@ from .postgres_statements import (
     PUT_PAIRS_SQL,
 )
 from .postgres_trace import traced
-from .records import CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
+from .records import CaughtUpRow, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
@@ -373,15 +373,15 @@ class PostgresStore(PostgresConnected, SqlStore):
         else:
             self._cur.execute(self._put_rows_sql[len(upserts)], [v for u in upserts for v in u], prepare=True)
 
-    def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[tuple[str, PositionsTuple]]]:
+    def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[CaughtUpRow]]:
         """One statement for every target (``CAUGHT_UP_OF_SQL``); their heads are locked."""
         if len(targets) == 1:
             return super().caught_up_watchers_of(targets)
         keys, agents = [t[0] for t in targets], [t[1] for t in targets]
-        found: dict[Target, list[tuple[str, PositionsTuple]]] = {}
+        found: dict[Target, list[CaughtUpRow]] = {}
         rows = self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall()
-        for key, agent, watcher, last_seen, notified, material in rows:
-            found.setdefault((key, agent), []).append((watcher, (last_seen, notified, material)))
+        for key, agent, watcher, last_seen, notified, material, provenance in rows:
+            found.setdefault((key, agent), []).append((watcher, (last_seen, notified, material), provenance))
         return found
 
     def put_pair_cursors(self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float) -> None:

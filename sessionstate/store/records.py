@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 PositionsTuple = tuple[int, int, int]
+# A caught-up cursor as the event hot path reads it: (watcher, positions, provenance, R25).
+CaughtUpRow = tuple[str, PositionsTuple, str]
 # One event to append: key, agent id, kind, actor type, actor id, run id, summary, payload,
 # occurred_at, recorded_at, dedupe key (``SignalLog.append_event``'s arguments, in order).
 EventRow = tuple[str, str, str, str, "str | None", "str | None", str, "str | None", float, float, "str | None"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StorageError
 from .contract import TransactionObserver
-from .records import CursorRecord, EventRecord, EventRow, Head, PositionsTuple, PruneObserver, SessionRecord
+from .records import CaughtUpRow, CursorRecord, EventRecord, EventRow, Head, PositionsTuple, PruneObserver, SessionRecord
 from .statements import (
     BEHIND,
     EVERY,
@@ -224,13 +224,13 @@ class SqlStore:
         row = self._run(self._sql.cursor, (watcher, target_key, target_agent_id)).fetchone()
         return cursor_record(row) if row else None
 
-    def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[tuple[str, PositionsTuple]]:
+    def caught_up_watchers(self, target_key: str, target_agent_id: str) -> list[CaughtUpRow]:
         """Watchers of a target whose cursor is caught up (the partial index serves this);
         called after ``append_event`` locked the target's head."""
         rows = self._run(self._sql.caught_up_watchers, (target_key, target_agent_id)).fetchall()
-        return [(r[0], (r[1], r[2], r[3])) for r in rows]
+        return [(r[0], (r[1], r[2], r[3]), r[4]) for r in rows]
 
-    def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[tuple[str, PositionsTuple]]]:
+    def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[CaughtUpRow]]:
         """``caught_up_watchers`` of several targets (a group commit's notifying events),
         each target's rows in the order its own read returns them; a target without any is
         left out. Here one read per target: an embedded database has no round trip to save."""
@@ -239,7 +239,7 @@ class SqlStore:
         for target in targets:
             rows = self._run(read, target).fetchall()
             if rows:
-                found[target] = [(r[0], (r[1], r[2], r[3])) for r in rows]
+                found[target] = [(r[0], (r[1], r[2], r[3]), r[4]) for r in rows]
         return found
 
     def cursors_behind(self) -> list[CursorRecord]:

@@ -205,7 +205,7 @@ def test_a_caught_up_cursor_reads_its_stored_positions(store):
     put(store, W, A, (1, 1, 1))
     append(store)
     assert positions(store) == (1, 1, 1)
-    assert store.caught_up_watchers(A, "a") == [(W, (1, 1, 1))]
+    assert store.caught_up_watchers(A, "a") == [(W, (1, 1, 1), "explicit")]
 
 
 def test_caught_up_watchers_leaves_out_pending_cursors(store):
@@ -213,7 +213,20 @@ def test_caught_up_watchers_leaves_out_pending_cursors(store):
     rows = [("w1", 1, 1, 1), ("w2", 1, 5, 5), ("w3", 2, 2, 2), ("w4", 2, 3, 9)]
     with store.transaction():
         store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
-    assert sorted(store.caught_up_watchers("t", "a")) == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
+    assert sorted(store.caught_up_watchers("t", "a")) == [("w1", (1, 1, 1), "explicit"), ("w3", (2, 2, 2), "explicit")]
+
+
+def test_the_caught_up_read_carries_each_pair_s_provenance(store):
+    """R26's wake decision takes the provenance from the event's own caught-up read (no read
+    per notice), so the read must return the stored one, ambient and spawn included."""
+    with store.transaction():
+        store.put_cursors("t", "a", [("w1", (1, 1, 1)), ("w2", (1, 1, 1)), ("w3", (1, 1, 1))], 1.0)
+        store.set_provenance("w1", "t", "a", "ambient", promote_only=False)
+        store.set_provenance("w2", "t", "a", "spawn", promote_only=False)
+        one = sorted(store.caught_up_watchers("t", "a"))
+        several = sorted(store.caught_up_watchers_of([("t", "a"), ("u", "a")])[("t", "a")])
+    assert one == several == [("w1", (1, 1, 1), "ambient"), ("w2", (1, 1, 1), "spawn"), ("w3", (1, 1, 1), "explicit")]
+    assert [store.cursor_provenance(w, "t", "a") for w, _, _ in one] == ["ambient", "spawn", "explicit"]
 
 
 def test_caught_up_watchers_of_several_targets_is_each_targets_own_read(store):
@@ -230,7 +243,7 @@ def test_caught_up_watchers_of_several_targets_is_each_targets_own_read(store):
         each = {t: store.caught_up_watchers(*t) for t in targets}
     assert found == {t: r for t, r in each.items() if r}
     assert sorted(found) == [("t1", "a"), ("t2", "a")]
-    assert sorted(found[("t1", "a")]) == [("w1", (2, 2, 2)), ("w3", (1, 1, 1))]
+    assert sorted(found[("t1", "a")]) == [("w1", (2, 2, 2), "explicit"), ("w3", (1, 1, 1), "explicit")]
 
 
 @given(rows=st.lists(VALID_POSITIONS, min_size=1, max_size=8))
@@ -245,7 +258,7 @@ def test_the_stores_caught_up_cursors_are_the_statemachines_caught_up_state(stor
         store.put_cursors(target, "a", cursors, 1.0)
         one = store.caught_up_watchers(target, "a")
         several = store.caught_up_watchers_of([(target, "a")]).get((target, "a"), [])
-    expected = sorted((w, p) for w, p in cursors if derive_state(p) == CAUGHT_UP)
+    expected = sorted((w, p, "explicit") for w, p in cursors if derive_state(p) == CAUGHT_UP)
     assert sorted(one) == sorted(several) == expected
 
 

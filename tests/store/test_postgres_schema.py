@@ -59,7 +59,11 @@ def snapshot(url: str) -> tuple[list[tuple[Any, ...]], ...]:
         relations = conn.exec_driver_sql(
             "SELECT relname, relkind FROM pg_class WHERE relnamespace = current_schema()::regnamespace ORDER BY relname"
         ).all()
-        triggers = conn.exec_driver_sql("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname").all()
+        # this schema's triggers only: other tests (another worker) create theirs meanwhile
+        triggers = conn.exec_driver_sql(
+            "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal"
+            " AND c.relnamespace = current_schema()::regnamespace ORDER BY t.tgname"
+        ).all()
         stamps = conn.exec_driver_sql(f"SELECT * FROM {VERSION_TABLE}").all() \
             if conn.exec_driver_sql(f"SELECT to_regclass('{VERSION_TABLE}')").scalar() else []
         events = conn.exec_driver_sql("SELECT * FROM session_state_events ORDER BY sequence").all()
@@ -96,6 +100,7 @@ def test_a_newer_version_is_refused_and_the_database_is_unchanged(pg_url):
         conn.exec_driver_sql("DROP TABLE session_meta CASCADE")
     set_stamp(pg_url, schema.SCHEMA_VERSION + 1)
     before = snapshot(pg_url)
+    assert before[0] and before[1], "the snapshot holds this schema's relations and triggers"
     with pytest.raises(SchemaVersionError, match="newer sessionstate") as refused:
         Gateway.open(pg_url)
     assert (refused.value.file_version, refused.value.supported_version) == (

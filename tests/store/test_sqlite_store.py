@@ -74,7 +74,7 @@ def test_caught_up_lookup_reads_only_the_partial_index(store):
     rows = [("w1", 1, 1, 1), ("w2", 1, 5, 5), ("w3", 2, 2, 2), ("w4", 2, 3, 9)]
     with store.transaction():
         store.put_cursors("t", "a", [(w, (l, n, m)) for w, l, n, m in rows], 1.0)
-    assert store.caught_up_watchers("t", "a") == [("w1", (1, 1, 1)), ("w3", (2, 2, 2))]
+    assert store.caught_up_watchers("t", "a") == [("w1", (1, 1, 1), "explicit"), ("w3", (2, 2, 2), "explicit")]
 
 
 def test_changes_page_is_200_and_says_truncated(tmp_path):

@@ -51,6 +51,6 @@ def test_the_real_gateway_never_wakes_the_ambient_pair_on_a_replayed_trace(tmp_p
 def test_the_replay_sees_a_gateway_that_wakes_the_ambient_pair(tmp_path, monkeypatch):
     from sessionstate.services.notice.protocol import NoticeProtocol
 
-    monkeypatch.setattr(NoticeProtocol, "wakes_for", lambda self, watcher, target: True)
+    monkeypatch.setattr(NoticeProtocol, "wakes_for", lambda self, watcher, target, provenance=None: True)
     diff = replay_trace([("event", "C", None, True)], tmp_path)
     assert any("R26" in line for line in diff), diff

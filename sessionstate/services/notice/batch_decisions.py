@@ -14,13 +14,15 @@ from collections.abc import Sequence
 from typing import Callable
 
 from ...shared.keys import SessionRef
+from ...shared.provenance import Notice
 from ...statemachine import derive_state
 from ...statemachine.table import CAUGHT_UP
 from ...store import Store
+from ...store.records import CaughtUpRow
 
-Rows = list[tuple[str, tuple[int, int, int]]]
+Rows = list[CaughtUpRow]
 Changes = list[tuple[str, tuple[int, int, int] | None]]
-Notices = list[tuple[str, SessionRef, int]]
+Notices = list[Notice]
 # NoticeProtocol._fire_event: (rows, target, actor_id, sequence, kind) -> (changes, notices)
 FireEvent = Callable[[Rows, SessionRef, "str | None", int, str], tuple[Changes, Notices]]
 
@@ -48,13 +50,13 @@ class BatchDecisions:
             # A row that stops being caught up leaves the set (an event never changes it
             # again before a drain); one that stays keeps its new positions.
             kept: Rows = []
-            for watcher, positions in rows:
+            for watcher, positions, provenance in rows:
                 if watcher in new:
                     changed = new[watcher]
                     if changed is None or derive_state(changed) != CAUGHT_UP:
                         continue
                     positions = changed
-                kept.append((watcher, positions))
+                kept.append((watcher, positions, provenance))
             self._caught_up[target] = kept
             for watcher, changed in changes:
                 self._written[(watcher, target)] = changed

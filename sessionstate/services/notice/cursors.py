@@ -11,6 +11,7 @@ from ...shared.keys import SessionRef, check_key, is_agent_qualified
 from ...shared.provenance import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
+    Notice,
     registered_provenance,
 )
 from ...shared.timefmt import DAY_SECONDS
@@ -65,12 +66,12 @@ class CursorLifecycle(NoticeRelease):
         self.store.serving.note_cursor_changes(changed, now)  # R22: for other processes' pumps
         return steps
 
-    def _fire_records(self, records: list[CursorRecord], trigger: str) -> list[tuple[str, SessionRef, int]]:
+    def _fire_records(self, records: list[CursorRecord], trigger: str) -> list[Notice]:
         pairs = [(r.watcher, (r.target_key, r.target_agent_id), Positions(*r.positions)) for r in records]
         steps = self._fire_pairs(pairs, trigger, None, self.clock())
         return [
-            (watcher, target, step.notice_since)
-            for (watcher, target, _), step in zip(pairs, steps)
+            (watcher, target, step.notice_since, record.provenance)
+            for (watcher, target, _), step, record in zip(pairs, steps, records)
             if step.notice_since is not None
         ]
 
@@ -196,11 +197,11 @@ class CursorLifecycle(NoticeRelease):
         """R11 on a read-only database: the same transitions, fired on positions read without a
         transaction, their notices queued and nothing written. The notices are those of the
         durable cursors (their L), so what this process answers agrees with every other."""
-        notices = []
+        notices: list[Notice] = []
         for r in self.store.cursors_behind():
             step = fire((r.watcher, r.target_key), Positions(*r.positions), RESTART_SWEEP, None)
             if step.notice_since is not None:
-                notices.append((r.watcher, (r.target_key, r.target_agent_id), step.notice_since))
+                notices.append((r.watcher, (r.target_key, r.target_agent_id), step.notice_since, r.provenance))
         log.info("%s is read-only: %d owed notice(s) held in memory only", self.store.where, len(notices))
         self.queue_notices(notices)
         return len(notices)

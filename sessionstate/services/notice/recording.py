@@ -20,6 +20,7 @@ from ...errors import (
     UnknownSession,
 )
 from ...shared.keys import SessionRef, check_key, resolve_agent_id
+from ...shared.provenance import Notice
 from ...shared.validation import (
     MAX_SUMMARY_LENGTH,
     check_actor_type,
@@ -33,6 +34,7 @@ from ...statemachine import NOTIFYING_KINDS, fire_many
 from ...statemachine.machine import states_written_by
 from ...statemachine.table import CAUGHT_UP, LOG_ONLY_EVENT, MATERIAL_EVENT, SELF_EVENT
 from ...store import Store
+from ...store.records import CaughtUpRow
 from .batch_decisions import BatchDecisions
 from .group_commit import GroupCommit, Waiter
 
@@ -242,10 +244,10 @@ class Recording(Turns):
         raise AssertionError("unreachable: the last attempt returns")
 
     def _append_once(self, events: Sequence[PreparedEvent], now: float) -> tuple[
-        list[int | None], list[tuple[str, SessionRef, int]], list[tuple[SessionRef, str | None]], int
+        list[int | None], list[Notice], list[tuple[SessionRef, str | None]], int
     ]:
         floor = now - OCCURRED_AT_WINDOW
-        notices: list[tuple[str, SessionRef, int]] = []
+        notices: list[Notice] = []
         material: list[tuple[SessionRef, str | None]] = []
         sequences: list[int | None] = []
         inserted_count = 0
@@ -290,7 +292,7 @@ class Recording(Turns):
 
     def _decide_notices(
         self, target: SessionRef, actor_id: str | None, sequence: int, now: float, kind: str
-    ) -> list[tuple[str, SessionRef, int]]:
+    ) -> list[Notice]:
         """The hot path of a notifying event: only caught-up cursors change (R6, R7).
 
         A pending cursor's transition on `material_event` is `raise_material`, which the store
@@ -302,16 +304,16 @@ class Recording(Turns):
         return notices
 
     def _fire_event(
-        self, rows: list[tuple[str, tuple[int, int, int]]], target: SessionRef, actor_id: str | None,
-        sequence: int, kind: str,
-    ) -> tuple[list[tuple[str, tuple[int, int, int] | None]], list[tuple[str, SessionRef, int]]]:
+        self, rows: list[CaughtUpRow], target: SessionRef, actor_id: str | None, sequence: int, kind: str,
+    ) -> tuple[list[tuple[str, tuple[int, int, int] | None]], list[Notice]]:
         """One notifying event's transitions on the target's caught-up ``rows`` (pure but for
-        the trace): the cursor changes and the notices they open."""
+        the trace): the cursor changes and the notices they open, each with the pair's
+        provenance from the same read (its wake is decided without another, R26)."""
         # R2: the actor's own cursor gets self_event; everyone else's material_event.
         own = [row for row in rows if row[0] == actor_id] if actor_id is not None else []
         others = [row for row in rows if row[0] != actor_id] if own else rows
         changes: list[tuple[str, tuple[int, int, int] | None]] = []
-        notices: list[tuple[str, SessionRef, int]] = []
+        notices: list[Notice] = []
         trace = self.tracer
         for trigger, group in ((MATERIAL_EVENT, others), (SELF_EVENT, own)):
             if not group:  # mostly the actor's own: nobody, or no watcher at all
@@ -319,9 +321,9 @@ class Recording(Turns):
             fired = fire_many(group, target[0], trigger, sequence)
             if trace is not None:
                 trace.event_steps(target, trigger, sequence, kind, actor_id, group, fired)
-            for (watcher, old), (_, new, notice_since) in zip(group, fired):
+            for (watcher, old, provenance), (_, new, notice_since) in zip(group, fired):
                 if new != old:
                     changes.append((watcher, new))
                 if notice_since is not None:
-                    notices.append((watcher, target, notice_since))
+                    notices.append((watcher, target, notice_since, provenance))
         return changes, notices

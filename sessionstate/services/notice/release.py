@@ -9,7 +9,7 @@ from typing import Any
 
 from ...shared.formats import notice_text
 from ...shared.keys import SessionRef, is_main_style_watcher
-from ...shared.provenance import is_queue_only
+from ...shared.provenance import Notice, is_queue_only
 from ...store import CursorRecord, Store
 from ..claims import Serving
 from .core import NoticeCore
@@ -36,30 +36,32 @@ class NoticeRelease(NoticeCore):
             return is_main_style_watcher(watcher)
         return self.wakes_for(watcher, target)
 
-    def wakes_for(self, watcher: str, target: SessionRef) -> bool:
+    def wakes_for(self, watcher: str, target: SessionRef, provenance: str | None = None) -> bool:
         """The one place a wake is decided (R12, R26): a main-style watcher whose cursor on
-        ``target`` is not ambient. The durable provenance is read last, and only when a wake
-        could be sent at all, so a gateway without ``on_wake`` never reads it."""
-        return (
-            is_main_style_watcher(watcher)
-            and self.wakes.enabled
-            and not is_queue_only(self.store.cursor_provenance(watcher, *target))
-        )
+        ``target`` is not ambient. ``provenance`` is the pair's as the notice's own read found
+        it (the event hot path's caught-up read carries it); without it the durable provenance
+        is read, last, and only when a wake could be sent at all, so a gateway without
+        ``on_wake`` never reads it."""
+        if not (is_main_style_watcher(watcher) and self.wakes.enabled):
+            return False
+        if provenance is None:
+            provenance = self.store.cursor_provenance(watcher, *target)
+        return not is_queue_only(provenance)
 
-    def queue_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
+    def queue_notices(self, notices: list[Notice]) -> None:
         # R9: after the outermost commit; dropped if it rolls back. The trace hears of every
         # commit's notices, none included (its batch waits for them).
         if notices or self.tracer is not None:
             self.store.after_commit(lambda: self._release_notices(notices))
 
-    def _release_notices(self, notices: list[tuple[str, SessionRef, int]]) -> None:
+    def _release_notices(self, notices: list[Notice]) -> None:
         serves = self.claims.serves_here
         trace = self.tracer
         handed: list[tuple[str, SessionRef, str, bool, bool]] | None = [] if trace is not None else None
         to_wake: dict[str, SessionRef] = {}  # one wake per watcher for lines queued together
         tracked: list[tuple[str, SessionRef]] = []
         texts: dict[tuple[str, int], str] = {}  # the watchers of one event mostly share a text
-        for watcher, target, since in notices:
+        for watcher, target, since, provenance in notices:
             text = texts.get((target[0], since))
             if text is None:
                 text = texts[(target[0], since)] = notice_text(target[0], since)
@@ -67,7 +69,7 @@ class NoticeRelease(NoticeCore):
                 if handed is not None:
                     handed.append((watcher, target, text, False, False))
                 continue
-            wakes = self.line_wakes(watcher, target)
+            wakes = self.wakes_for(watcher, target, provenance)  # line_wakes for a notice
             queued = self.queue.enqueue(watcher, text, target, wakes=wakes)
             if handed is not None:
                 handed.append((watcher, target, text, queued, True))

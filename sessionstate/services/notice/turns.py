@@ -9,6 +9,7 @@ from typing import Any
 
 from ...errors import CommitOutcomeUnknown, StorageError, UnknownSession
 from ...shared.keys import SessionRef, check_key, is_agent_qualified, resolve_agent_id
+from ...shared.provenance import Notice
 from ...shared.validation import MAX_SYSTEM_EVENT_CHARS, check_changes_since, check_text
 from ...statemachine import Positions, derive_state
 from ...statemachine.table import DRAIN, PENDING_STATES
@@ -75,7 +76,7 @@ class Turns(CursorLifecycle):
 
     def _drain_once(self, session_key: str, entries: Any) -> list[str]:
         now = self.clock()
-        follow_ups: list[tuple[str, SessionRef, int]] = []
+        follow_ups: list[Notice] = []
         lines: list[tuple[str, SessionRef | None]] = []
         try:
             self._drain_transaction(session_key, entries, now, follow_ups, lines)
@@ -85,7 +86,7 @@ class Turns(CursorLifecycle):
         return [text for text, _ in lines]
 
     def _drain_transaction(self, session_key: str, entries: Any, now: float,
-                           follow_ups: list[tuple[str, SessionRef, int]],
+                           follow_ups: list[Notice],
                            lines: list[tuple[str, SessionRef | None]]) -> None:
         with self.store.transaction():
             self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
@@ -101,7 +102,7 @@ class Turns(CursorLifecycle):
                     [(session_key, target, Positions(*owed[target]))], DRAIN, None, now, delivered=text
                 )
                 if step.notice_since is not None:
-                    follow_ups.append((session_key, target, step.notice_since))
+                    follow_ups.append((session_key, target, step.notice_since, None))
             texts = [e.text for e in entries]
             self.store.after_commit(lambda: self.queue.remove(session_key, texts))
             self.queue_notices(follow_ups)
@@ -123,12 +124,12 @@ class Turns(CursorLifecycle):
         """
         check_key(session_key)
         queued = {e.target for e in self.queue.peek(session_key)}
-        owed: list[tuple[str, SessionRef, int]] = []
+        owed: list[Notice] = []
         for record in self.store.cursors_held_by(session_key):
             target = (record.target_key, record.target_agent_id)
             positions = Positions(*record.positions)
             if target not in queued and derive_state(positions) in PENDING_STATES:
-                owed.append((session_key, target, positions.last_seen))
+                owed.append((session_key, target, positions.last_seen, record.provenance))
         self.queue_notices(owed)
         return len(owed)
 
