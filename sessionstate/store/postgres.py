@@ -106,6 +106,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         self._engine = create_engine(parsed, poolclass=NullPool, connect_args=connect_args)
         self._start_units_of_work()
         self._locked: set[Target] = set()  # head rows this transaction holds
+        self._txid: str | None = None  # R29: this transaction's id, once an append returned it
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
         self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
@@ -193,11 +194,14 @@ class PostgresStore(PostgresConnected, SqlStore):
     def _commit(self) -> None:
         # R22: the notification goes with the commit, in the same round trip.
         self._locked.clear()
-        # R29: the transaction's id, learned before COMMIT is sent (None: it wrote nothing).
-        try:
-            txid = self._cur.execute(commit_outcome.TXID_SQL).fetchone()[0]  # type: ignore[index]
-        except psycopg.Error as exc:
-            raise translate(exc) from exc  # before COMMIT: the server rolls it back
+        # R29: the transaction's id, learned before COMMIT is sent (None: it wrote nothing);
+        # an append already returned it, else it is read now.
+        txid, self._txid = self._txid, None
+        if txid is None:
+            try:
+                txid = self._cur.execute(commit_outcome.TXID_SQL).fetchone()[0]  # type: ignore[index]
+            except psycopg.Error as exc:
+                raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on = self._timeline
         try:
             self._control(self._take_notifications() + "COMMIT", committing=True)
@@ -245,6 +249,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         del self._notified_events[events:]
 
     def _forget_transaction(self) -> None:
+        self._txid = None
         self._after_commit = []
         self._locked.clear()
         self._changed_watchers, self._notified_events = [], []
@@ -266,6 +271,7 @@ class PostgresStore(PostgresConnected, SqlStore):
             if first is None:
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             self._locked.add(target)
+            self._txid = first[1]
             return self._appended(key, agent_id, kind, actor_id, int(first[0]))
         if target not in self._locked:
             if cur.execute(LOCK_HEAD_SQL, target, prepare=True).fetchone() is None:
@@ -281,6 +287,7 @@ class PostgresStore(PostgresConnected, SqlStore):
             if winner is None:  # no head row to bump (the caller rolls the insert back)
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             return int(winner[0]), False
+        self._txid = inserted[1]
         return self._appended(key, agent_id, kind, actor_id, int(inserted[0]))
 
     def append_events(self, rows: Sequence[EventRow]) -> list[tuple[int, bool]]:

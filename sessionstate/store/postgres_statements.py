@@ -12,9 +12,12 @@ LOCK_HEAD_SQL = (
     " WHERE session_key = %s AND agent_id = %s FOR UPDATE"
 )
 # The head bump both append statements end with.
+# It also returns the transaction's id (assigned by the insert), which R29 needs before
+# COMMIT: an append learns it in its own round trip instead of one more read at commit.
 _BUMP_HEAD = (
     " UPDATE session_state_heads h SET last_sequence = inserted.sequence, updated_at = %s"
-    " FROM inserted WHERE h.session_key = %s AND h.agent_id = %s RETURNING inserted.sequence"
+    " FROM inserted WHERE h.session_key = %s AND h.agent_id = %s"
+    " RETURNING inserted.sequence, pg_current_xact_id()::text"
 )
 # Runs after LOCK_HEAD_SQL in the same transaction: the sequence is taken under the head's
 # lock. ON CONFLICT covers a dedupe key committed by a transaction on another session after

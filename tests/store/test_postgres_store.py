@@ -261,6 +261,27 @@ def test_a_batch_of_events_is_one_append_statement(pg_url, count):
     assert len(sent) == 5, sent
 
 
+def test_one_event_learns_its_transaction_id_from_its_append(pg_url):
+    """R29 needs the transaction's id before COMMIT; a lone event's append returns it in its
+    own round trip, so no extra read is sent (BEGIN, the locked append, the caught-up read,
+    the cursor write, NOTIFY + COMMIT). A transaction that wrote no event still reads it."""
+    gw = Gateway.open(pg_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
+    try:
+        for key in KEYS:
+            gw.create_session(key)
+        gw.watch(KEYS[0], KEYS[1])
+        with gw.store.trace_statements() as sent:
+            assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
+        assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent
+        assert sent[0] == "BEGIN" and "pg_current_xact_id()" in sent[1], sent
+        assert len(sent) == 5, sent
+        with gw.store.trace_statements() as drained:
+            gw.drain_system_events(KEYS[0])  # writes a cursor, appends nothing
+        assert any("pg_current_xact_id_if_assigned" in s for s in drained), drained
+    finally:
+        gw.close()
+
+
 def _notifying_batch_statements(url: str, count: int) -> list[str]:
     """What one ``record_events`` call of ``count`` notifying events on two watched targets
     sends the server: every other event is by a watcher (its own cursor gets self_event and
