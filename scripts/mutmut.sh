@@ -4,10 +4,10 @@
 # Each module runs only its fastest relevant tests (docs/verification.md, "Mutation testing").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-module="${1:?usage: scripts/mutmut.sh statemachine|store|services|services/notice/wakes.py ...}"
+module="${1:?usage: scripts/mutmut.sh statemachine|store|services|store/sql_store.py|services/notice/wakes.py ...}"
 case "$module" in
     statemachine) tests='"tests/protocol/test_transition_sweep.py", "tests/protocol/test_spec_sync.py"' ;;
-    store) tests='"tests/store"' ;;
+    store|store/*.py) tests='"tests/store"' ;;
     services) tests='"tests/gateway/test_owed_wakes.py", "tests/gateway/test_stateful.py"' ;;
     services/notice/wakes.py|services/notice/rewake.py) tests='"tests/gateway/test_owed_wakes.py"' ;;
     services/notice/batch_decisions.py) tests='"tests/gateway/test_batch_decisions.py"' ;;
