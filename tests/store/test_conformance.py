@@ -530,3 +530,31 @@ def test_a_second_connection_sees_committed_events(db_url):
         assert other.ops.state_version(A) == seq
         page = other.session_status(A, changes_since=0)["stateChanges"]["events"]
         assert [(e["sequence"], e["kind"]) for e in page] == [(seq - 1, "created"), (seq, "goal_changed")]  # R27
+
+
+# Found by mutmut over store/sql_store.py (docs/verification.md): contract points the store's
+# own tests did not pin down, though the gateway's tests reach them through the services.
+
+def test_the_high_water_is_0_before_any_append(store):
+    assert store.sequence_high_water() == 0
+    append(store)
+    assert store.sequence_high_water() == 1
+
+
+def test_has_watchers_is_any_cursor_on_the_target(store):
+    assert store.has_watchers(A, "a") is False
+    put(store, W, A, (2, 5, 5))  # pending counts too (R24: any cursor)
+    assert store.has_watchers(A, "a") is True
+    assert store.has_watchers(B, "a") is False
+    assert store.has_watchers(A, "other") is False
+
+
+def test_set_provenance_says_whether_the_row_changed(store):
+    put(store, W, A, (1, 1, 1))
+    with store.transaction():
+        assert store.set_provenance(W, A, "a", "ambient", promote_only=False) is True
+        assert store.set_provenance(W, A, "a", "explicit", promote_only=True) is True   # over ambient
+        assert store.set_provenance(W, A, "a", "ambient", promote_only=True) is False   # never demotes
+        assert store.set_provenance(W, B, "a", "explicit", promote_only=False) is False  # no cursor
+    assert store.cursor_provenance(W, A, "a") == "explicit"
+    assert store.cursor_provenance(W, B, "a") is None
