@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway
+from sessionstate.errors import StorageError
 from sessionstate.store import commit_outcome
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN, classify
 from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
@@ -123,5 +124,51 @@ def test_a_drain_whose_outcome_stays_unknown_returns_its_lines(proxied, monkeypa
         assert lines == expected
         # It did commit (the server had the COMMIT): the pair is acknowledged, nothing repeats.
         assert raw(direct, "SELECT count(*) FROM session_watch_cursors WHERE notified_sequence <> last_seen_sequence") == [(0,)]
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_a_claim_whose_commit_answer_is_lost_is_resolved(proxied, mode: str, outcome: str) -> None:
+    """R29 for claims (R20): attach's answer lost; committed, the process serves the watcher
+    and the row says so; aborted, it does not serve it and no row claims it for it."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    try:
+        gw.cluster.register()  # a server without the pump's thread: the proxy sees only this
+        proxy.arm(mode)
+        if outcome == COMMITTED:
+            assert gw.cluster.attach(W) >= 1
+        else:
+            with pytest.raises(StorageError):
+                gw.cluster.attach(W)
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions[outcome] == 1  # type: ignore[attr-defined]
+        claimed = raw(direct, f"SELECT count(*) FROM session_claims WHERE session_key = '{W}'")
+        assert (W in gw.cluster.attached()) is (outcome == COMMITTED)
+        assert claimed == [(1 if outcome == COMMITTED else 0,)]
+    finally:
+        gw.close()
+
+
+def test_a_rolled_back_append_does_not_lend_its_id_to_the_next_commit(proxied) -> None:
+    """The append returns its transaction's id (R29); after that transaction rolls back, the
+    gateway's next commit (a drain, no append) is resolved by its own id: with the stale one
+    the server would answer 'aborted' for a drain that committed."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    try:
+        expected = gw.pending_system_events(W)
+        with pytest.raises(RuntimeError):
+            with gw.store.transaction():
+                assert gw.record_event(T, "goal_changed", actor_type="human", summary="undone") is not None
+                raise RuntimeError("the caller gives up")
+        assert raw(direct, "SELECT count(*) FROM session_state_events WHERE summary = 'undone'") == [(0,)]
+        proxy.arm(AFTER_COMMIT)
+        assert gw.drain_system_events(W) == expected
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions[COMMITTED] == 1  # type: ignore[attr-defined]
+        assert gw.store.commit_resolutions[ABORTED] == 0  # type: ignore[attr-defined]
+        assert gw.drain_system_events(W) == []
     finally:
         gw.close()
