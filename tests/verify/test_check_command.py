@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import tempfile
 
 from sessionstate.clients.cli import build_parser
 from sessionstate.verify import runner
@@ -10,7 +11,7 @@ from sessionstate.verify import runner
 
 def run(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
-    code = runner.run_check(build_parser().parse_args(["check", *argv]), out)
+    code = runner.run_check(build_parser().parse_args(["check", "--report-dir", tempfile.mkdtemp(prefix="sessionstate-reports-"), *argv]), out)
     return code, out.getvalue()
 
 

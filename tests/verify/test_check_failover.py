@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 
 import pytest
 
@@ -18,7 +19,7 @@ from sessionstate.verify import failover, pgserver, runner
 
 def run(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
-    code = runner.run_check(build_parser().parse_args(["check", *argv]), out)
+    code = runner.run_check(build_parser().parse_args(["check", "--report-dir", tempfile.mkdtemp(prefix="sessionstate-reports-"), *argv]), out)
     return code, out.getvalue()
 
 
