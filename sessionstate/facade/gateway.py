@@ -80,9 +80,10 @@ class OpenOptions(ProtocolOptions, total=False):
 
 
 class ProtocolMethod(Generic[_P, _R]):
-    """A ``Gateway`` method that is the notice protocol's method of that name: looked up on
-    the gateway's protocol at each call, with its signature and doc, never written a second
-    time."""
+    """A ``Gateway`` method that is the notice protocol's method of that name, with its
+    signature and doc, never written a second time. Each gateway binds it to its own protocol
+    when it is made (an instance attribute shadows this descriptor), so a call on the hot path
+    costs what the protocol's own does; through the class it is looked up at each call."""
 
     def __init__(self, method: Callable[Concatenate[NoticeProtocol, _P], _R]) -> None:
         self.method = method
@@ -114,6 +115,9 @@ class Gateway:
         self.store = store
         self.clock: Clock = clock or time.time
         self.ops = NoticeProtocol(store, clock=self.clock, **options)
+        for name, member in vars(Gateway).items():
+            if isinstance(member, ProtocolMethod):
+                object.__setattr__(self, name, getattr(self.ops, name))
         self.cluster: Serving = self.ops.claims
         self.registry = Registry(store, self.clock, self.ops)
         self.transcripts = Transcripts(store, self.clock, self.ops, self.registry)

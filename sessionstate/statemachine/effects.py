@@ -30,7 +30,7 @@ def python_source(name: str, spec: EffectSpec) -> str:
     check(name, spec)
     lines = [f"def {name}(old, sequence):"]
     if spec.cursor == "keep":
-        lines.append("    return (None if old is None else Positions(*old)), None")
+        lines.append("    return (None if old is None else _new(Positions, old)), None")
     elif spec.cursor == "remove":
         lines.append("    return None, None")
     else:
@@ -41,7 +41,7 @@ def python_source(name: str, spec: EffectSpec) -> str:
             lines.append(f"    assert old is not None, {name + ' needs a cursor'!r}")
             if used & {"L", "N", "M"}:
                 lines.append("    L, N, M = old")
-        lines.append(f"    return Positions({to_python(spec.L)}, {to_python(spec.N)}, {to_python(spec.M)}),"
+        lines.append(f"    return _new(Positions, ({to_python(spec.L)}, {to_python(spec.N)}, {to_python(spec.M)})),"
                      f" {to_python(spec.opened)}")
     return "\n".join(lines) + "\n"
 
@@ -49,7 +49,8 @@ def python_source(name: str, spec: EffectSpec) -> str:
 def compile_effects(data: Mapping[str, EffectSpec] = EFFECT_DATA) -> dict[str, Effect]:
     out: dict[str, Effect] = {}
     for name, spec in data.items():
-        namespace: dict[str, object] = {"Positions": Positions}
+        # tuple.__new__ makes the same Positions without the Python frame of its __new__
+        namespace: dict[str, object] = {"Positions": Positions, "_new": tuple.__new__}
         exec(compile(python_source(name, spec), f"<effect {name}>", "exec"), namespace)  # noqa: S102
         function = namespace[name]
         function.__doc__ = f"{name}: {spec} (compiled from statemachine/effectdata.py)"

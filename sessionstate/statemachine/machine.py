@@ -15,7 +15,7 @@ from typing import Any, Iterable, NamedTuple
 from transitions import Machine, MachineError
 
 from ..errors import ProtocolError
-from .effects import EFFECT_FUNCTIONS, Effect
+from .effects import EFFECT_FUNCTIONS, Effect, PositionsLike
 from .positions import Positions, derive_state
 from .table import (
     EFFECT_KEEP,
@@ -98,8 +98,9 @@ class Step(NamedTuple):
     notice_since: int | None
 
 
-def fire(pair: Any, positions: Positions | None, trigger: str, sequence: int | None = None) -> Step:
-    """Apply ``trigger`` to a pair whose cursor has ``positions``; pure.
+def fire(pair: Any, positions: PositionsLike | None, trigger: str, sequence: int | None = None) -> Step:
+    """Apply ``trigger`` to a pair whose cursor has ``positions`` (a ``Positions`` or the store's
+    plain tuple); pure.
 
     Raises ``ProtocolError`` naming pair, state and trigger when the trigger is illegal.
     """

@@ -16,6 +16,7 @@ from ...shared.provenance import (
 )
 from ...shared.timefmt import DAY_SECONDS
 from ...statemachine import Positions, fire
+from ...statemachine.effects import PositionsLike
 from ...statemachine.table import (
     DELETE_SESSION,
     EXPIRE,
@@ -36,7 +37,7 @@ class CursorLifecycle(NoticeRelease):
 
     def _fire_pairs(
         self,
-        pairs: Iterable[tuple[str, SessionRef, Positions | None]],
+        pairs: Iterable[tuple[str, SessionRef, PositionsLike | None]],
         trigger: str,
         sequence: int | None,
         now: float,

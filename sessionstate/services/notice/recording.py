@@ -95,7 +95,7 @@ class Recording(Turns):
         super().__init__(store, **options)
         # Concurrent record_event/record_events calls share a transaction (spec R9).
         self.group: GroupCommit[PreparedEvent] = GroupCommit(
-            store.lock, lambda: store.in_transaction, self._record_alone, self._record_batch
+            store.lock, lambda: store.in_transaction, self._append_prepared, self._record_batch
         )
 
     def record_event(self, session_key: str, kind: str, **event: Unpack[EventArgs]) -> int | None:
@@ -178,11 +178,6 @@ class Recording(Turns):
         target: SessionRef | None = (session_key, agent) if agent is not None and dedupe_key is None else None
         return PreparedEvent(target, kind, actor_type, actor_id, run_id, summary, payload_text,
                               produced_at, dedupe_key, (session_key, agent_id))
-
-    def _record_alone(self, events: Sequence[PreparedEvent]) -> list[int | None]:
-        """One caller's events in a transaction of their own (or the caller's open one);
-        holding the lock."""
-        return self._append_prepared(events)
 
     def _record_batch(self, waiters: list[Waiter[PreparedEvent]]) -> None:
         """Group commit: every waiter's events in one transaction, holding the lock.

@@ -79,33 +79,26 @@ class Turns(CursorLifecycle):
         follow_ups: list[Notice] = []
         lines: list[tuple[str, SessionRef | None]] = []
         try:
-            self._drain_transaction(session_key, entries, now, follow_ups, lines)
+            with self.store.transaction():
+                self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
+                # One read for every pending pair, effective positions included (R7): the
+                # acknowledgements fire on them without reading each cursor again.
+                owed = {(r.target_key, r.target_agent_id): r.positions
+                        for r in self.store.pending_cursors_held_by(session_key)}
+                lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
+                for text, target in lines:
+                    if target is None:
+                        continue
+                    (step,) = self._fire_pairs([(session_key, target, owed[target])], DRAIN, None, now, delivered=text)
+                    if step.notice_since is not None:
+                        follow_ups.append((session_key, target, step.notice_since, None))
+                texts = [e.text for e in entries]
+                self.store.after_commit(lambda: self.queue.remove(session_key, texts))
+                self.queue_notices(follow_ups)
         except CommitOutcomeUnknown as exc:
             exc.drained_lines = [text for text, _ in lines]  # type: ignore[attr-defined]
             raise
         return [text for text, _ in lines]
-
-    def _drain_transaction(self, session_key: str, entries: Any, now: float,
-                           follow_ups: list[Notice],
-                           lines: list[tuple[str, SessionRef | None]]) -> None:
-        with self.store.transaction():
-            self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
-            # One read for every pending pair, effective positions included (R7): the
-            # acknowledgements fire on them without reading each cursor again.
-            owed = {(r.target_key, r.target_agent_id): r.positions
-                    for r in self.store.pending_cursors_held_by(session_key)}
-            lines[:] = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
-            for text, target in lines:
-                if target is None:
-                    continue
-                (step,) = self._fire_pairs(
-                    [(session_key, target, Positions(*owed[target]))], DRAIN, None, now, delivered=text
-                )
-                if step.notice_since is not None:
-                    follow_ups.append((session_key, target, step.notice_since, None))
-            texts = [e.text for e in entries]
-            self.store.after_commit(lambda: self.queue.remove(session_key, texts))
-            self.queue_notices(follow_ups)
 
     @locked
     def pending_system_events(self, session_key: str) -> list[str]:
