@@ -1,6 +1,6 @@
 """Append cost of one tree against another: median ``record_event``, the trees in lockstep.
 
-Run: ./dev run .venv/bin/python benchmarks/append_cost.py [--postgres] [--events N] [--runs R] TREE...
+Run: ./dev run .venv/bin/python benchmarks/append_cost.py [--postgres] [--threaded] [--events N] [--runs R] TREE...
      scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/append_cost.py --postgres . /tmp/before
 
 A TREE is a directory holding a ``sessionstate`` package, such as this checkout (``.``) or an
@@ -11,8 +11,15 @@ caught up, made through the public API. The children take turns event by event: 
 tells one child to record a turn of 20 notifying events (each timed, one transaction each)
 and waits for their times before telling the next, so slow and fast phases of a shared machine, which last
 seconds, fall on every tree alike. Between two of its events (untimed) each watcher of a
-child drains, which puts its cursor back to caught up. Printed per tree and run: the median;
-then the median over runs, and its ratio to the first tree's.
+child drains, which puts its cursor back to caught up. Which tree goes first is shuffled each
+round (a fixed order made the second tree several per cent faster here, whichever it was).
+Printed per tree and run: the median; then the median over runs, and its ratio to the first
+tree's. Run each comparison in both orders too: what is left of the order's effect cancels in
+the geometric mean of the two.
+
+``--threaded`` starts and joins a do-nothing thread in every child first, so that every tree
+runs in the C library's multi-thread mode (docs/performance.md, "what a thread costs"): the
+comparison is then of the code alone, whether or not a tree starts a thread of its own.
 
 This is the figure behind "append cost must not rise by more than 5 %": the pytest benchmarks
 compare one tree with raw SQL, this compares two trees on the same path.
@@ -22,10 +29,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -38,12 +47,19 @@ KIND = "human_direct_message"  # notifying (R1): freezes every caught-up watcher
 # virtual machine that alone adds hundreds of microseconds to the first event), short enough
 # (tens of milliseconds) that the machine's phases fall on every tree alike.
 TURN_EVENTS = 20
+RNG_SEED = 20261202  # the rounds' orders: random, but the same for every invocation
 
 
-def child(url: str) -> None:
+def child(url: str, threaded: bool) -> None:
     """Serve the parent: one timed ``record_event`` per line read, its seconds written back
-    (run in the child, on its tree's package)."""
+    (run in the child, on its tree's package). ``threaded``: a do-nothing thread is started and
+    joined first, so every tree runs in the C library's multi-thread mode (see below)."""
     from sessionstate import Gateway
+
+    if threaded:
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        thread.join()
 
     gw = Gateway.open(url, clock=lambda: NOW)
     try:
@@ -66,9 +82,9 @@ def child(url: str) -> None:
         gw.close()
 
 
-def _start(tree: str, url: str) -> subprocess.Popen[str]:
+def _start(tree: str, url: str, threaded: bool) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", tree, url],
+        [sys.executable, __file__, "--child", tree, url, *(["--threaded"] if threaded else [])],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
         env={**os.environ, "PYTHONPATH": tree},
     )
@@ -78,14 +94,17 @@ def _start(tree: str, url: str) -> subprocess.Popen[str]:
     return proc
 
 
-def _run(trees: list[str], urls: list[str], events: int) -> list[float]:
+def _run(trees: list[str], urls: list[str], events: int, threaded: bool) -> list[float]:
     """One run: a child per tree, ``events`` events each in lockstep turns (the first tenth
     warms up); the median per tree, in the order given."""
-    procs = [_start(tree, url) for tree, url in zip(trees, urls)]
+    procs = [_start(tree, url, threaded) for tree, url in zip(trees, urls)]
     samples: list[list[float]] = [[] for _ in trees]
     try:
+        rounds = random.Random(RNG_SEED)
+        order = list(zip(trees, procs, samples))
         for _ in range(-(-(events + events // 10) // TURN_EVENTS)):
-            for tree, proc, times in zip(trees, procs, samples):
+            rounds.shuffle(order)  # the tree going first in a round is faster or slower by
+            for tree, proc, times in order:  # several per cent here: a new order each round
                 assert proc.stdin is not None and proc.stdout is not None
                 proc.stdin.write("go\n")
                 line = proc.stdout.readline()
@@ -104,10 +123,10 @@ def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["--child"]:
         sys.path.insert(0, args[1])
-        child(args[2])
+        child(args[2], "--threaded" in args[3:])
         return
-    postgres = "--postgres" in args
-    args = [a for a in args if a != "--postgres"]
+    postgres, threaded = "--postgres" in args, "--threaded" in args
+    args = [a for a in args if a not in ("--postgres", "--threaded")]
     events, runs = 1_500, 3
     if "--events" in args:
         i = args.index("--events")
@@ -128,11 +147,12 @@ def main() -> None:
                     urls = [stack.enter_context(pg_schema()) for _ in trees]
                 else:
                     urls = [f"sqlite:///{tmp}/run{run}-tree{n}.db" for n in range(len(trees))]
-                for per_tree, median in zip(medians, _run(trees, urls, events)):
+                for per_tree, median in zip(medians, _run(trees, urls, events, threaded)):
                     per_tree.append(median)
     first = statistics.median(medians[0])
     report = {
         "backend": "postgresql" if postgres else "sqlite",
+        "threaded": threaded,
         "events": events,
         "trees": [
             {

@@ -89,3 +89,22 @@ def test_writer_scaling_script_reports_both_sides():
     for point in report["points"]:
         for side in ("raw", "project"):
             assert point[side]["events_per_s"] > 0 and point[side]["p99_ms"] >= point[side]["p50_ms"]
+
+
+def test_instructions_script_counts_every_tree():
+    """``instructions.py`` at its smallest: a count per tree, the first tree's ratio 1 (the
+    counts themselves are not judged)."""
+    import shutil
+
+    if shutil.which("valgrind") is None or shutil.which("gcc") is None or not Path(
+        "/usr/include/valgrind/callgrind.h"
+    ).exists():
+        pytest.skip("needs valgrind with its headers, and gcc")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "instructions.py"), "--events", "5", str(HERE.parent)],
+        capture_output=True, text=True, timeout=600, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["events"] == 5 and [t["tree"] for t in report["trees"]] == [str(HERE.parent)]
+    assert report["trees"][0]["instructions_per_event"] > 10_000 and report["trees"][0]["vs_first"] == 1.0

@@ -1,0 +1,119 @@
+"""Instructions per ``record_event``, tree against tree: a cost that machine noise cannot move.
+
+Run: ./dev run .venv/bin/python benchmarks/instructions.py [--events N] TREE...
+     (needs valgrind and its headers, and gcc: apt-get install valgrind gcc)
+
+Wall-clock figures on this project's shared two-core machines swing by ±10 % between two
+invocations of the same comparison (``append_cost.py``), which hides a change of a few per
+cent. This counts instead: each TREE (a directory holding a ``sessionstate`` package, as in
+``append_cost.py``) runs in a child process under callgrind, with collection off except around
+each timed ``record_event`` (a tiny C library toggles it; ``CALLGRIND_TOGGLE_COLLECT``). The set-up
+is ``append_cost.py``'s: a target with three main-style watchers, caught up before each event
+by their drains (not counted), a fixed clock, ``auto_prune=False`` where the tree has it, and
+``PYTHONHASHSEED=0``. Printed per tree: the instructions of one event (user space: what the
+interpreter, SQLite and the C library execute; the kernel's work for the file writes is not
+counted, and is the same for every tree since the statements are), and the ratio to the first.
+
+Two invocations agree to about 0.1 %. Instructions are not time: a memory stall or a lock
+costs more than its count, so this complements ``append_cost.py``, it does not replace it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+NOW = 1_800_000_000.0
+TARGET = "agent:main:subagent:target"
+WATCHERS = ("agent:w1:main", "agent:w2:main", "agent:w3:main")
+WARM_UP = 200
+TOGGLE_C = "#include <valgrind/callgrind.h>\nvoid toggle(void) { CALLGRIND_TOGGLE_COLLECT; }\n"
+
+
+def child(toggle_library: str, events: int) -> None:
+    """Record ``events`` events, each between two toggles (run under callgrind, on its tree)."""
+    import ctypes
+
+    from sessionstate import Gateway
+
+    toggle = ctypes.CDLL(toggle_library).toggle
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/bench.db"
+        try:
+            gw = Gateway.open(url, clock=lambda: NOW, auto_prune=False)
+        except TypeError:  # a tree from before R30 has no prune schedule to turn off
+            gw = Gateway.open(url, clock=lambda: NOW)
+        for watcher in WATCHERS:
+            gw.create_session(watcher)
+        gw.create_session(TARGET, kind="subagent", parent=WATCHERS[0])
+        for watcher in WATCHERS:
+            gw.watch(watcher, TARGET)
+        record = gw.record_event
+        for n in range(WARM_UP + events):
+            counted = n >= WARM_UP
+            if counted:
+                toggle()
+            record(TARGET, "human_direct_message", actor_type="human", summary="hello")
+            if counted:
+                toggle()
+            for watcher in WATCHERS:
+                gw.drain_system_events(watcher)
+        gw.close()
+
+
+def _toggle_library(directory: str) -> str:
+    source, library = Path(directory, "toggle.c"), Path(directory, "libtoggle.so")
+    source.write_text(TOGGLE_C)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    return str(library)
+
+
+def count(tree: str, events: int, library: str, directory: str) -> int:
+    """The instructions collected for ``events`` events on ``tree``."""
+    out = Path(directory, f"callgrind.{abs(hash(tree))}.out")
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}",
+         sys.executable, __file__, "--child", tree, library, str(events)],
+        env={**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
+    )
+    match = re.search(r"Collected\s*:\s*([\d,]+)", proc.stderr)
+    if proc.returncode != 0 or match is None:
+        sys.exit(f"instructions: the child on {tree} failed:\n{proc.stderr[-2000:]}")
+    return int(match[1].replace(",", ""))
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["--child"]:
+        sys.path.insert(0, args[1])
+        child(args[2], int(args[3]))
+        return
+    events = 500
+    if "--events" in args:
+        i = args.index("--events")
+        events = int(args[i + 1])
+        del args[i:i + 2]
+    missing = [tool for tool in ("valgrind", "gcc") if shutil.which(tool) is None]
+    if missing or not Path("/usr/include/valgrind/callgrind.h").exists():
+        sys.exit(f"instructions: needs valgrind (with its headers) and gcc; missing: {missing or ['callgrind.h']}")
+    trees = [str(Path(t).resolve()) for t in args] or [str(Path(__file__).resolve().parent.parent)]
+    with tempfile.TemporaryDirectory() as tmp:
+        library = _toggle_library(tmp)
+        per_event = [count(tree, events, library, tmp) / events for tree in trees]
+    print(json.dumps({
+        "events": events,
+        "trees": [
+            {"tree": tree, "instructions_per_event": round(n), "vs_first": round(n / per_event[0], 4)}
+            for tree, n in zip(trees, per_event)
+        ],
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
