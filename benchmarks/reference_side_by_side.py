@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, os.environ.get("SESSIONSTATE_TREE", str(Path(__file__).resolve().parent.parent)))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _support import AGENT, RawLog, create_schema  # noqa: E402
+from _support import AGENT, RawLog  # noqa: E402
 
 from sessionstate import Gateway  # noqa: E402
 from sessionstate.conformance import openclaw_install  # noqa: E402
@@ -112,7 +112,6 @@ class Side:
 class RawFloor:
     def __init__(self, directory: Path) -> None:
         path = directory / "raw.sqlite"
-        create_schema(path)
         with Gateway.open(str(path), auto_prune=False, clock=lambda: START) as gw:
             gw.create_session(f"agent:{AGENT}:main")
             gw.create_session(self.key, kind="subagent", parent=f"agent:{AGENT}:main")

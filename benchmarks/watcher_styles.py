@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, os.environ.get("SESSIONSTATE_TREE", str(Path(__file__).resolve().parent.parent)))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _support import AGENT, RawLog, create_schema  # noqa: E402
+from _support import AGENT, RawLog  # noqa: E402
 
 from sessionstate import Gateway  # noqa: E402
 
@@ -88,7 +88,6 @@ class Side:
 
 class Floor:
     def __init__(self, path: Path, watchers: int) -> None:
-        create_schema(path)
         self.target = TARGET
         with Gateway.open(str(path), clock=lambda: NOW, auto_prune=False) as gw:
             gw.create_session(self.target)
