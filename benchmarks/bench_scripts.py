@@ -101,7 +101,7 @@ def test_instructions_script_counts_every_tree():
     ).exists():
         pytest.skip("needs valgrind with its headers, and gcc")
     done = subprocess.run(
-        [sys.executable, str(HERE / "instructions.py"), "--events", "5", str(HERE.parent)],
+        [sys.executable, str(HERE / "instructions.py"), "--events", "5", "--warm-up", "5", str(HERE.parent)],
         capture_output=True, text=True, timeout=600, cwd=HERE.parent,
     )
     assert done.returncode == 0, done.stderr

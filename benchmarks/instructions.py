@@ -1,6 +1,6 @@
 """Instructions per ``record_event``, tree against tree: a cost that machine noise cannot move.
 
-Run: ./dev run .venv/bin/python benchmarks/instructions.py [--events N] TREE...
+Run: ./dev run .venv/bin/python benchmarks/instructions.py [--events N] [--warm-up N] TREE...
      (needs valgrind and its headers, and gcc: apt-get install valgrind gcc)
 
 Wall-clock figures on this project's shared two-core machines swing by ±10 % between two
@@ -32,11 +32,11 @@ from pathlib import Path
 NOW = 1_800_000_000.0
 TARGET = "agent:main:subagent:target"
 WATCHERS = ("agent:w1:main", "agent:w2:main", "agent:w3:main")
-WARM_UP = 200
+WARM_UP = 200  # events recorded before counting starts (--warm-up)
 TOGGLE_C = "#include <valgrind/callgrind.h>\nvoid toggle(void) { CALLGRIND_TOGGLE_COLLECT; }\n"
 
 
-def child(toggle_library: str, events: int) -> None:
+def child(toggle_library: str, events: int, warm_up: int) -> None:
     """Record ``events`` events, each between two toggles (run under callgrind, on its tree)."""
     import ctypes
 
@@ -55,8 +55,8 @@ def child(toggle_library: str, events: int) -> None:
         for watcher in WATCHERS:
             gw.watch(watcher, TARGET)
         record = gw.record_event
-        for n in range(WARM_UP + events):
-            counted = n >= WARM_UP
+        for n in range(warm_up + events):
+            counted = n >= warm_up
             if counted:
                 toggle()
             record(TARGET, "human_direct_message", actor_type="human", summary="hello")
@@ -74,12 +74,12 @@ def _toggle_library(directory: str) -> str:
     return str(library)
 
 
-def count(tree: str, events: int, library: str, directory: str) -> int:
+def count(tree: str, events: int, warm_up: int, library: str, directory: str) -> int:
     """The instructions collected for ``events`` events on ``tree``."""
     out = Path(directory, f"callgrind.{abs(hash(tree))}.out")
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}",
-         sys.executable, __file__, "--child", tree, library, str(events)],
+         sys.executable, __file__, "--child", tree, library, str(events), str(warm_up)],
         env={**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
     )
     match = re.search(r"Collected\s*:\s*([\d,]+)", proc.stderr)
@@ -92,12 +92,16 @@ def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["--child"]:
         sys.path.insert(0, args[1])
-        child(args[2], int(args[3]))
+        child(args[2], int(args[3]), int(args[4]))
         return
-    events = 500
+    events, warm_up = 500, WARM_UP
     if "--events" in args:
         i = args.index("--events")
         events = int(args[i + 1])
+        del args[i:i + 2]
+    if "--warm-up" in args:
+        i = args.index("--warm-up")
+        warm_up = int(args[i + 1])
         del args[i:i + 2]
     missing = [tool for tool in ("valgrind", "gcc") if shutil.which(tool) is None]
     if missing or not Path("/usr/include/valgrind/callgrind.h").exists():
@@ -105,7 +109,7 @@ def main() -> None:
     trees = [str(Path(t).resolve()) for t in args] or [str(Path(__file__).resolve().parent.parent)]
     with tempfile.TemporaryDirectory() as tmp:
         library = _toggle_library(tmp)
-        per_event = [count(tree, events, library, tmp) / events for tree in trees]
+        per_event = [count(tree, events, warm_up, library, tmp) / events for tree in trees]
     print(json.dumps({
         "events": events,
         "trees": [
