@@ -111,3 +111,29 @@ def test_run_sql_uses_the_stores_connection_and_its_transaction(store):
             raise RuntimeError("roll back")
     assert store.run_sql("SELECT count(*) FROM sessions") == [(2,)]  # rolled back with it
     assert store.all_cursors() == []
+
+
+def test_each_prune_chunk_reads_its_own_range_not_the_session_index(store):
+    # Left alone, the planner walks the whole (session, sequence) index to serve the chunk's
+    # GROUP BY; the hints keep the row cap's chunk on the key range and the window's chunk on
+    # ix_events_recorded_at (sqlite.py, _prune_chunk).
+    with store.transaction():
+        for n in range(40):
+            key = ("agent:a:one", "agent:a:two")[n % 2]
+            store.append_event(key, "a", "compacted", "system", None, None, f"e{n}", None, float(n), float(n), None)
+    selects: list[str] = []
+    store._db.set_trace_callback(lambda sql: selects.append(sql) if "GROUP BY session_key" in sql else None)
+    try:
+        store.prune_events(cutoff=30.0, max_rows=20)
+    finally:
+        store._db.set_trace_callback(None)
+    by_rows = [sql for sql in selects if "WHERE sequence" in sql]
+    by_age = [sql for sql in selects if "WHERE recorded_at" in sql]
+    assert by_rows and by_age, selects
+    with sqlite3.connect(store.path) as raw:
+        for sql in by_rows:
+            plan = " ".join(str(row) for row in raw.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "USING INTEGER PRIMARY KEY" in plan and "INDEX" not in plan, plan
+        for sql in by_age:
+            plan = " ".join(str(row) for row in raw.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "ix_events_recorded_at" in plan, plan
