@@ -39,6 +39,72 @@ def test_classify_trusts_committed_only_on_the_timeline_the_transaction_began_on
     assert classify("committed", None, None) == UNKNOWN
 
 
+# -- the resolution's loop (pure: a fake connection, clock and sleep) -------------------------
+
+
+class _Server:
+    """``connect`` for ``resolve``: fails ``failures`` times, then answers ``row``; the clock
+    moves one second per sleep."""
+
+    def __init__(self, failures: int, row: tuple[object, ...] | None, error: Exception | None = None) -> None:
+        self.failures, self.row, self.connects, self.sleeps = failures, row, 0, 0
+        self.error = error or psycopg.OperationalError("connection refused")
+
+    def connect(self) -> "_Server":
+        self.connects += 1
+        if self.connects <= self.failures:
+            raise self.error
+        return self
+
+    def execute(self, sql: str, params: tuple[str]) -> "_Server":
+        assert sql == commit_outcome.STATUS_SQL and params == ("741",)
+        return self
+
+    def fetchone(self) -> tuple[object, ...] | None:
+        return self.row
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds == commit_outcome.PAUSE_SECONDS
+        self.sleeps += 1
+
+    def clock(self) -> float:
+        return float(self.sleeps)
+
+
+def _resolve(server: _Server, seconds: float | None) -> str:
+    return commit_outcome.resolve(server.connect, "741", "00000001", seconds=seconds,
+                                  sleep=server.sleep, clock=server.clock)
+
+
+def test_resolve_asks_again_until_a_server_answers() -> None:
+    server = _Server(failures=2, row=("committed", "00000001"))
+    assert _resolve(server, 5.0) == COMMITTED
+    assert (server.connects, server.sleeps) == (3, 2)
+
+
+def test_resolve_gives_up_unknown_at_its_deadline_and_not_before() -> None:
+    # Four tries at t = 0, 1, 2, 3: the deadline (3 s) is reached at the fourth.
+    server = _Server(failures=99, row=None)
+    assert _resolve(server, 3.0) == UNKNOWN
+    assert (server.connects, server.sleeps) == (4, 3)
+    default = _Server(failures=10**6, row=None)
+    assert _resolve(default, None) == UNKNOWN
+    assert default.sleeps == commit_outcome.RESOLVE_SECONDS
+
+
+def test_resolve_asks_again_while_the_transaction_is_in_progress() -> None:
+    server = _Server(failures=0, row=("in progress", "00000001"))
+    assert _resolve(server, 2.0) == UNKNOWN
+    assert server.connects == 3
+
+
+def test_an_id_the_answering_server_never_issued_is_aborted_at_once() -> None:
+    future = psycopg.errors.lookup("22023")("transaction ID 741 is in the future")
+    server = _Server(failures=99, row=None, error=future)
+    assert _resolve(server, 5.0) == ABORTED
+    assert (server.connects, server.sleeps) == (1, 0)
+
+
 # -- the injected cases -----------------------------------------------------------------------
 
 
