@@ -13,6 +13,8 @@ case "$module" in
     services/notice/batch_decisions.py) tests='"tests/gateway/test_batch_decisions.py"' ;;
     *) echo "unknown module: $module" >&2; exit 2 ;;
 esac
+./dev run true  # the project's .venv, installed when missing
+[ -x .venv/bin/mutmut ] || .venv/bin/pip install -q 'mutmut==3.8.1'  # the `verify` extra, the version measured
 work="$(mktemp -d)/sessionstate-mutmut-${module//\//-}"
 mkdir -p "$work"
 git ls-files | tar -cf - -T - | tar -xf - -C "$work"
