@@ -298,9 +298,9 @@ def test_a_failing_migration_changes_nothing(tmp_path, monkeypatch):
 def test_the_migration_list_has_no_gaps():
     assert steps_between(1, schema.SCHEMA_VERSION, migrations.MIGRATIONS) == list(migrations.MIGRATIONS)
     noop = lambda db: None  # noqa: E731
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^migration versions must be 2, 3, \.\.\. in order; got \[3\]$"):
         steps_between(1, 3, (Migration(3, "skips 2", noop),))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^schema version 3 needs migrations up to it; the last is 2$"):
         steps_between(1, 3, (Migration(2, "stops early", noop),))
 
 
