@@ -121,12 +121,9 @@ def test_each_prune_chunk_reads_its_own_range_not_the_session_index(store):
         for n in range(40):
             key = ("agent:a:one", "agent:a:two")[n % 2]
             store.append_event(key, "a", "compacted", "system", None, None, f"e{n}", None, float(n), float(n), None)
-    selects: list[str] = []
-    store._db.set_trace_callback(lambda sql: selects.append(sql) if "GROUP BY session_key" in sql else None)
-    try:
+    with store.trace_statements() as statements:
         store.prune_events(cutoff=30.0, max_rows=20)
-    finally:
-        store._db.set_trace_callback(None)
+    selects = [sql for sql in statements if "GROUP BY session_key" in sql]
     by_rows = [sql for sql in selects if "WHERE sequence" in sql]
     by_age = [sql for sql in selects if "WHERE recorded_at" in sql]
     assert by_rows and by_age, selects
