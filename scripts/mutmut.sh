@@ -4,13 +4,17 @@
 # Each module runs only its fastest relevant tests (docs/verification.md, "Mutation testing").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-module="${1:?usage: scripts/mutmut.sh statemachine|store|services|store/sql_store.py|services/notice/wakes.py ...}"
+module="${1:?usage: scripts/mutmut.sh statemachine|store|services|services/notice|store/sql_store.py|services/notice/wakes.py ...}"
 case "$module" in
     statemachine) tests='"tests/protocol/test_transition_sweep.py", "tests/protocol/test_spec_sync.py"' ;;
     store|store/*.py) tests='"tests/store"' ;;
-    services) tests='"tests/gateway/test_owed_wakes.py", "tests/gateway/test_stateful.py"' ;;
-    services/notice/wakes.py|services/notice/rewake.py) tests='"tests/gateway/test_owed_wakes.py"' ;;
-    services/notice/batch_decisions.py) tests='"tests/gateway/test_batch_decisions.py"' ;;
+    # The notice service is what tests/gateway is about; the other services are reached through
+    # the tools too, the cluster parts (claims, the change pump) through the serving and pump
+    # trials, the trace through its replay tests.
+    services/notice|services/notice/*.py) tests='"tests/gateway"' ;;
+    services/claims.py|services/change_pump.py) tests='"tests/gateway", "tests/multiproc/test_serving.py", "tests/multiproc/test_pump.py"' ;;
+    services/trace.py) tests='"tests/gateway", "tests/verify/test_trace_replay.py", "tests/verify/test_trace_provenance.py"' ;;
+    services|services/*.py) tests='"tests/gateway", "tests/tools"' ;;
     *) echo "unknown module: $module" >&2; exit 2 ;;
 esac
 ./dev run true  # the project's .venv, installed when missing
