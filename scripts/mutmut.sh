@@ -22,6 +22,12 @@ esac
 work="$(mktemp -d)/sessionstate-mutmut-${module//\//-}"
 mkdir -p "$work"
 git ls-files | tar -cf - -T - | tar -xf - -C "$work"
+# mutmut skips decorated functions; in the copy, services' @locked moves after its class
+# (the same lock, a plain function for mutmut to mutate): scripts/mutmut_unwrap_locked.py.
+if [[ "$module" == services* ]]; then
+    root="$(pwd)"
+    (cd "$work" && "$root/.venv/bin/python" "$root/scripts/mutmut_unwrap_locked.py" $(find "sessionstate/$module" -name '*.py'))
+fi
 cat >> "$work/pyproject.toml" <<CFG
 
 [tool.mutmut]
