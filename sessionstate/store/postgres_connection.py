@@ -52,7 +52,11 @@ class PostgresConnected:
     replaced by ``_reconnect_if_broken`` when idle, and the statement runners the store and
     its tables use. The store sets ``_engine`` and ``_synchronous_commit`` before
     connecting; ``_depth`` is its unit of work's nesting (a statement inside a transaction
-    never reconnects: the transaction is gone with its connection)."""
+    never reconnects: the transaction is gone with its connection).
+
+    ``_unsent`` holds statements whose answer nobody reads (a transaction's ``BEGIN``, a
+    cursor write): they wait for the next statement and go in its round trip, in order, in
+    one pipeline (``_send``), so they cost no round trip of their own."""
 
     _engine: Engine
     _synchronous_commit: str
@@ -70,6 +74,8 @@ class PostgresConnected:
         pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
         self._cur = pg.cursor()
+        self._side = pg.cursor()  # runs the unsent statements, whose results nobody reads
+        self._unsent: list[tuple[str, Sequence[Any] | None]] = []
         # R29: the timeline this connection's transactions begin on (once per connection).
         row = pg.execute(commit_outcome.TIMELINE_SQL).fetchone()
         self._timeline: str | None = row[0] if row else None
@@ -91,18 +97,49 @@ class PostgresConnected:
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
+    def _send(
+        self, cur: psycopg.Cursor[Any], sql: str, args: Sequence[Any] | None = (), prepare: bool | None = True
+    ) -> psycopg.Cursor[Any]:
+        """``cur.execute``, after the unsent statements and in their round trip; raises the
+        driver's error (the callers translate it)."""
+        if not self._unsent:
+            return cur.execute(sql, args, prepare=prepare)
+        with self._pg.pipeline():
+            self._send_unsent()
+            cur.execute(sql, args, prepare=prepare)
+        return cur  # its result arrived when the pipeline's sync was answered
+
+    def _send_unsent(self) -> None:
+        """Inside a pipeline: queue the unsent statements (the pipeline's sync sends them)."""
+        unsent, self._unsent = self._unsent, []
+        for sql, args in unsent:
+            self._side.execute(sql, args, prepare=args is not None)
+
+    def _send_later(self, sql: str, args: Sequence[Any]) -> None:
+        """A write whose answer nobody reads: it goes with the transaction's next statement
+        or its COMMIT (outside a transaction, at once)."""
+        if self._depth:
+            self._unsent.append((sql, args))
+        else:
+            self._execute(sql, args)
+
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         """One statement (prepared on the server): reconnects first when idle, translates errors."""
         if self._depth == 0:
             self._reconnect_if_broken()
         try:
-            return self._cur.execute(sql, args, prepare=True)
+            return self._send(self._cur, sql, args)
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
-            self._cur.executemany(sql, rows)
+            if self._unsent:
+                with self._pg.pipeline():
+                    self._send_unsent()
+                    self._cur.executemany(sql, rows)
+            else:
+                self._cur.executemany(sql, rows)
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
@@ -156,12 +193,18 @@ class PostgresConnection:
             store._reconnect_if_broken()
         try:
             # A cursor of its own: a feature table's read never clobbers the store's cursor.
-            return store._pg.execute(sql, tuple(params), prepare=True)
+            return store._send(store._pg.cursor(), sql, tuple(params))
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
     def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        store = self._store
         try:
-            self._store._pg.cursor().executemany(sql, [tuple(p) for p in params])
+            if store._unsent:
+                with store._pg.pipeline():
+                    store._send_unsent()
+                    store._pg.cursor().executemany(sql, [tuple(p) for p in params])
+            else:
+                store._pg.cursor().executemany(sql, [tuple(p) for p in params])
         except psycopg.Error as exc:
             raise translate(exc) from exc

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import StorageError
@@ -185,6 +185,15 @@ class SqlStore:
         append = self.append_event
         return [append(*row) for row in rows]
 
+    def append_and_read(
+        self, rows: Sequence[EventRow], watched: Sequence[Target]
+    ) -> tuple[list[tuple[int, bool]], dict[Target, list[CaughtUpRow]]]:
+        """A batch's start: its sessions' heads locked (key order), ``append_events(rows)``,
+        then ``caught_up_watchers_of(watched)`` (nothing read when ``watched`` is empty)."""
+        self.lock_targets({(row[0], row[1]) for row in rows})
+        appended = self.append_events(rows)
+        return appended, self.caught_up_watchers_of(list(dict.fromkeys(watched))) if watched else {}
+
     def _append(self, row: EventRow) -> tuple[int, bool]:
         """``append_event`` for one row: the backend's own."""
         raise NotImplementedError
@@ -291,7 +300,7 @@ class SqlStore:
             if p is not None
         ]
         if len(upserts) == 1:
-            self._run(self._sql.put_cursor, upserts[0])
+            self._write(self._sql.put_cursor, upserts[0])
         elif upserts:
             self._put_cursor_rows(upserts)
         if len(upserts) < len(changes):
@@ -308,6 +317,11 @@ class SqlStore:
             self._run_many(self._sql.put_cursor, upserts)
         if deletes:
             self._run_many(self._sql.delete_cursor, deletes)
+
+    def _write(self, sql: str, args: Sequence[Any]) -> None:
+        """A write whose answer nobody reads: a server backend may send it with the
+        transaction's next statement or its COMMIT, in their round trip."""
+        self._run(sql, args)
 
     def _put_cursor_rows(self, upserts: list[tuple[Any, ...]]) -> None:
         """Several cursor upserts (a backend may send them as one statement)."""
@@ -329,6 +343,10 @@ class SqlStore:
         """R26: the pair's provenance (``None``: no cursor), read where a wake is decided."""
         row = self._run(self._sql.provenance, (watcher, target_key, target_agent_id)).fetchone()
         return None if row is None else str(row[0])
+
+    def lock_targets(self, targets: Iterable[Target]) -> None:
+        """Lock the targets' heads in key order (the backend's own; contract ``Store``)."""
+        raise NotImplementedError
 
     def _lock_for_decision(self, targets: Sequence[Target]) -> None:
         """Inside a transaction, before reading what a transition will change: a server
