@@ -156,16 +156,12 @@ class PostgresStore(PostgresConnected, SqlStore):
                 self._execute(notify)
 
     def _take_notifications(self) -> str:
-        """The ``NOTIFY`` statements for this transaction's changes, each ended by ``; `` ('' when
-        none); clears them."""
-        return "".join(statement + "; " for statement in self._take_notify_statements())
-
-    def _take_notify_statements(self) -> list[str]:
+        """The ``NOTIFY`` statements for this transaction's changes ('' when none); clears them."""
         if not (self._changed_watchers or self._notified_events):
-            return []
+            return ""
         payloads = encode_changes(self._changed_watchers, self._notified_events)
         self._changed_watchers, self._notified_events = [], []
-        return [notify_statement(self._notify_prefix, p) for p in payloads]
+        return "".join(notify_statement(self._notify_prefix, p) + "; " for p in payloads)
 
     def open_change_feed(self, kinds: tuple[str, ...]) -> PostgresChangeFeed:
         """R22: a listening connection of its own on this schema's channel."""
@@ -187,8 +183,8 @@ class PostgresStore(PostgresConnected, SqlStore):
 
     def _begin(self) -> None:
         self._reconnect_if_broken()
-        # Sent with the transaction's first statement, in its round trip (``_send``).
-        self._unsent.append(("BEGIN", None))
+        # Sent before the transaction's first statement, or in its pipeline (``_send_begin``).
+        self._begin_unsent = True
 
     def _control(self, sql: str, *, committing: bool = False) -> None:
         try:
@@ -200,14 +196,14 @@ class PostgresStore(PostgresConnected, SqlStore):
     def _commit(self) -> None:
         # R22: the notification goes with the commit, in the same round trip.
         self._locked.clear()
-        if self._unsent == [("BEGIN", None)]:  # nothing was sent: nothing to commit
-            self._unsent.clear()
+        if self._begin_unsent:  # nothing was sent: nothing to commit
+            self._begin_unsent = False
             notify = self._take_notifications()
             if notify:
                 self._control(notify[:-2])
             return
         # R29: the transaction's id, learned before COMMIT is sent (None: it wrote nothing);
-        # an append already returned it, else it is read now (with what is still unsent).
+        # an append already returned it, else it is read now.
         txid, self._txid = self._txid, None
         if txid is None:
             try:
@@ -216,10 +212,7 @@ class PostgresStore(PostgresConnected, SqlStore):
                 raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on = self._timeline
         try:
-            if self._unsent:  # the writes still unsent, the notifications and COMMIT: one round trip
-                self._commit_pipelined()
-            else:
-                self._control(self._take_notifications() + "COMMIT", committing=True)
+            self._control(self._take_notifications() + "COMMIT", committing=True)
         except CommitOutcomeUnknown:
             outcome = commit_outcome.COMMITTED if txid is None else commit_outcome.resolve(
                 self._resolving_connection, txid, began_on
@@ -234,25 +227,13 @@ class PostgresStore(PostgresConnected, SqlStore):
                 ) from None
             raise
 
-    def _commit_pipelined(self) -> None:
-        notify = self._take_notify_statements()
-        try:
-            with self._pg.pipeline():
-                self._send_unsent()
-                for statement in notify:  # a pipeline sends one statement per message
-                    self._side.execute(statement, None, prepare=False)
-                self._cur.execute("COMMIT", None, prepare=False)
-        except psycopg.Error as exc:
-            raise translate(exc, committing=True) from exc
-
     def _resolving_connection(self) -> "psycopg.Connection[Any]":
         self._reconnect_if_broken()
         return self._pg
 
     def _rollback(self) -> None:
-        nothing_sent = self._unsent[:1] == [("BEGIN", None)]
-        self._unsent.clear()
-        if nothing_sent:
+        if self._begin_unsent:  # nothing was sent
+            self._begin_unsent = False
             return
         try:
             self._pg.execute("ROLLBACK")
@@ -260,7 +241,6 @@ class PostgresStore(PostgresConnected, SqlStore):
             pass  # a broken connection: the server rolled back; the next use reconnects
 
     def _rollback_to(self, name: str) -> None:
-        self._unsent.clear()  # SAVEPOINT sent what came before it: these are the level's own
         try:
             self._pg.execute(f"ROLLBACK TO {name}")
             self._pg.execute(f"RELEASE {name}")
@@ -342,7 +322,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         watched = list(dict.fromkeys(watched))
         lock, read = self._pg.cursor(), self._pg.cursor()
         with self._pg.pipeline():
-            self._send_unsent()
+            self._send_begin()
             if wanted:
                 lock.execute(LOCK_HEADS_SQL, ([t[0] for t in wanted], [t[1] for t in wanted]), prepare=True)
             self._cur.execute(APPEND_MANY_SQL, plan.columns, prepare=True)
@@ -385,9 +365,6 @@ class PostgresStore(PostgresConnected, SqlStore):
 
     # -- cursors and head locks -------------------------------------------------------------
 
-    def _write(self, sql: str, args: Sequence[Any]) -> None:
-        self._send_later(sql, args)
-
     def _lock_for_decision(self, targets: Sequence[Target]) -> None:
         if self._depth:
             self._lock_heads(targets)
@@ -425,9 +402,9 @@ class PostgresStore(PostgresConnected, SqlStore):
         if len({u[0] for u in upserts}) < len(upserts):  # one statement may not upsert a row twice
             upserts = list({u[0]: u for u in upserts}.values())  # the last write wins, as in order
         if len(upserts) == 1:
-            self._send_later(self._sql.put_cursor, upserts[0])
+            self._cur.execute(self._sql.put_cursor, upserts[0], prepare=True)
         else:
-            self._send_later(self._put_rows_sql[len(upserts)], [v for u in upserts for v in u])
+            self._cur.execute(self._put_rows_sql[len(upserts)], [v for u in upserts for v in u], prepare=True)
 
     def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[CaughtUpRow]]:
         """One statement for every target (``CAUGHT_UP_OF_SQL``); their heads are locked."""
@@ -444,9 +421,9 @@ class PostgresStore(PostgresConnected, SqlStore):
         """The upserts in one statement (``PUT_PAIRS_SQL``), whatever their number."""
         upserts, deletes = last_changes(changes, now)
         if len(upserts) == 1:
-            self._send_later(self._sql.put_cursor, upserts[0])
+            self._execute(self._sql.put_cursor, upserts[0])
         elif upserts:
-            self._send_later(PUT_PAIRS_SQL, [list(column) for column in zip(*upserts)])
+            self._execute(PUT_PAIRS_SQL, [list(column) for column in zip(*upserts)])
         if deletes:
             self._execute_many(self._sql.delete_cursor, deletes)
 

@@ -54,9 +54,10 @@ class PostgresConnected:
     connecting; ``_depth`` is its unit of work's nesting (a statement inside a transaction
     never reconnects: the transaction is gone with its connection).
 
-    ``_unsent`` holds statements whose answer nobody reads (a transaction's ``BEGIN``, a
-    cursor write): they wait for the next statement and go in its round trip, in order, in
-    one pipeline (``_send``), so they cost no round trip of their own."""
+    A transaction's ``BEGIN`` waits for its first statement (``_begin_unsent``): a batch's
+    pipeline takes it along in its one round trip; any other statement sends it first, as
+    its own round trip (two statements pipelined cost more here than the round trip they
+    save, docs/performance.md)."""
 
     _engine: Engine
     _synchronous_commit: str
@@ -74,8 +75,8 @@ class PostgresConnected:
         pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
         self._cur = pg.cursor()
-        self._side = pg.cursor()  # runs the unsent statements, whose results nobody reads
-        self._unsent: list[tuple[str, Sequence[Any] | None]] = []
+        self._side = pg.cursor()  # runs a pipeline's BEGIN, whose result nobody reads
+        self._begin_unsent = False
         # R29: the timeline this connection's transactions begin on (once per connection).
         row = pg.execute(commit_outcome.TIMELINE_SQL).fetchone()
         self._timeline: str | None = row[0] if row else None
@@ -97,31 +98,20 @@ class PostgresConnected:
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
+    def _send_begin(self) -> None:
+        """The transaction's ``BEGIN``, if still unsent (outside a pipeline: its own round
+        trip; inside one: queued before what follows). Raises the driver's error."""
+        if self._begin_unsent:
+            self._begin_unsent = False
+            self._side.execute("BEGIN", None, prepare=False)
+
     def _send(
         self, cur: psycopg.Cursor[Any], sql: str, args: Sequence[Any] | None = (), prepare: bool | None = True
     ) -> psycopg.Cursor[Any]:
-        """``cur.execute``, after the unsent statements and in their round trip; raises the
-        driver's error (the callers translate it)."""
-        if not self._unsent:
-            return cur.execute(sql, args, prepare=prepare)
-        with self._pg.pipeline():
-            self._send_unsent()
-            cur.execute(sql, args, prepare=prepare)
-        return cur  # its result arrived when the pipeline's sync was answered
-
-    def _send_unsent(self) -> None:
-        """Inside a pipeline: queue the unsent statements (the pipeline's sync sends them)."""
-        unsent, self._unsent = self._unsent, []
-        for sql, args in unsent:
-            self._side.execute(sql, args, prepare=args is not None)
-
-    def _send_later(self, sql: str, args: Sequence[Any]) -> None:
-        """A write whose answer nobody reads: it goes with the transaction's next statement
-        or its COMMIT (outside a transaction, at once)."""
-        if self._depth:
-            self._unsent.append((sql, args))
-        else:
-            self._execute(sql, args)
+        """``cur.execute``, after the transaction's ``BEGIN`` if that is still unsent."""
+        if self._begin_unsent:
+            self._send_begin()
+        return cur.execute(sql, args, prepare=prepare)
 
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         """One statement (prepared on the server): reconnects first when idle, translates errors."""
@@ -134,12 +124,8 @@ class PostgresConnected:
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
-            if self._unsent:
-                with self._pg.pipeline():
-                    self._send_unsent()
-                    self._cur.executemany(sql, rows)
-            else:
-                self._cur.executemany(sql, rows)
+            self._send_begin()
+            self._cur.executemany(sql, rows)
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
@@ -200,11 +186,7 @@ class PostgresConnection:
     def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
         store = self._store
         try:
-            if store._unsent:
-                with store._pg.pipeline():
-                    store._send_unsent()
-                    store._pg.cursor().executemany(sql, [tuple(p) for p in params])
-            else:
-                store._pg.cursor().executemany(sql, [tuple(p) for p in params])
+            store._send_begin()
+            store._pg.cursor().executemany(sql, [tuple(p) for p in params])
         except psycopg.Error as exc:
             raise translate(exc) from exc

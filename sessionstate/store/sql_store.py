@@ -300,7 +300,7 @@ class SqlStore:
             if p is not None
         ]
         if len(upserts) == 1:
-            self._write(self._sql.put_cursor, upserts[0])
+            self._run(self._sql.put_cursor, upserts[0])
         elif upserts:
             self._put_cursor_rows(upserts)
         if len(upserts) < len(changes):
@@ -317,11 +317,6 @@ class SqlStore:
             self._run_many(self._sql.put_cursor, upserts)
         if deletes:
             self._run_many(self._sql.delete_cursor, deletes)
-
-    def _write(self, sql: str, args: Sequence[Any]) -> None:
-        """A write whose answer nobody reads: a server backend may send it with the
-        transaction's next statement or its COMMIT, in their round trip."""
-        self._run(sql, args)
 
     def _put_cursor_rows(self, upserts: list[tuple[Any, ...]]) -> None:
         """Several cursor upserts (a backend may send them as one statement)."""
