@@ -334,7 +334,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         if wanted:
             locked = {(r[0], r[1]) for r in lock.fetchall()}
             self._locked |= locked
-            if len(locked) < len(wanted):  # the append inserted nothing (APPEND_MANY_SQL)
+            if len(locked) < len(wanted):  # the transaction rolls the append back
                 key, agent_id = min(set(wanted) - locked)
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
         if appended:

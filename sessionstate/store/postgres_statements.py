@@ -66,9 +66,10 @@ PUT_PAIRS_SQL = PUT_CURSOR.format(
 # take their sequences in input order (the ORDER BY before nextval), so one session's events
 # keep their order; each session's head moves to its largest new sequence. A dedupe key that
 # another session's transaction committed meanwhile conflicts and comes back not inserted.
-# It is sent in one pipeline with the heads' lock, before that lock's answer is read: when a
-# session has no head, nothing is numbered (no sequence is used up) and the caller raises
-# UnknownSession. Each row also carries the transaction's id, which R29 needs before COMMIT.
+# It is sent in one pipeline with the heads' lock, before that lock's answer is read: a
+# session without a head gets its rows inserted and no head bump, and the caller, seeing the
+# lock's answer, raises UnknownSession, which rolls them back (their sequences stay unused, a
+# gap). Each row also carries the transaction's id, which R29 needs before COMMIT.
 APPEND_MANY_SQL = (
     "WITH src AS MATERIALIZED (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
     " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[], %s::text[])"
@@ -77,8 +78,7 @@ APPEND_MANY_SQL = (
     " JOIN session_state_events e ON e.dedupe_key = s.dedupe_key),"
     " numbered AS MATERIALIZED (SELECT n.*, nextval('session_state_events_sequence_seq') AS sequence"
     " FROM (SELECT * FROM src WHERE ord NOT IN (SELECT ord FROM existing)"
-    " AND NOT EXISTS (SELECT 1 FROM src x WHERE NOT EXISTS (SELECT 1 FROM session_state_heads h"
-    " WHERE h.session_key = x.session_key AND h.agent_id = x.agent_id)) ORDER BY ord) n),"
+    " ORDER BY ord) n),"
     f" inserted AS (INSERT INTO session_state_events (sequence, {EVENT_COLUMNS})"
     f" SELECT sequence, {EVENT_COLUMNS} FROM numbered ORDER BY ord"
     " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence),"

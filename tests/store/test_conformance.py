@@ -187,19 +187,22 @@ def test_append_and_read_is_the_locks_the_appends_then_the_caught_up_read(store,
     assert store.head(A, "a").last_sequence == 3 and store.head(B, "a").last_sequence == 4
 
 
-def test_append_and_read_with_an_unknown_session_raises_changes_nothing_and_uses_no_sequence(store):
-    """The server backend sends the appends before it learns a head is missing: they must
-    not land, nor use up a sequence (a nested level's rollback keeps the outer one's work)."""
+def test_append_and_read_with_an_unknown_session_raises_and_changes_nothing(store):
+    """The server backend sends the appends before it learns a head is missing: none may
+    land (a nested level's rollback keeps the outer one's work). A sequence may be left
+    unused (spec section 16: gaps, never reordering)."""
     assert append(store, A) == (1, True)
     before = store.dump()
     with store.transaction():
         with pytest.raises(UnknownSession, match="unknown session"):
             with store.transaction():
                 store.append_and_read([row(A), row("agent:a:ghost"), row(B)], [(A, "a")])
-        assert store.append_event(*row(B)) == (2, True)
-    assert store.sequence_high_water() == 2
+        sequence, inserted = store.append_event(*row(B))
     after = store.dump()
+    assert inserted and sequence > 1 and store.head(B, "a").last_sequence == sequence
     assert after["session_state_events"][:-1] == before["session_state_events"]
+    assert after["session_state_heads"] != before["session_state_heads"]  # B's bump only
+    assert store.head(A, "a").last_sequence == 1
 
 
 def test_the_event_page_is_ascending_and_bounded(store):
