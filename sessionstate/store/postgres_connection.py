@@ -75,7 +75,7 @@ class PostgresConnected:
         pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
         self._cur = pg.cursor()
-        self._side = pg.cursor()  # runs a pipeline's BEGIN, whose result nobody reads
+        self._side = pg.cursor()  # sends the BEGIN held back by _begin (its result is never read)
         self._begin_unsent = False
         # R29: the timeline this connection's transactions begin on (once per connection).
         row = pg.execute(commit_outcome.TIMELINE_SQL).fetchone()
