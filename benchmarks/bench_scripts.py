@@ -19,6 +19,23 @@ HERE = Path(__file__).resolve().parent
 PG_URL = os.environ.get("SESSIONSTATE_TEST_PG_URL")
 
 
+def test_pg_batch_script_reports_every_tree_and_size():
+    if not PG_URL:
+        pytest.skip("needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "pg_batch.py"), "--rounds", "1", "--sizes", "1,4",
+         str(HERE.parent), str(HERE.parent)],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [t["tree"] for t in report["trees"]] == [str(HERE.parent)] * 2
+    for tree in report["trees"]:
+        assert sorted(tree["sizes"]) == ["1", "4"]
+        assert all(size["us_per_event"] > 0 and size["round_trips"] > 0 for size in tree["sizes"].values())
+    assert report["trees"][0]["sizes"]["4"]["vs_first"] == 1.0
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_append_cost_script_reports_every_tree(backend):
     if backend == "postgresql" and not PG_URL:

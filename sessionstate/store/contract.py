@@ -178,6 +178,16 @@ class SignalLog(Protocol):
         statement (one round trip), having locked the heads in key order."""
         ...
 
+    def append_and_read(
+        self, rows: Sequence[EventRow], watched: Sequence[tuple[str, str]]
+    ) -> tuple[list[tuple[int, bool]], dict[tuple[str, str], list[CaughtUpRow]]]:
+        """A group commit's start, in the caller's transaction: the rows' heads locked in key
+        order, ``append_events(rows)``'s outcomes, and ``caught_up_watchers_of(watched)`` (the
+        batch's notifying targets; ``{}`` when empty), read after the appends. A server backend
+        sends the three in one round trip (a pipeline); raises ``UnknownSession`` as
+        ``append_events`` does."""
+        ...
+
     def head(self, key: str, agent_id: str) -> Head | None: ...
 
     def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]: ...

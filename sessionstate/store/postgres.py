@@ -62,7 +62,7 @@ from .postgres_statements import (
     PUT_CURSORS_MAX_ROWS,
     PUT_PAIRS_SQL,
 )
-from .postgres_trace import traced
+from .postgres_trace import traced, traced_round_trips
 from .records import CaughtUpRow, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
@@ -183,23 +183,31 @@ class PostgresStore(PostgresConnected, SqlStore):
 
     def _begin(self) -> None:
         self._reconnect_if_broken()
-        self._control("BEGIN")
+        # Sent before the transaction's first statement, or in its pipeline (``_send_begin``).
+        self._begin_unsent = True
 
     def _control(self, sql: str, *, committing: bool = False) -> None:
         try:
-            self._cur.execute(sql)  # the store's cursor: Connection.execute would make one per call
+            # The store's cursor: Connection.execute would make one per call.
+            self._send(self._cur, sql, None, prepare=False)
         except psycopg.Error as exc:
             raise translate(exc, committing=committing) from exc
 
     def _commit(self) -> None:
         # R22: the notification goes with the commit, in the same round trip.
         self._locked.clear()
+        if self._begin_unsent:  # nothing was sent: nothing to commit
+            self._begin_unsent = False
+            notify = self._take_notifications()
+            if notify:
+                self._control(notify[:-2])
+            return
         # R29: the transaction's id, learned before COMMIT is sent (None: it wrote nothing);
         # an append already returned it, else it is read now.
         txid, self._txid = self._txid, None
         if txid is None:
             try:
-                txid = self._cur.execute(commit_outcome.TXID_SQL).fetchone()[0]  # type: ignore[index]
+                txid = self._send(self._cur, commit_outcome.TXID_SQL, None, prepare=False).fetchone()[0]  # type: ignore[index]
             except psycopg.Error as exc:
                 raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on = self._timeline
@@ -224,6 +232,9 @@ class PostgresStore(PostgresConnected, SqlStore):
         return self._pg
 
     def _rollback(self) -> None:
+        if self._begin_unsent:  # nothing was sent
+            self._begin_unsent = False
+            return
         try:
             self._pg.execute("ROLLBACK")
         except psycopg.Error:
@@ -267,21 +278,21 @@ class PostgresStore(PostgresConnected, SqlStore):
         target = (key, agent_id)
         append_args = row + (recorded_at, key, agent_id)
         if target not in self._locked and dedupe_key is None:
-            first = cur.execute(LOCK_AND_APPEND_SQL, target + append_args, prepare=True).fetchone()
+            first = self._send(cur, LOCK_AND_APPEND_SQL, target + append_args).fetchone()
             if first is None:
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             self._locked.add(target)
             self._txid = first[1]
             return self._appended(key, agent_id, kind, actor_id, int(first[0]))
         if target not in self._locked:
-            if cur.execute(LOCK_HEAD_SQL, target, prepare=True).fetchone() is None:
+            if self._send(cur, LOCK_HEAD_SQL, target).fetchone() is None:
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             self._locked.add(target)
         if dedupe_key is not None:
-            existing = cur.execute(self._sql.dedupe, (dedupe_key,), prepare=True).fetchone()
+            existing = self._send(cur, self._sql.dedupe, (dedupe_key,)).fetchone()
             if existing is not None:
                 return int(existing[0]), False
-        inserted = cur.execute(APPEND_SQL, append_args, prepare=True).fetchone()
+        inserted = self._send(cur, APPEND_SQL, append_args).fetchone()
         if inserted is None:  # the dedupe key was committed meanwhile by a writer on another session
             winner = None if dedupe_key is None else cur.execute(self._sql.dedupe, (dedupe_key,), prepare=True).fetchone()
             if winner is None:  # no head row to bump (the caller rolls the insert back)
@@ -295,42 +306,57 @@ class PostgresStore(PostgresConnected, SqlStore):
         to the log; a dedupe key repeated within ``rows`` finds its first row's sequence."""
         if len(rows) < 2:
             return [self._append(row) for row in rows]
-        headless = self._lock_heads([(r[0], r[1]) for r in rows])
-        if headless:
-            key, agent_id = min(headless)
-            raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
-        first_of: dict[str, int] = {}  # a dedupe key's first row in the batch
-        sent: list[EventRow] = []
-        sent_from: list[int] = []  # the position in ``rows`` of each row sent
-        sent_index: list[int] = []  # each row's index into ``sent`` (a repeated key: its first's)
-        for position, row in enumerate(rows):
-            dedupe_key = row[10]
-            if dedupe_key is not None and dedupe_key in first_of:
-                sent_index.append(first_of[dedupe_key])
-                continue
-            if dedupe_key is not None:
-                first_of[dedupe_key] = len(sent)
-            sent_index.append(len(sent))
-            sent_from.append(position)
-            sent.append(row)
-        columns = [list(column) for column in zip(*sent)]
-        outcome: dict[int, tuple[int, bool]] = {}
-        for ord_, sequence, inserted, new in self._cur.execute(APPEND_MANY_SQL, columns, prepare=True).fetchall():
-            if new and not inserted:  # its dedupe key was committed meanwhile on another session
-                winner = self._cur.execute(self._sql.dedupe, (sent[ord_ - 1][10],), prepare=True).fetchone()
-                if winner is None:  # as append_event: nothing to find, nothing to bump
-                    raise UnknownSession(f"unknown session {sent[ord_ - 1][0]!r} (agent {sent[ord_ - 1][1]!r})")
-                sequence = winner[0]
-            outcome[int(ord_) - 1] = (int(sequence), bool(inserted))
-        results: list[tuple[int, bool]] = []
-        for position, index in enumerate(sent_index):
-            sequence, inserted = outcome[index]
-            row = rows[position]
-            if inserted and sent_from[index] == position:
-                results.append(self._appended(row[0], row[1], row[2], row[4], sequence))
-            else:  # found by its dedupe key (in the log, or earlier in this batch)
-                results.append((sequence, False))
-        return results
+        return self.append_and_read(rows, ())[0]
+
+    def append_and_read(
+        self, rows: Sequence[EventRow], watched: Sequence[Target]
+    ) -> tuple[list[tuple[int, bool]], dict[Target, list[CaughtUpRow]]]:
+        """The heads' lock, the appends (``APPEND_MANY_SQL``) and the caught-up read of
+        ``watched`` in one pipeline: none needs another's answer to be sent, and the server
+        runs them in order, so the append and the read run under the lock as before."""
+        if len(rows) < 2:  # the lone append locks its head itself
+            appended = [self._append(row) for row in rows]
+            return appended, self.caught_up_watchers_of(list(dict.fromkeys(watched))) if watched else {}
+        plan = _BatchPlan(rows)
+        wanted = sorted({(r[0], r[1]) for r in rows} - self._locked)
+        watched = list(dict.fromkeys(watched))
+        lock, read = self._pg.cursor(), self._pg.cursor()
+        with self._pg.pipeline():
+            self._send_begin()
+            if wanted:
+                lock.execute(LOCK_HEADS_SQL, ([t[0] for t in wanted], [t[1] for t in wanted]), prepare=True)
+            self._cur.execute(APPEND_MANY_SQL, plan.columns, prepare=True)
+            if len(watched) == 1:
+                read.execute(self._sql.caught_up_watchers, watched[0], prepare=True)
+            elif watched:
+                read.execute(CAUGHT_UP_OF_SQL, ([t[0] for t in watched], [t[1] for t in watched]), prepare=True)
+        appended = self._cur.fetchall()
+        if wanted:
+            locked = {(r[0], r[1]) for r in lock.fetchall()}
+            self._locked |= locked
+            if len(locked) < len(wanted):  # the transaction rolls the append back
+                key, agent_id = min(set(wanted) - locked)
+                raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
+        if appended:
+            self._txid = str(appended[0][-1])  # R29: the transaction id, each row's last column
+        results = plan.outcome(appended, self._dedupe_winner, self._appended)
+        found: dict[Target, list[CaughtUpRow]] = {}
+        if len(watched) == 1:
+            rows_read = read.fetchall()
+            if rows_read:
+                found[watched[0]] = [(r[0], (r[1], r[2], r[3]), r[4]) for r in rows_read]
+        elif watched:
+            for key, agent, watcher, last_seen, notified, material, provenance in read.fetchall():
+                found.setdefault((key, agent), []).append((watcher, (last_seen, notified, material), provenance))
+        return results, found
+
+    def _dedupe_winner(self, row: EventRow) -> int:
+        """The sequence of the event that took ``row``'s dedupe key (committed meanwhile by a
+        transaction on another session)."""
+        winner = None if row[10] is None else self._send(self._cur, self._sql.dedupe, (row[10],)).fetchone()
+        if winner is None:  # as append_event: nothing to find, nothing to bump
+            raise UnknownSession(f"unknown session {row[0]!r} (agent {row[1]!r})")
+        return int(winner[0])
 
     def _appended(self, key: str, agent_id: str, kind: str, actor_id: str | None, sequence: int) -> tuple[int, bool]:
         if kind in self._notifying_kinds:
@@ -371,7 +397,7 @@ class PostgresStore(PostgresConnected, SqlStore):
 
     def _put_cursor_rows(self, upserts: list[tuple[Any, ...]]) -> None:
         if len(upserts) > PUT_CURSORS_MAX_ROWS:
-            self._cur.executemany(self._sql.put_cursor, upserts)
+            self._execute_many(self._sql.put_cursor, upserts)
             return
         if len({u[0] for u in upserts}) < len(upserts):  # one statement may not upsert a row twice
             upserts = list({u[0]: u for u in upserts}.values())  # the last write wins, as in order
@@ -492,6 +518,11 @@ class PostgresStore(PostgresConnected, SqlStore):
         round trips a path makes, without reaching into the connection."""
         return traced(self._pg)
 
+    def trace_round_trips(self) -> AbstractContextManager[list[list[str]]]:
+        """``trace_statements`` grouped by round trip: each a list of the statements sent
+        before the client waited for the server's answers (a pipeline's several)."""
+        return traced_round_trips(self._pg)
+
     # -- inspection -------------------------------------------------------------------------
 
     def integrity_check(self) -> str:
@@ -504,6 +535,54 @@ class PostgresStore(PostgresConnected, SqlStore):
             (),
         )
         return "ok" if not above else f"{above} event(s) above their session's head or without one"
+
+
+class _BatchPlan:
+    """The rows ``APPEND_MANY_SQL`` is sent (a dedupe key repeated in the batch goes once, as
+    its first row) and how its answer maps back onto the batch's rows."""
+
+    __slots__ = ("rows", "sent", "sent_from", "sent_index", "columns")
+
+    def __init__(self, rows: Sequence[EventRow]) -> None:
+        self.rows = rows
+        first_of: dict[str, int] = {}  # a dedupe key's first row in the batch
+        self.sent: list[EventRow] = []
+        self.sent_from: list[int] = []  # the position in ``rows`` of each row sent
+        self.sent_index: list[int] = []  # each row's index into ``sent`` (a repeated key: its first's)
+        for position, row in enumerate(rows):
+            dedupe_key = row[10]
+            if dedupe_key is not None and dedupe_key in first_of:
+                self.sent_index.append(first_of[dedupe_key])
+                continue
+            if dedupe_key is not None:
+                first_of[dedupe_key] = len(self.sent)
+            self.sent_index.append(len(self.sent))
+            self.sent_from.append(position)
+            self.sent.append(row)
+        self.columns = [list(column) for column in zip(*self.sent)]
+
+    def outcome(
+        self,
+        answer: Sequence[tuple[Any, ...]],
+        winner: Callable[[EventRow], int],
+        appended: Callable[[str, str, str, str | None, int], tuple[int, bool]],
+    ) -> list[tuple[int, bool]]:
+        """``(sequence, inserted)`` per row from the statement's answer (``winner``: the
+        sequence of a dedupe key another session committed meanwhile)."""
+        outcome: dict[int, tuple[int, bool]] = {}
+        for ord_, sequence, inserted, new, _txid in answer:
+            if new and not inserted:  # its dedupe key was committed meanwhile on another session
+                sequence = winner(self.sent[ord_ - 1])
+            outcome[int(ord_) - 1] = (int(sequence), bool(inserted))
+        results: list[tuple[int, bool]] = []
+        for position, index in enumerate(self.sent_index):
+            sequence, inserted = outcome[index]
+            row = self.rows[position]
+            if inserted and self.sent_from[index] == position:
+                results.append(appended(row[0], row[1], row[2], row[4], sequence))
+            else:  # found by its dedupe key (in the log, or earlier in this batch)
+                results.append((sequence, False))
+        return results
 
 
 class PostgresServingTable(SqlServingTable):

@@ -52,7 +52,12 @@ class PostgresConnected:
     replaced by ``_reconnect_if_broken`` when idle, and the statement runners the store and
     its tables use. The store sets ``_engine`` and ``_synchronous_commit`` before
     connecting; ``_depth`` is its unit of work's nesting (a statement inside a transaction
-    never reconnects: the transaction is gone with its connection)."""
+    never reconnects: the transaction is gone with its connection).
+
+    A transaction's ``BEGIN`` waits for its first statement (``_begin_unsent``): a batch's
+    pipeline takes it along in its one round trip; any other statement sends it first, as
+    its own round trip (two statements pipelined cost more here than the round trip they
+    save, docs/performance.md)."""
 
     _engine: Engine
     _synchronous_commit: str
@@ -70,6 +75,8 @@ class PostgresConnected:
         pg.execute(f"SET synchronous_commit = {self._synchronous_commit}")
         self._pg: psycopg.Connection[Any] = pg
         self._cur = pg.cursor()
+        self._side = pg.cursor()  # sends the BEGIN held back by _begin (its result is never read)
+        self._begin_unsent = False
         # R29: the timeline this connection's transactions begin on (once per connection).
         row = pg.execute(commit_outcome.TIMELINE_SQL).fetchone()
         self._timeline: str | None = row[0] if row else None
@@ -91,17 +98,33 @@ class PostgresConnected:
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
+    def _send_begin(self) -> None:
+        """The transaction's ``BEGIN``, if still unsent (outside a pipeline: its own round
+        trip; inside one: queued before what follows). Raises the driver's error."""
+        if self._begin_unsent:
+            self._begin_unsent = False
+            self._side.execute("BEGIN", None, prepare=False)
+
+    def _send(
+        self, cur: psycopg.Cursor[Any], sql: str, args: Sequence[Any] | None = (), prepare: bool | None = True
+    ) -> psycopg.Cursor[Any]:
+        """``cur.execute``, after the transaction's ``BEGIN`` if that is still unsent."""
+        if self._begin_unsent:
+            self._send_begin()
+        return cur.execute(sql, args, prepare=prepare)
+
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         """One statement (prepared on the server): reconnects first when idle, translates errors."""
         if self._depth == 0:
             self._reconnect_if_broken()
         try:
-            return self._cur.execute(sql, args, prepare=True)
+            return self._send(self._cur, sql, args)
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         try:
+            self._send_begin()
             self._cur.executemany(sql, rows)
         except psycopg.Error as exc:
             raise translate(exc) from exc
@@ -156,12 +179,14 @@ class PostgresConnection:
             store._reconnect_if_broken()
         try:
             # A cursor of its own: a feature table's read never clobbers the store's cursor.
-            return store._pg.execute(sql, tuple(params), prepare=True)
+            return store._send(store._pg.cursor(), sql, tuple(params))
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
     def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        store = self._store
         try:
-            self._store._pg.cursor().executemany(sql, [tuple(p) for p in params])
+            store._send_begin()
+            store._pg.cursor().executemany(sql, [tuple(p) for p in params])
         except psycopg.Error as exc:
             raise translate(exc) from exc

@@ -66,6 +66,10 @@ PUT_PAIRS_SQL = PUT_CURSOR.format(
 # take their sequences in input order (the ORDER BY before nextval), so one session's events
 # keep their order; each session's head moves to its largest new sequence. A dedupe key that
 # another session's transaction committed meanwhile conflicts and comes back not inserted.
+# It is sent in one pipeline with the heads' lock, before that lock's answer is read: a
+# session without a head gets its rows inserted and no head bump, and the caller, seeing the
+# lock's answer, raises UnknownSession, which rolls them back (their sequences stay unused, a
+# gap). Each row also carries the transaction's id, which R29 needs before COMMIT.
 APPEND_MANY_SQL = (
     "WITH src AS MATERIALIZED (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
     " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[], %s::text[])"
@@ -73,7 +77,8 @@ APPEND_MANY_SQL = (
     " existing AS MATERIALIZED (SELECT s.ord, e.sequence FROM src s"
     " JOIN session_state_events e ON e.dedupe_key = s.dedupe_key),"
     " numbered AS MATERIALIZED (SELECT n.*, nextval('session_state_events_sequence_seq') AS sequence"
-    " FROM (SELECT * FROM src WHERE ord NOT IN (SELECT ord FROM existing) ORDER BY ord) n),"
+    " FROM (SELECT * FROM src WHERE ord NOT IN (SELECT ord FROM existing)"
+    " ORDER BY ord) n),"
     f" inserted AS (INSERT INTO session_state_events (sequence, {EVENT_COLUMNS})"
     f" SELECT sequence, {EVENT_COLUMNS} FROM numbered ORDER BY ord"
     " ON CONFLICT (dedupe_key) DO NOTHING RETURNING sequence),"
@@ -81,9 +86,9 @@ APPEND_MANY_SQL = (
     " FROM (SELECT n.session_key, n.agent_id, max(n.sequence) AS last, max(n.recorded_at) AS at"
     " FROM numbered n JOIN inserted i ON i.sequence = n.sequence GROUP BY n.session_key, n.agent_id) m"
     " WHERE h.session_key = m.session_key AND h.agent_id = m.agent_id)"
-    " SELECT n.ord, n.sequence, i.sequence IS NOT NULL, true FROM numbered n"
+    " SELECT n.ord, n.sequence, i.sequence IS NOT NULL, true, pg_current_xact_id()::text FROM numbered n"
     " LEFT JOIN inserted i ON i.sequence = n.sequence"
-    " UNION ALL SELECT ord, sequence, false, false FROM existing"
+    " UNION ALL SELECT ord, sequence, false, false, pg_current_xact_id()::text FROM existing"
 )
 # Up to this many cursor upserts go in one statement, one round trip with its plan prepared
 # once per row count: three rows take ~100 µs that way against ~145 µs through executemany's

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import StorageError
@@ -185,6 +185,15 @@ class SqlStore:
         append = self.append_event
         return [append(*row) for row in rows]
 
+    def append_and_read(
+        self, rows: Sequence[EventRow], watched: Sequence[Target]
+    ) -> tuple[list[tuple[int, bool]], dict[Target, list[CaughtUpRow]]]:
+        """A batch's start: its sessions' heads locked (key order), ``append_events(rows)``,
+        then ``caught_up_watchers_of(watched)`` (nothing read when ``watched`` is empty)."""
+        self.lock_targets({(row[0], row[1]) for row in rows})
+        appended = self.append_events(rows)
+        return appended, self.caught_up_watchers_of(list(dict.fromkeys(watched))) if watched else {}
+
     def _append(self, row: EventRow) -> tuple[int, bool]:
         """``append_event`` for one row: the backend's own."""
         raise NotImplementedError
@@ -329,6 +338,10 @@ class SqlStore:
         """R26: the pair's provenance (``None``: no cursor), read where a wake is decided."""
         row = self._run(self._sql.provenance, (watcher, target_key, target_agent_id)).fetchone()
         return None if row is None else str(row[0])
+
+    def lock_targets(self, targets: Iterable[Target]) -> None:
+        """Lock the targets' heads in key order (the backend's own; contract ``Store``)."""
+        raise NotImplementedError
 
     def _lock_for_decision(self, targets: Sequence[Target]) -> None:
         """Inside a transaction, before reading what a transition will change: a server

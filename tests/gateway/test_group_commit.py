@@ -177,9 +177,9 @@ def test_a_storage_failure_fails_exactly_the_callers_of_that_batch(gw, monkeypat
     def full(*args: Any) -> Any:
         raise StorageFull("disk full (injected)")
 
-    # A lone event appends through append_event, a batch through append_events: both fail.
+    # A lone event appends through append_event, a batch through append_and_read: both fail.
     monkeypatch.setattr(store, "append_event", full)
-    monkeypatch.setattr(store, "append_events", full)
+    monkeypatch.setattr(store, "append_and_read", full)
     calls = {f"t{i}": (lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(4)}
     calls["burst"] = lambda: gw.record_events([dict(session_key=MANAGER, kind="goal_changed", **EVENT)] * 2)
     before = gw.ops.state_version(CHILD)
@@ -196,12 +196,13 @@ def test_a_storage_failure_fails_exactly_the_callers_of_that_batch(gw, monkeypat
     assert gw.ops.state_version(CHILD) == max(later.results.values())
 
 
-@pytest.mark.parametrize("failing", ["caught_up_watchers_of", "put_pair_cursors"])
+@pytest.mark.parametrize("failing", ["append_and_read", "put_pair_cursors"])
 def test_a_storage_failure_in_the_batchs_decisions_fails_its_callers_and_changes_nothing(
     gw, wakes, monkeypatch, failing
 ):
-    """R15 and R9 for the batch's one cursor read and one cursor write: every caller of the
-    batch gets None, nothing is written, queued or woken."""
+    """R15 and R9 for the batch's one cursor read (it goes with the appends,
+    ``append_and_read``) and one cursor write: every caller of the batch gets None, nothing
+    is written, queued or woken."""
 
     def full(*args: Any) -> Any:
         raise StorageFull("disk full (injected)")

@@ -378,13 +378,13 @@ def test_record_events_storage_failure_rolls_back_the_burst(gw, monkeypatch):
         return original(*args)
 
     monkeypatch.setattr(gw.store, "append_event", fail_second)
-    original_many = gw.store.append_events
+    original_many = gw.store.append_and_read
 
-    def fail_after_the_first(rows):  # a burst appends as one call (one statement on PostgreSQL)
-        original_many(rows[:1])
+    def fail_after_the_first(rows, watched):  # a burst appends as one call (one statement on PostgreSQL)
+        original_many(rows[:1], watched)
         raise driver_error(gw)
 
-    monkeypatch.setattr(gw.store, "append_events", fail_after_the_first)
+    monkeypatch.setattr(gw.store, "append_and_read", fail_after_the_first)
     before = gw.store.dump()
     item = dict(session_key=CHILD, kind="human_direct_message", actor_type="human", summary="x")
     assert gw.record_events([item, item]) == [None, None]

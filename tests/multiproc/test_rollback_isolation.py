@@ -64,13 +64,13 @@ def failed_burst(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
         return original(*args)
 
     monkeypatch.setattr(gw.store, "append_event", fail_second)
-    original_many = gw.store.append_events
+    original_many = gw.store.append_and_read
 
-    def fail_after_the_first(rows: list[Any]) -> object:  # a burst appends as one call
-        original_many(rows[:1])
+    def fail_after_the_first(rows: list[Any], watched: list[Any]) -> object:  # a burst appends as one call
+        original_many(rows[:1], watched)
         raise StorageError("the disk went away")
 
-    monkeypatch.setattr(gw.store, "append_events", fail_after_the_first)
+    monkeypatch.setattr(gw.store, "append_and_read", fail_after_the_first)
     item = dict(session_key=T, kind="human_direct_message", actor_type="human", summary="lost")
     assert gw.record_events([item, item]) == [None, None]
     monkeypatch.undo()

@@ -170,6 +170,41 @@ def test_append_events_with_an_unknown_session_raises_and_rolls_back(store):
     assert store.dump() == before
 
 
+@pytest.mark.parametrize("watched", [[], [(A, "a")], [(A, "a"), (B, "a"), ("t9", "a")]])
+def test_append_and_read_is_the_locks_the_appends_then_the_caught_up_read(store, watched):
+    """A batch's start (one round trip on a server): ``append_events``' outcomes and
+    ``caught_up_watchers_of``' rows, read after the appends in the same transaction."""
+    put(store, W, A, (1, 1, 1))
+    put(store, A, B, (0, 2, 2))  # pending: not caught up
+    assert append(store, B, dedupe="old") == (1, True)
+    rows = [row(A), row(B, dedupe="old"), row(A, dedupe="new"), row(A, dedupe="new"), row(B)]
+    with store.transaction():
+        appended, found = store.append_and_read(rows, watched + watched[:1])  # a target twice reads once
+        again = store.caught_up_watchers_of(watched) if watched else {}
+    assert appended == [(2, True), (1, False), (3, True), (3, False), (4, True)]
+    assert found == again
+    assert found == ({(A, "a"): [(W, (1, 1, 1), "explicit")]} if watched else {})
+    assert store.head(A, "a").last_sequence == 3 and store.head(B, "a").last_sequence == 4
+
+
+def test_append_and_read_with_an_unknown_session_raises_and_changes_nothing(store):
+    """The server backend sends the appends before it learns a head is missing: none may
+    land (a nested level's rollback keeps the outer one's work). A sequence may be left
+    unused (spec section 16: gaps, never reordering)."""
+    assert append(store, A) == (1, True)
+    before = store.dump()
+    with store.transaction():
+        with pytest.raises(UnknownSession, match="unknown session"):
+            with store.transaction():
+                store.append_and_read([row(A), row("agent:a:ghost"), row(B)], [(A, "a")])
+        sequence, inserted = store.append_event(*row(B))
+    after = store.dump()
+    assert inserted and sequence > 1 and store.head(B, "a").last_sequence == sequence
+    assert after["session_state_events"][:-1] == before["session_state_events"]
+    assert after["session_state_heads"] != before["session_state_heads"]  # B's bump only
+    assert store.head(A, "a").last_sequence == 1
+
+
 def test_the_event_page_is_ascending_and_bounded(store):
     for kind, actor in ((NOTIFYING, None), (LOG_ONLY, None), ("goal_changed", W), ("goal_changed", None)):
         append(store, kind=kind, actor=actor)

@@ -229,8 +229,9 @@ def test_a_urls_application_name_passes_to_libpq_as_given(pg_url):
         assert names == {"billing-gateway"}  # the listening connection too
 
 
-def _record_events_statements(url: str, count: int) -> list[str]:
-    """What one ``record_events`` call of ``count`` events on two sessions sends the server."""
+def _record_events_round_trips(url: str, count: int) -> list[list[str]]:
+    """What one ``record_events`` call of ``count`` events on two sessions sends the server,
+    round trip by round trip."""
     gw = Gateway.open(url, clock=lambda: 1_800_000_000.0)
     try:
         for key in KEYS:
@@ -239,53 +240,66 @@ def _record_events_statements(url: str, count: int) -> list[str]:
             {"session_key": KEYS[i % 2], "kind": "compacted", "actor_type": "system", "summary": f"e{i}"}
             for i in range(count)
         ]
-        with gw.store.trace_statements() as sent:
+        with gw.store.trace_round_trips() as trips:
             sequences = gw.record_events(events)
         # The two sessions' own `created` (R27) are 1 and 2.
         assert sequences == list(range(3, count + 3))
-        return sent
+        return trips
     finally:
         gw.close()
 
 
 @pytest.mark.parametrize("count", [4, 24])
-def test_a_batch_of_events_is_one_append_statement(pg_url, count):
+def test_a_batch_of_events_is_one_append_statement_in_two_round_trips(pg_url, count):
     """Group commit on PostgreSQL: the batch's appends go to the server as one statement, so
-    the statements of a batch do not grow with its events (BEGIN, the head locks, the
-    append, R29's transaction id read, NOTIFY + COMMIT)."""
-    sent = _record_events_statements(pg_url, count)
+    a batch's statements do not grow with its events; and they go pipelined: BEGIN, the head
+    locks and the append in one round trip, COMMIT in the other. The append returns the
+    transaction's id (R29), so no read of it is sent before COMMIT."""
+    trips = _record_events_round_trips(pg_url, count)
+    sent = [s for trip in trips for s in trip]
     appends = [s for s in sent if "INSERT INTO session_state_events" in s]
     assert len(appends) == 1, sent
-    assert sent[0] == "BEGIN" and sent[-1].endswith("COMMIT")
-    assert "pg_current_xact_id_if_assigned" in sent[-2], sent  # R29: read before COMMIT
-    assert len(sent) == 5, sent
+    assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent
+    assert len(trips) == 2, trips
+    assert trips[0][0] == "BEGIN" and "FOR UPDATE" in trips[0][1] and trips[0][2] == appends[0], trips
+    assert trips[1] == ["COMMIT"], trips
 
 
 def test_one_event_learns_its_transaction_id_from_its_append(pg_url):
     """R29 needs the transaction's id before COMMIT; a lone event's append returns it in its
-    own round trip, so no extra read is sent (BEGIN, the locked append, the caught-up read,
-    the cursor write, NOTIFY + COMMIT). A transaction that wrote no event still reads it."""
+    own round trip, so no extra read is sent: five round trips of one statement each (BEGIN,
+    the locked append, the caught-up read, the cursor write, NOTIFY + COMMIT; pipelining two
+    statements costs more than the round trip it saves). A transaction that wrote no event
+    still reads it, before COMMIT is sent."""
     gw = Gateway.open(pg_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
     try:
         for key in KEYS:
             gw.create_session(key)
         gw.watch(KEYS[0], KEYS[1])
-        with gw.store.trace_statements() as sent:
+        # Once untraced: a statement's first use prepares it in a round trip of its own.
+        assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
+        gw.drain_system_events(KEYS[0])  # caught up again
+        with gw.store.trace_round_trips() as trips:
             assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
+        sent = [s for trip in trips for s in trip]
         assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent
-        assert sent[0] == "BEGIN" and "pg_current_xact_id()" in sent[1], sent
-        assert len(sent) == 5, sent
-        with gw.store.trace_statements() as drained:
+        assert [len(trip) for trip in trips] == [1] * 5, trips
+        assert trips[0] == ["BEGIN"] and "pg_current_xact_id()" in trips[1][0], trips
+        assert trips[-1][0].startswith("NOTIFY"), trips  # NOTIFY ...; COMMIT: one message
+        with gw.store.trace_round_trips() as drained:
             gw.drain_system_events(KEYS[0])  # writes a cursor, appends nothing
-        assert any("pg_current_xact_id_if_assigned" in s for s in drained), drained
+        txid_read = [i for i, trip in enumerate(drained) if any("pg_current_xact_id_if_assigned" in s for s in trip)]
+        # The last round trip is NOTIFY ...; COMMIT, one message (traced up to its first quote).
+        assert txid_read == [len(drained) - 2] and drained[-1][-1].startswith("NOTIFY"), drained
     finally:
         gw.close()
 
 
-def _notifying_batch_statements(url: str, count: int) -> list[str]:
+def _notifying_batch_round_trips(url: str, count: int) -> list[list[str]]:
     """What one ``record_events`` call of ``count`` notifying events on two watched targets
-    sends the server: every other event is by a watcher (its own cursor gets self_event and
-    stays caught up, so each event still finds a caught-up cursor), the rest by nobody."""
+    sends the server, round trip by round trip: every other event is by a watcher (its own
+    cursor gets self_event and stays caught up, so each event still finds a caught-up
+    cursor), the rest by nobody."""
     watchers, targets = ("agent:a:w1", "agent:a:w2"), ("agent:a:t1", "agent:a:t2")
     gw = Gateway.open(url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
     try:
@@ -299,27 +313,30 @@ def _notifying_batch_statements(url: str, count: int) -> list[str]:
              "actor_type": "agent" if i % 2 else "human", "actor_id": watchers[0] if i % 2 else None}
             for i in range(count)
         ]
-        with gw.store.trace_statements() as sent:
+        with gw.store.trace_round_trips() as trips:
             assert None not in gw.record_events(events)
         # W1 acted on t2 only: still caught up there; every other pair owes a notice.
         assert sorted(gw.pending_system_events(watchers[0])) == [notice_text(targets[0], 3)]
         assert len(gw.pending_system_events(watchers[1])) == 2
-        return sent
+        return trips
     finally:
         gw.close()
 
 
 @pytest.mark.parametrize("count", [4, 24])
-def test_a_batchs_notice_decisions_are_one_read_and_one_write(pg_url, count):
+def test_a_batchs_notice_decisions_are_one_read_and_one_write_in_three_round_trips(pg_url, count):
     """Issue 25: the caught-up cursors of every target of the batch in one read, every
     cursor change in one write, so a batch's statements do not grow with its notifying
-    events (BEGIN, the head locks, the append, the read, the write, R29's transaction id read,
-    NOTIFY + COMMIT)."""
-    sent = _notifying_batch_statements(pg_url, count)
+    events. Issue 35: three round trips whatever the batch, the first pipelined: BEGIN, the
+    head locks, the append and the read; then the write; then NOTIFY + COMMIT."""
+    # A statement's first use outside a pipeline prepares it in a round trip of its own, with
+    # no statement run (an empty one here): the gateway is new.
+    trips = [trip for trip in _notifying_batch_round_trips(pg_url, count) if trip]
+    sent = [s for trip in trips for s in trip]
     reads = [s for s in sent if "FROM session_watch_cursors" in s]
     writes = [s for s in sent if "INSERT INTO session_watch_cursors" in s]
     assert len(reads) == 1 and len(writes) == 1, sent
-    # The last is one message, NOTIFY ...; COMMIT (the trace shows its text up to a quote).
-    assert sent[0] == "BEGIN" and sent[-1].startswith("NOTIFY")
-    assert "pg_current_xact_id_if_assigned" in sent[-2], sent  # R29: read before COMMIT
-    assert len(sent) == 7, sent
+    assert len(trips) == 3, trips
+    assert trips[0][0] == "BEGIN" and "FOR UPDATE" in trips[0][1] and trips[0][3] == reads[0], trips
+    assert trips[1] == writes and trips[2][0].startswith("NOTIFY"), trips
+    assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent

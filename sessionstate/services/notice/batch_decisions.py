@@ -28,13 +28,15 @@ FireEvent = Callable[[Rows, SessionRef, "str | None", int, str], tuple[Changes, 
 
 
 class BatchDecisions:
-    """The caught-up cursors of a batch's targets, kept as its events change them; one read
-    when made (inside the batch's transaction, after its heads are locked), one write at
+    """The caught-up cursors of a batch's targets, kept as its events change them; read with
+    the batch's appends (inside its transaction, after its heads are locked), one write at
     ``write``."""
 
-    def __init__(self, store: Store, targets: Sequence[SessionRef]) -> None:
+    def __init__(self, store: Store, caught_up: dict[SessionRef, Rows]) -> None:
+        """``caught_up``: the batch's targets' caught-up cursors (``Store.append_and_read``),
+        kept from here on as the batch's events change them."""
         self._store = store
-        self._caught_up = store.caught_up_watchers_of(list(dict.fromkeys(targets))) if targets else {}
+        self._caught_up = caught_up
         self._written: dict[tuple[str, SessionRef], tuple[int, int, int] | None] = {}
 
     def decide(

@@ -261,12 +261,13 @@ class Recording(Turns):
             if len(rows) == 1:
                 appended = [self.store.append_event(*rows[0])]
             else:  # several sessions: their locks in one order (no deadlock), one append statement
-                self.store.lock_targets({e.target for e in events if e.target is not None})
-                appended = self.store.append_events(rows)
-                batch = BatchDecisions(self.store, [
-                    e.target for e, (_, inserted) in zip(events, appended)
-                    if inserted and e.kind in NOTIFYING_KINDS and e.target is not None
+                # and the caught-up read of every notifying event's target (one round trip on a
+                # server: the read is sent before the appends' answer, so it covers the events
+                # a dedupe key turns away too; they are never decided).
+                appended, caught_up = self.store.append_and_read(rows, [
+                    e.target for e in events if e.kind in NOTIFYING_KINDS and e.target is not None
                 ])
+                batch = BatchDecisions(self.store, caught_up)
             # The decisions read and write cursors only, so they follow the appends in order.
             for e, (sequence, inserted) in zip(events, appended):
                 assert e.target is not None  # resolved above
