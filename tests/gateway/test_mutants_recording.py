@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, UnknownSession
+from sessionstate.services.notice import group_commit
 
 MANAGER = "agent:main:main"
 PEER = "agent:main:peer"
@@ -106,3 +107,113 @@ def test_record_prepared_refuses_anything_but_calls_of_prepared_events(gw, shape
     # The same prepared event in a call of the right shape is recorded.
     (waiter,) = gw.ops.record_prepared([[prepared]])
     assert waiter.outcome() == [gw.ops.state_version(CHILD)]
+
+
+# -- an interrupt escaping a group commit ------------------------------------------------------
+
+
+def _wait_queued(gw: Gateway, count: int) -> None:
+    ticks = threading.Event()  # never set: its wait is the poll's pause
+    for _ in range(int(WAIT * 1000)):
+        if gw.ops.diagnostics().group_queued >= count:
+            return
+        ticks.wait(0.001)
+    raise AssertionError(f"only {gw.ops.diagnostics().group_queued} of {count} callers queued")
+
+
+def _queue_in_order(gw: Gateway, calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Start ``calls`` one by one while the test holds the write turn, each queued before the
+    next starts (so the first is the one that drains); returns each call's result or exception."""
+    outcomes: dict[str, Any] = {}
+
+    def body(name: str, call: Callable[[], Any]) -> None:
+        try:
+            outcomes[name] = call()
+        except BaseException as exc:  # the test looks at it
+            outcomes[name] = exc
+
+    threads = []
+    with gw.locked():
+        for name, call in calls.items():
+            # daemon: a caller never woken must not keep the test run from ending
+            threads.append(threading.Thread(target=body, args=(name, call), name=name, daemon=True))
+            threads[-1].start()
+            _wait_queued(gw, len(threads))
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), f"{thread.name}: a caller never returned"
+    return outcomes
+
+
+def test_an_interrupt_in_a_group_commit_answers_every_caller_by_what_was_committed(gw, monkeypatch):
+    """The batch rolls back on an unknown session, and its callers run again one transaction
+    each; an interrupt in the fourth caller's own append leaves the callers before it with their
+    committed sequences, and it and the caller after it (never run) with the interrupt."""
+    real_append = gw.store.append_event
+
+    def append_or_interrupt(*row: Any) -> Any:
+        if row[6] == "interrupted here":  # the summary
+            raise Interrupted
+        return real_append(*row)
+
+    monkeypatch.setattr(gw.store, "append_event", append_or_interrupt)
+    before = gw.ops.state_version(CHILD)
+
+    def record(summary: str, key: str = CHILD) -> Callable[[], Any]:
+        return lambda: gw.record_event(key, "goal_changed", actor_type="human", summary=summary)
+
+    outcomes = _queue_in_order(gw, {
+        "drainer": record("first"),
+        "answered": record("second"),
+        "unknown": record("no such session", "agent:main:subagent:nobody"),
+        "interrupted": record("interrupted here"),
+        "after": record("never run"),
+    })
+    assert isinstance(outcomes["unknown"], UnknownSession)
+    assert isinstance(outcomes["interrupted"], Interrupted)
+    assert isinstance(outcomes["after"], Interrupted), "an unanswered caller hears of the interrupt"
+    # The interrupt surfaces in the thread that was committing (the drainer), whose own event
+    # was committed before it.
+    assert isinstance(outcomes["drainer"], Interrupted)
+    answered = outcomes["answered"]
+    assert isinstance(answered, int) and answered > before, "a committed caller keeps its sequence"
+    assert gw.ops.state_version(CHILD) == answered
+    summaries = [c["summary"] for c in gw.session_status(CHILD, changes_since=before)["stateChanges"]["events"]]
+    assert summaries == ["first", "second"]
+    assert gw.ops.diagnostics().group_idle
+
+
+def test_a_caller_interrupted_after_its_batch_committed_still_wakes_the_callers_behind_it(gw, monkeypatch):
+    """Queued callers are woken as a chain, each by the one before; the third caller's wait is
+    interrupted right after its wake-up, and the fourth must be woken all the same."""
+    real_event = threading.Event
+    made: list[threading.Event] = []
+
+    class InterruptedOnceWoken(real_event):  # type: ignore[misc, valid-type]
+        def wait(self, timeout: float | None = None) -> bool:
+            super().wait(timeout)
+            raise Interrupted
+
+    class ThreadingWithOneInterrupt:
+        """group_commit's ``threading``, whose third Event (the third caller's) is interrupted."""
+
+        @staticmethod
+        def Event() -> threading.Event:
+            made.append(InterruptedOnceWoken() if len(made) == 2 else real_event())
+            return made[-1]
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(threading, name)
+
+    monkeypatch.setattr(group_commit, "threading", ThreadingWithOneInterrupt())
+    before = gw.ops.state_version(CHILD)
+    outcomes = _queue_in_order(gw, {
+        name: (lambda name=name: gw.record_event(CHILD, "goal_changed", actor_type="human", summary=name))
+        for name in ("drainer", "second", "interrupted", "fourth")
+    })
+    assert isinstance(outcomes["interrupted"], Interrupted)
+    assert sorted(outcomes[n] for n in ("drainer", "second", "fourth")) == [before + 1, before + 2, before + 4]
+    # The interrupt came after the commit: its event is in the log with the others.
+    summaries = [c["summary"] for c in gw.session_status(CHILD, changes_since=before)["stateChanges"]["events"]]
+    assert summaries == ["drainer", "second", "interrupted", "fourth"]
+    assert gw.ops.diagnostics().group_idle
