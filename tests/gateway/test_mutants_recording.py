@@ -14,7 +14,10 @@ no other test in ``tests/gateway`` asserted:
 - R15's retries: a storage failure known to have rolled back (or one after which every event
   would be found again by its dedupe key) is tried again, at most three attempts in all, with
   growing pauses and a warning each; anything else, or inside the caller's own transaction,
-  gives ``None`` at once, with the error logged and counted.
+  gives ``None`` at once, with the error logged and counted;
+- the protocol's options: their defaults, the smallest values accepted, and the messages that
+  refuse the others (also for ``Gateway(store)``, whose R27 switches are on by default);
+- ``record_event``'s messages name the argument that was wrong.
 """
 
 from __future__ import annotations
@@ -327,3 +330,90 @@ def test_an_unknown_outcome_is_tried_again_when_every_event_has_a_dedupe_key(gw,
     before = gw.ops.state_version(CHILD)
     assert gw.record_event(CHILD, "goal_changed", dedupe_key="once", **EVENT) == before + 1
     assert failing.attempts == 2 and pauses == [0.05]
+
+
+# -- the protocol's options -------------------------------------------------------------------
+
+
+def test_the_protocol_options_have_their_documented_defaults(db_url):
+    with Gateway.open(db_url) as gw:
+        assert (gw.ops.retention_days, gw.ops.max_rows, gw.ops.wake_window) == (30, 50_000, 20.0)
+        assert gw.ops.stats == {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
+        assert gw.cluster.serves("agent:anyone:main"), "R19: every session is served by default"
+
+
+def test_a_gateway_made_from_a_store_records_and_announces_new_sessions_by_default(db_url):
+    """R27's two switches are on by default for ``Gateway(store)`` too, not only for ``open``."""
+    with Gateway.open(db_url) as opened:
+        gw = Gateway(opened.store, clock=lambda: 1_800_000_000.0)
+        gw.create_session(MANAGER)
+        gw.create_session(PEER)
+        kinds = [e["kind"] for e in gw.session_status(PEER, changes_since=0)["stateChanges"]["events"]]
+        assert kinds == ["created"]
+        assert len(gw.pending_system_events(MANAGER)) == 1, "the agent's main session hears of PEER"
+
+
+def test_a_gateway_made_from_a_store_refuses_an_unknown_option_by_name(db_url):
+    with Gateway.open(db_url) as opened:
+        with pytest.raises(TypeError) as refused:
+            Gateway(opened.store, retention=30)  # type: ignore[call-arg]
+        assert str(refused.value) == "unexpected keyword arguments ['retention']"
+
+
+async def _coroutine_hook(watcher: str, reason: str) -> None: ...
+
+
+@pytest.mark.parametrize("hook", [5, "print", _coroutine_hook], ids=["number", "string", "coroutine function"])
+def test_an_on_wake_hook_that_is_not_a_plain_function_is_refused(db_url, hook):
+    with pytest.raises(InvalidArgument) as refused:
+        Gateway.open(db_url, on_wake=hook)
+    assert refused.value.message == "on_wake must be a plain function (a coroutine function: use AsyncGateway.open)"
+
+
+@pytest.mark.parametrize("days", [0, -1, True, "30", None], ids=repr)
+def test_retention_days_must_be_a_positive_number(db_url, days):
+    with pytest.raises(InvalidArgument) as refused:
+        Gateway.open(db_url, retention_days=days)
+    assert refused.value.message == "retention_days must be a positive number"
+
+
+@pytest.mark.parametrize("rows", [-1, True, 1.5, "10", None], ids=repr)
+def test_max_rows_must_be_a_non_negative_integer(db_url, rows):
+    with pytest.raises(InvalidArgument) as refused:
+        Gateway.open(db_url, max_rows=rows)
+    assert refused.value.message == "max_rows must be a non-negative integer"
+
+
+def test_the_smallest_accepted_retention_and_row_bound_are_kept(db_url):
+    with Gateway.open(db_url, retention_days=0.5, max_rows=0, wake_window=5.0, on_wake=print, serve=["agent:a:*"]) as gw:
+        assert (gw.ops.retention_days, gw.ops.max_rows, gw.ops.wake_window) == (0.5, 0, 5.0)
+        assert gw.cluster.serves("agent:a:main") and not gw.cluster.serves("agent:b:main")
+
+
+# -- record_event's messages name the argument -----------------------------------------------
+
+FIELD_MESSAGES = {
+    "summary too long": ({"summary": "x" * 201}, "summary is 201 characters; at most 200 allowed"),
+    "actor id not a string": ({"actor_id": 5}, "actor id must be a string, not int"),
+    "run id not a string": ({"run_id": 5}, "run id must be a string, not int"),
+    "dedupe key on two lines": ({"dedupe_key": "a\nb"}, "dedupe key must be one line of printable text"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FIELD_MESSAGES))
+def test_record_event_names_the_bad_argument_in_its_message(gw, case):
+    overrides, message = FIELD_MESSAGES[case]
+    before = gw.store.dump()
+    with pytest.raises(InvalidArgument) as refused:
+        gw.record_event(CHILD, "goal_changed", **{**EVENT, **overrides})
+    assert refused.value.message == message
+    assert gw.store.dump() == before
+
+
+def test_record_event_names_unknown_and_missing_keywords(gw):
+    with pytest.raises(TypeError) as unknown:
+        gw.record_event(CHILD, "goal_changed", colour="red", **EVENT)  # type: ignore[call-arg]
+    assert str(unknown.value) == "record_event() got unexpected keyword arguments ['colour']"
+    with pytest.raises(TypeError) as missing:
+        gw.record_event(CHILD, "goal_changed")  # type: ignore[call-arg]
+    assert str(missing.value) == "record_event() missing required keyword arguments ['actor_type', 'summary']"
