@@ -1,7 +1,8 @@
-"""Behaviour pinned after mutmut's survivors over the recording path of the notice service
+"""Behaviour pinned after mutmut's run over the recording path of the notice service
 (``services/notice/``: recording.py, batch_decisions.py, group_commit.py, core.py), with
-``tests/gateway`` as the selection. Each test names what a user of the gateway can observe and
-no other test in ``tests/gateway`` asserted:
+``tests/gateway`` as the selection: its survivors and "no tests" mutants, and mutants of the
+retries, the options and the messages that it had not reached yet. Each test names what a user
+of the gateway can observe and no other test in ``tests/gateway`` asserted:
 
 - the messages of ``record_events``/``prepare_events``/``record_prepared`` for input of the
   wrong shape, and that input of the wrong shape is refused before anything is written (a
