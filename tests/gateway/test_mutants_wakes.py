@@ -1,0 +1,127 @@
+"""Tests from mutmut's survivors over services/notice/{wakes,rewake,release,protocol}.py with
+tests/gateway as the selection (both backends, a fake clock; nothing is timed). Each pins one
+behaviour the suite did not hold:
+
+- an owed wake fires only for a waking line that entered after this process's own last wake
+  of the watcher (R12, LIV1), and ``diagnostics().unwoken`` says the same;
+- a plain system line wakes a main-style session with the reason ``system-event``, is owed
+  inside the window and fired when it ends, and a line already queued wakes nobody again;
+- ``ops.observe`` names every missing observer method in its refusal.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionstate import Gateway, InvalidArgument
+from sessionstate.services.observing import OBSERVER_METHODS
+
+MANAGER, CHILD, OTHER = "agent:main:main", "agent:main:subagent:child", "agent:x:main"
+WINDOW = 20.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def human(gw: Gateway, key: str) -> None:
+    assert gw.record_event(key, "human_direct_message", actor_type="human", summary="hi")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def wakes() -> list[tuple[str, str, float]]:
+    return []
+
+
+@pytest.fixture
+def gw(db_url, clock, wakes):
+    gateway = Gateway.open(db_url, clock=clock, wake_window=WINDOW,
+                           on_wake=lambda w, r: wakes.append((w, r, clock.now)))
+    gateway.create_session(MANAGER)
+    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
+    gateway.create_session(OTHER)
+    gateway.watch(MANAGER, OTHER)
+    yield gateway
+    gateway.close()
+
+
+# -- owed wakes count only lines newer than this process's own last wake (R12, LIV1) ----------
+
+
+def test_a_line_queued_before_the_last_wake_is_not_unwoken(gw, clock, wakes):
+    start = clock.now
+    human(gw, CHILD)                      # queued, then woken at once
+    assert [w[0] for w in wakes] == [MANAGER]
+    assert gw.ops.diagnostics().unwoken == frozenset()  # the wake came after the line
+    clock.now = start + 5
+    human(gw, OTHER)                      # a second line, inside the window: owed
+    assert gw.ops.diagnostics().unwoken == frozenset({MANAGER})
+
+
+def test_an_owed_wake_whose_newer_line_was_withdrawn_does_not_fire_for_the_older_one(gw, clock, wakes):
+    start = clock.now
+    human(gw, CHILD)                      # t=0: the child's notice, woken
+    clock.now = start + 5
+    human(gw, OTHER)                      # t=5: the other's notice, owed at t=20
+    assert gw.ops.diagnostics().owed_wakes == {MANAGER: start + WINDOW}
+    gw.unwatch(MANAGER, OTHER)            # its notice is withdrawn; the child's stays queued
+    assert [e.target[0] for e in gw.ops.queued_events(MANAGER)] == [CHILD]
+    clock.now = start + WINDOW
+    assert gw.ops.fire_due_wakes() == 0   # the child's notice was already woken for
+    assert len(wakes) == 1
+    assert gw.ops.diagnostics().owed_wakes_cancelled == 1
+
+
+# -- plain system lines (enqueue_system_event) -----------------------------------------------
+
+
+def test_a_system_line_wakes_a_main_session_with_the_system_event_reason(gw, clock, wakes):
+    assert gw.ops.enqueue_system_event(MANAGER, "deploy finished")
+    assert wakes == [(MANAGER, "system-event", clock.now)]
+
+
+def test_a_system_line_inside_the_window_is_woken_when_the_window_ends(gw, clock, wakes):
+    start = clock.now
+    human(gw, CHILD)                      # t=0: woken for the notice
+    assert gw.drain_system_events(MANAGER)
+    clock.now = start + 5
+    assert gw.ops.enqueue_system_event(MANAGER, "deploy finished")  # owed at t=20
+    assert gw.ops.diagnostics().owed_wakes == {MANAGER: start + WINDOW}
+    clock.now = start + WINDOW
+    assert gw.ops.fire_due_wakes() == 1
+    assert wakes[1:] == [(MANAGER, "system-event", start + WINDOW)]
+
+
+def test_a_system_line_already_queued_wakes_nobody_again(gw, clock, wakes):
+    start = clock.now
+    assert gw.ops.enqueue_system_event(MANAGER, "deploy finished")
+    clock.now = start + 5                 # inside the window: the duplicate is not owed
+    assert not gw.ops.enqueue_system_event(MANAGER, "deploy finished")
+    assert gw.ops.diagnostics().owed_wakes == {}
+    clock.now = start + 3 * WINDOW        # outside it: the duplicate still enters nothing
+    assert not gw.ops.enqueue_system_event(MANAGER, "deploy finished")
+    assert wakes == [(MANAGER, "system-event", start)]
+    assert [e.text for e in gw.ops.queued_events(MANAGER)] == ["deploy finished"]
+
+
+# -- ops.observe's refusal ----------------------------------------------------------------------
+
+
+def test_an_incomplete_observer_is_refused_with_every_missing_method_named(gw):
+    class OnlyRecorded:
+        def recorded(self, kinds, sequences, seconds) -> None:
+            pass
+
+    missing = ", ".join(name for name in OBSERVER_METHODS if name != "recorded")
+    with pytest.raises(InvalidArgument) as refused:
+        gw.ops.observe(OnlyRecorded())  # type: ignore[arg-type]
+    assert str(refused.value) == f"observer must have the GatewayObserver methods; missing {missing}"
