@@ -4,6 +4,10 @@ behaviour the suite did not hold:
 
 - an owed wake fires only for a waking line that entered after this process's own last wake
   of the watcher (R12, LIV1), and ``diagnostics().unwoken`` says the same;
+- a gateway that restarts inside the window (it never woke the watcher itself) owes the wake
+  for the notice its startup sweep queued, and fires it when the window ends (R23, LIV1);
+- the first line inside a window makes the wake owed: observers hear of it once, and the
+  owed wake names that line's target; later lines of the window change nothing (R23);
 - a plain system line wakes a main-style session with the reason ``system-event``, is owed
   inside the window and fired when it ends, and a line already queued wakes nobody again;
 - ``ops.observe`` names every missing observer method in its refusal.
@@ -79,6 +83,72 @@ def test_an_owed_wake_whose_newer_line_was_withdrawn_does_not_fire_for_the_older
     assert gw.ops.fire_due_wakes() == 0   # the child's notice was already woken for
     assert len(wakes) == 1
     assert gw.ops.diagnostics().owed_wakes_cancelled == 1
+
+
+def test_a_gateway_restarted_inside_the_window_fires_the_owed_wake_when_it_ends(db_url, clock, wakes):
+    def on_wake(watcher: str, reason: str) -> None:
+        wakes.append((watcher, reason, clock.now))
+
+    start = clock.now
+    with Gateway.open(db_url, clock=clock, wake_window=WINDOW, on_wake=on_wake) as first:
+        first.create_session(MANAGER)
+        first.create_session(CHILD, kind="subagent", parent=MANAGER)
+        human(first, CHILD)               # woken at t=0; the slot's time is durable
+    clock.now = start + 5
+    with Gateway.open(db_url, clock=clock, wake_window=WINDOW, on_wake=on_wake) as second:
+        # The startup sweep queued the notice: its first line, inside the first gateway's window.
+        assert [e.target[0] for e in second.ops.queued_events(MANAGER)] == [CHILD]
+        diagnostics = second.ops.diagnostics()
+        assert diagnostics.owed_wakes == {MANAGER: start + WINDOW}
+        assert diagnostics.unwoken == frozenset({MANAGER})
+        clock.now = start + WINDOW
+        second.ops.fire_due_wakes()       # (its timer may fire it first: the lock orders them)
+    assert wakes == [(MANAGER, f"session-state: {CHILD}", start),
+                     (MANAGER, f"session-state: {CHILD}", start + WINDOW)]
+
+
+class OwedWakes:
+    """An observer that writes down only the wakes it hears became owed."""
+
+    def __init__(self) -> None:
+        self.owed: list[tuple[str, float]] = []
+
+    def recorded(self, kinds, sequences, seconds) -> None:
+        pass
+
+    def spawned(self) -> None:
+        pass
+
+    def queued(self) -> None:
+        pass
+
+    def drained(self, count: int) -> None:
+        pass
+
+    def wake_fired(self, watcher: str, at: float, due: float | None) -> None:
+        pass
+
+    def wake_owed(self, watcher: str, due: float) -> None:
+        self.owed.append((watcher, due))
+
+
+def test_the_first_line_inside_the_window_makes_the_wake_owed_and_later_ones_add_nothing(gw, clock, wakes):
+    observer = OwedWakes()
+    gw.ops.observe(observer)
+    start = clock.now
+    human(gw, CHILD)                      # t=0: woken at once
+    assert gw.drain_system_events(MANAGER)
+    clock.now = start + 5
+    human(gw, OTHER)                      # t=5: the other's notice makes the wake owed
+    clock.now = start + 10
+    human(gw, CHILD)                      # t=10: a second line in the same window
+    assert len(gw.ops.queued_events(MANAGER)) == 2
+    assert observer.owed == [(MANAGER, start + WINDOW)]
+    assert gw.ops.diagnostics().owed_wakes == {MANAGER: start + WINDOW}
+    clock.now = start + WINDOW
+    gw.ops.fire_due_wakes()               # (the timer may fire it first: the lock orders them)
+    assert wakes == [(MANAGER, f"session-state: {CHILD}", start),
+                     (MANAGER, f"session-state: {OTHER}", start + WINDOW)]
 
 
 # -- plain system lines (enqueue_system_event) -----------------------------------------------
