@@ -8,12 +8,17 @@ behaviour the suite did not hold:
   for the notice its startup sweep queued, and fires it when the window ends (R23, LIV1);
 - the first line inside a window makes the wake owed: observers hear of it once, and the
   owed wake names that line's target; later lines of the window change nothing (R23);
+- the gateway's own timer is one thread named ``sessionstate-wakes``, started by the first owed
+  wake, told of every later one (an owed wake after it went idle still fires by itself), and
+  gone after ``close`` (R12, LIV1);
 - a plain system line wakes a main-style session with the reason ``system-event``, is owed
   inside the window and fired when it ends, and a line already queued wakes nobody again;
 - ``ops.observe`` names every missing observer method in its refusal.
 """
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
@@ -149,6 +154,48 @@ def test_the_first_line_inside_the_window_makes_the_wake_owed_and_later_ones_add
     gw.ops.fire_due_wakes()               # (the timer may fire it first: the lock orders them)
     assert wakes == [(MANAGER, f"session-state: {CHILD}", start),
                      (MANAGER, f"session-state: {OTHER}", start + WINDOW)]
+
+
+# -- the wake timer: one thread per gateway (R12, LIV1) -----------------------------------------
+
+TIMER_THREAD = "sessionstate-wakes"
+# How long a test waits for the timer thread before calling it stuck: a bound on a hang, not a
+# measurement (the thread re-reads the fake clock at least once a second).
+STUCK_AFTER_SECONDS = 30.0
+
+
+def wake_timer_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == TIMER_THREAD}
+
+
+def test_one_timer_thread_fires_every_owed_wake_by_itself_and_stops_on_close(db_url, clock):
+    woken: list[float] = []
+    arrived = threading.Semaphore(0)
+
+    def on_wake(watcher: str, reason: str) -> None:
+        woken.append(clock.now)
+        arrived.release()
+
+    before = wake_timer_threads()
+    with Gateway.open(db_url, clock=clock, wake_window=WINDOW, on_wake=on_wake) as gw:
+        gw.create_session(MANAGER)
+        gw.create_session(CHILD, kind="subagent", parent=MANAGER)
+        start = clock.now
+        for window in range(3):           # each round: a wake at once or by the timer, then one owed
+            opened = start + window * WINDOW
+            human(gw, CHILD)
+            if window == 0:
+                assert arrived.acquire(timeout=STUCK_AFTER_SECONDS)  # at once, on this thread
+            assert gw.drain_system_events(MANAGER)
+            clock.now = opened + 5
+            human(gw, CHILD)              # inside the window: owed, due when it ends
+            assert gw.ops.diagnostics().owed_wakes == {MANAGER: opened + WINDOW}
+            clock.now = opened + WINDOW   # nobody calls fire_due_wakes: the timer must
+            assert arrived.acquire(timeout=STUCK_AFTER_SECONDS), f"owed wake {window + 1} never fired"
+            assert gw.ops.diagnostics().owed_wakes == {}
+        assert woken == [start, start + WINDOW, start + 2 * WINDOW, start + 3 * WINDOW]
+        assert len(wake_timer_threads() - before) == 1
+    assert wake_timer_threads() - before == set()
 
 
 # -- plain system lines (enqueue_system_event) -----------------------------------------------
