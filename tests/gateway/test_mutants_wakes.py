@@ -8,6 +8,8 @@ behaviour the suite did not hold:
   for the notice its startup sweep queued, and fires it when the window ends (R23, LIV1);
 - the first line inside a window makes the wake owed: observers hear of it once, and the
   owed wake names that line's target; later lines of the window change nothing (R23);
+- a notice still pending one window after its wake is woken again by the next material event
+  on its target, not by the watcher's own event, and not again inside that window (R23's heal);
 - the gateway's own timer is one thread named ``sessionstate-wakes``, started by the first owed
   wake, told of every later one (an owed wake after it went idle still fires by itself), and
   gone after ``close`` (R12, LIV1);
@@ -154,6 +156,28 @@ def test_the_first_line_inside_the_window_makes_the_wake_owed_and_later_ones_add
     gw.ops.fire_due_wakes()               # (the timer may fire it first: the lock orders them)
     assert wakes == [(MANAGER, f"session-state: {CHILD}", start),
                      (MANAGER, f"session-state: {OTHER}", start + WINDOW)]
+
+
+# -- R23's heal: a later material event re-wakes a pending watcher --------------------------------
+
+
+def test_a_pending_notice_is_woken_again_by_a_material_event_once_its_window_passed(gw, clock, wakes):
+    reason = f"session-state: {CHILD}"
+    start = clock.now
+    human(gw, CHILD)                      # t=0: the notice, woken; the turn never drains it
+    clock.now = start + 5
+    human(gw, CHILD)                      # still pending: no new line, no wake, nothing owed
+    assert gw.ops.diagnostics().owed_wakes == {}
+    clock.now = start + WINDOW + 5
+    assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="mine",
+                           actor_id=MANAGER)  # the watcher's own event is not material to it (R2)
+    assert wakes == [(MANAGER, reason, start)]
+    human(gw, CHILD)                      # past the window: the heal wakes it again
+    assert wakes == [(MANAGER, reason, start), (MANAGER, reason, start + WINDOW + 5)]
+    clock.now = start + WINDOW + 10
+    human(gw, CHILD)                      # inside the heal's own window: nothing more
+    assert len(wakes) == 2
+    assert [e.target[0] for e in gw.ops.queued_events(MANAGER)] == [CHILD]
 
 
 # -- the wake timer: one thread per gateway (R12, LIV1) -----------------------------------------
