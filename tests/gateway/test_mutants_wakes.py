@@ -13,6 +13,8 @@ behaviour the suite did not hold:
 - the gateway's own timer is one thread named ``sessionstate-wakes``, started by the first owed
   wake, told of every later one (an owed wake after it went idle still fires by itself), and
   gone after ``close`` (R12, LIV1);
+- on a read-only database, where no durable slot can be taken, the gateway's own window still
+  coalesces: a second line inside it is owed, not woken at once (R12; claims.take_wake_slot);
 - a plain system line wakes a main-style session with the reason ``system-event``, is owed
   inside the window and fired when it ends, and a line already queued wakes nobody again;
 - ``ops.observe`` names every missing observer method in its refusal.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway, InvalidArgument
 from sessionstate.services.observing import OBSERVER_METHODS
@@ -178,6 +181,36 @@ def test_a_pending_notice_is_woken_again_by_a_material_event_once_its_window_pas
     human(gw, CHILD)                      # inside the heal's own window: nothing more
     assert len(wakes) == 2
     assert [e.target[0] for e in gw.ops.queued_events(MANAGER)] == [CHILD]
+
+
+# -- a read-only database: the in-memory window alone coalesces (R12) ---------------------------
+
+
+def read_only_url(backend, url: str) -> str:
+    """The same database, opened so that nothing can be written (docs/operations.md)."""
+    if backend.name == "sqlite":
+        return f"sqlite:///file:{make_url(url).database}?mode=ro&uri=true"
+    parsed = make_url(url)
+    return parsed.update_query_dict(
+        {"options": parsed.query["options"] + " -cdefault_transaction_read_only=on"}
+    ).render_as_string(hide_password=False)
+
+
+def test_on_a_read_only_database_the_window_still_coalesces_wakes(backend, db_url, clock, wakes):
+    with Gateway.open(db_url) as writer:
+        writer.create_session(MANAGER)
+    start = clock.now
+    with Gateway.open(read_only_url(backend, db_url), create=False, clock=clock, wake_window=WINDOW,
+                      on_wake=lambda w, r: wakes.append((w, r, clock.now))) as gw:
+        assert gw.store.read_only
+        gw.ops.enqueue_system_event(MANAGER, "first line")   # woken at once: no slot, still a wake
+        clock.now = start + 5
+        gw.ops.enqueue_system_event(MANAGER, "second line")  # inside this process's window: owed
+        assert gw.ops.diagnostics().owed_wakes == {MANAGER: start + WINDOW}
+        assert wakes == [(MANAGER, "system-event", start)]
+        clock.now = start + WINDOW
+        gw.ops.fire_due_wakes()           # (the timer may fire it first: the lock orders them)
+        assert wakes == [(MANAGER, "system-event", start), (MANAGER, "system-event", start + WINDOW)]
 
 
 # -- the wake timer: one thread per gateway (R12, LIV1) -----------------------------------------
