@@ -234,13 +234,14 @@ def test_a_caller_interrupted_after_its_batch_committed_still_wakes_the_callers_
 
 
 class FailingAppends:
-    """Stands in for the store's appends: the first ``times`` calls raise ``error``, the rest
-    append for real; counts the attempts."""
+    """Stands in for the store's appends, as recording calls them (a lone event's
+    ``append_event``, a batch's ``append_and_read``): the first ``times`` calls raise
+    ``error``, the rest append for real; counts the attempts."""
 
     def __init__(self, gw: Gateway, monkeypatch: pytest.MonkeyPatch, error: Exception, times: int) -> None:
         self.attempts = 0
         self.error, self.times = error, times
-        for name in ("append_event", "append_events"):
+        for name in ("append_event", "append_and_read"):
             monkeypatch.setattr(gw.store, name, self._failing(getattr(gw.store, name)))
 
     def _failing(self, real: Callable[..., Any]) -> Callable[..., Any]:
