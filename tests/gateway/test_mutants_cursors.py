@@ -4,6 +4,10 @@ behaviour no other test in tests/gateway noticed changing:
 
 - a read-only database owing notices: the startup sweep's in-memory path queues exactly the
   owed notice (none for a caught-up pair) and logs how many it holds, naming the database;
+- R29 in a drain: a transaction known to have rolled back is run again, three attempts in
+  all, with the queue as it is then (a plain line included); a failure that is not retry-safe,
+  or one inside the caller's transaction, is raised at once; a commit whose outcome is unknown
+  returns its lines (logged as a warning naming the watcher) and a later drain may repeat them;
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway, notice_text
+from sessionstate.errors import CommitOutcomeUnknown, StorageConflict, StorageFull
 
 WATCHER = "agent:w:main"
 # Main sessions of other agents: no R27 announcement joins the watcher's lines.
@@ -44,3 +49,96 @@ def test_a_read_only_open_queues_only_the_owed_notice_and_says_so(db_url, caplog
             assert gw.pending_system_events(WATCHER) == [notice_text(BEHIND, owed_since)]
             where = gw.store.where
     assert f"{where} is read-only: 1 owed notice(s) held in memory only" in caplog.messages
+
+
+# -- R29: a drain whose transaction failed ---------------------------------------------------
+
+PLAIN = "[gateway] a plain line queued before the notice"
+
+
+def owing_watcher(gw: Gateway) -> str:
+    """WATCHER with a plain line and then one notice queued; returns the notice's text."""
+    for key in (WATCHER, BEHIND):
+        gw.create_session(key)
+    gw.watch(WATCHER, BEHIND)
+    since = gw.ops.cursor_positions(WATCHER, BEHIND).last_seen
+    gw.ops.enqueue_system_event(WATCHER, PLAIN)
+    gw.record_event(BEHIND, "human_direct_message", actor_type="human", summary="typed upstream")
+    assert gw.pending_system_events(WATCHER) == [PLAIN, notice_text(BEHIND, since)]
+    return notice_text(BEHIND, since)
+
+
+def failing_cursor_writes(gw: Gateway, monkeypatch, failures: list[BaseException]) -> list[BaseException]:
+    """The drain's acknowledgement write raises each of ``failures`` in turn, then works; the
+    list left over says how many were not reached."""
+    real = gw.store.put_cursors
+
+    def put_cursors(*args, **kwargs):
+        if failures:
+            raise failures.pop(0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gw.store, "put_cursors", put_cursors)
+    return failures
+
+
+def conflict() -> StorageConflict:
+    return StorageConflict("injected: a concurrent transaction won", retry_safe=True)
+
+
+def test_a_drain_rolled_back_twice_delivers_on_its_third_attempt(db_url, monkeypatch):
+    with Gateway.open(db_url) as gw:
+        notice = owing_watcher(gw)
+        left = failing_cursor_writes(gw, monkeypatch, [conflict(), conflict()])
+        assert gw.drain_system_events(WATCHER) == [PLAIN, notice]
+        assert left == []
+        # acknowledged: nothing is owed any more, and nothing is queued
+        assert gw.pending_system_events(WATCHER) == []
+        positions = gw.ops.cursor_positions(WATCHER, BEHIND)
+        assert positions.last_seen == positions.notified == positions.material
+
+
+def test_a_drain_rolled_back_three_times_raises_and_keeps_everything_queued(db_url, monkeypatch):
+    with Gateway.open(db_url) as gw:
+        notice = owing_watcher(gw)
+        third = conflict()
+        left = failing_cursor_writes(gw, monkeypatch, [conflict(), conflict(), third, conflict()])
+        with pytest.raises(StorageConflict) as raised:
+            gw.drain_system_events(WATCHER)
+        assert raised.value is third and len(left) == 1  # three attempts, not a fourth
+        assert gw.pending_system_events(WATCHER) == [PLAIN, notice]
+
+
+def test_a_drain_failure_that_is_not_retry_safe_is_raised_at_once(db_url, monkeypatch):
+    with Gateway.open(db_url) as gw:
+        notice = owing_watcher(gw)
+        full = StorageFull("injected: the disk is full")
+        left = failing_cursor_writes(gw, monkeypatch, [full, conflict()])
+        with pytest.raises(StorageFull):
+            gw.drain_system_events(WATCHER)
+        assert len(left) == 1
+        assert gw.pending_system_events(WATCHER) == [PLAIN, notice]
+
+
+def test_a_drain_inside_the_callers_transaction_is_not_run_again(db_url, monkeypatch):
+    """The caller's transaction is what rolled back: only the caller can run it again."""
+    with Gateway.open(db_url) as gw:
+        notice = owing_watcher(gw)
+        left = failing_cursor_writes(gw, monkeypatch, [conflict(), conflict()])
+        with pytest.raises(StorageConflict), gw.transaction():
+            gw.drain_system_events(WATCHER)
+        assert len(left) == 1
+        assert gw.pending_system_events(WATCHER) == [PLAIN, notice]
+
+
+def test_a_drain_whose_commit_outcome_is_unknown_returns_its_lines(db_url, monkeypatch, caplog):
+    """Injected before the commit, so nothing was acknowledged nor taken off the queue: the
+    next drain delivers the same lines again (R29: at least once, a line may repeat)."""
+    with Gateway.open(db_url) as gw:
+        notice = owing_watcher(gw)
+        left = failing_cursor_writes(gw, monkeypatch, [CommitOutcomeUnknown("injected: the answer was lost")])
+        with caplog.at_level(logging.WARNING, logger="sessionstate"):
+            assert gw.drain_system_events(WATCHER) == [PLAIN, notice]
+        assert left == []
+        assert f"drain of {WATCHER}: commit outcome unknown; returning its lines" in caplog.messages
+        assert gw.drain_system_events(WATCHER) == [PLAIN, notice]
