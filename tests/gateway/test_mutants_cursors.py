@@ -8,6 +8,8 @@ behaviour no other test in tests/gateway noticed changing:
   all, with the queue as it is then (a plain line included); a failure that is not retry-safe,
   or one inside the caller's transaction, is raised at once; a commit whose outcome is unknown
   returns its lines (logged as a warning naming the watcher) and a later drain may repeat them;
+- watch's refusals name what is wrong (the watcher key, the target key, an unqualified
+  watcher, a self-watch), and an unqualified target key is resolved with the agent id given;
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway, notice_text
-from sessionstate.errors import CommitOutcomeUnknown, StorageConflict, StorageFull
+from sessionstate.errors import CommitOutcomeUnknown, InvalidArgument, StorageConflict, StorageFull
 
 WATCHER = "agent:w:main"
 # Main sessions of other agents: no R27 announcement joins the watcher's lines.
@@ -142,3 +144,43 @@ def test_a_drain_whose_commit_outcome_is_unknown_returns_its_lines(db_url, monke
         assert left == []
         assert f"drain of {WATCHER}: commit outcome unknown; returning its lines" in caplog.messages
         assert gw.drain_system_events(WATCHER) == [PLAIN, notice]
+
+
+# -- watch: what a refusal says, and whose target is watched ----------------------------------
+
+REFUSED_WATCHES = {
+    "watcher key": (("agent:w:with space", BEHIND),
+                    "watcher key 'agent:w:with space' contains whitespace or control characters"),
+    "target key": ((WATCHER, "agent:t:with space"),
+                   "target key 'agent:t:with space' contains whitespace or control characters"),
+    "unqualified watcher": (("plain-watcher", BEHIND),
+                            "watcher 'plain-watcher' is not agent-qualified (agent:<id>:...); "
+                            "it gets no proactive notices"),
+    "itself": ((WATCHER, WATCHER), "a session cannot watch itself"),
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSED_WATCHES))
+def test_a_refused_watch_says_why(db_url, refusal):
+    (watcher, target), message = REFUSED_WATCHES[refusal]
+    with Gateway.open(db_url) as gw:
+        for key in (WATCHER, BEHIND):
+            gw.create_session(key)
+        gw.create_session("plain-watcher", agent_id="w")  # it exists: only being unqualified is refused
+        with pytest.raises(InvalidArgument) as refused:
+            gw.watch(watcher, target)
+        assert str(refused.value) == message
+
+
+def test_an_unqualified_target_is_watched_under_the_agent_id_given(db_url):
+    """Two agents each have a session named "shared": the agent id says which one is meant."""
+    with Gateway.open(db_url) as gw:
+        gw.create_session(WATCHER)
+        for agent in ("a", "b"):
+            gw.create_session("shared", agent_id=agent)
+        assert gw.watch(WATCHER, "shared", target_agent_id="b") is True
+        since = gw.session_status("shared", agent_id="b")["stateVersion"]
+        gw.record_event("shared", "human_direct_message", agent_id="a", actor_type="human", summary="to a")
+        assert gw.pending_system_events(WATCHER) == []
+        gw.record_event("shared", "human_direct_message", agent_id="b", actor_type="human", summary="to b")
+        assert gw.pending_system_events(WATCHER) == [notice_text("shared", since)]
