@@ -10,6 +10,9 @@ behaviour no other test in tests/gateway noticed changing:
   returns its lines (logged as a warning naming the watcher) and a later drain may repeat them;
 - watch's refusals name what is wrong (the watcher key, the target key, an unqualified
   watcher, a self-watch), and an unqualified target key is resolved with the agent id given;
+- an owed wake fires only for a waking line that entered after the watcher's last wake: not
+  for the line it was woken for (its other notice withdrawn meanwhile), nor for an R27
+  announcement (which never asks for a wake);
 """
 
 from __future__ import annotations
@@ -184,3 +187,71 @@ def test_an_unqualified_target_is_watched_under_the_agent_id_given(db_url):
         assert gw.pending_system_events(WATCHER) == []
         gw.record_event("shared", "human_direct_message", agent_id="b", actor_type="human", summary="to b")
         assert gw.pending_system_events(WATCHER) == [notice_text("shared", since)]
+
+
+# -- owed wakes: which lines they fire for (R12, R27, WAKE1) ----------------------------------
+
+WINDOW = 20.0
+
+
+class FakeClock:
+    """The gateway's clock, moved by the test: an owed wake falls due when it is moved."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def human(gw: Gateway, target: str) -> None:
+    gw.record_event(target, "human_direct_message", actor_type="human", summary="typed upstream")
+
+
+def test_an_owed_wake_whose_new_notice_was_withdrawn_does_not_fire(db_url):
+    """Woken for BEHIND's notice; CAUGHT_UP's notice, inside the window, is owed a wake and
+    then withdrawn by an unwatch: what is left is the line the watcher was woken for."""
+    clock, woken = FakeClock(), []
+    with Gateway.open(db_url, clock=clock, on_wake=lambda watcher, reason: woken.append(reason)) as gw:
+        for key in (WATCHER, BEHIND, CAUGHT_UP):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND)
+        gw.watch(WATCHER, CAUGHT_UP)
+        start = clock.now
+        human(gw, BEHIND)
+        assert woken == [f"session-state: {BEHIND}"]
+        clock.now = start + 5
+        human(gw, CAUGHT_UP)
+        assert gw.ops.diagnostics().owed_wakes == {WATCHER: start + WINDOW}
+        clock.now = start + 10
+        gw.unwatch(WATCHER, CAUGHT_UP)
+        assert [line.split('"')[1] for line in gw.pending_system_events(WATCHER)] == [BEHIND]
+        clock.now = start + WINDOW
+        assert gw.ops.fire_due_wakes() == 0
+        assert woken == [f"session-state: {BEHIND}"]
+
+
+def test_an_announcement_after_the_drain_does_not_fire_an_owed_wake(db_url):
+    """R27's line never asks for a wake, so it cannot be what an owed wake fires for."""
+    clock, woken = FakeClock(), []
+    manager, worker = "agent:main:main", "agent:main:worker"
+    with Gateway.open(db_url, clock=clock, on_wake=lambda watcher, reason: woken.append(reason)) as gw:
+        for key in (manager, BEHIND):
+            gw.create_session(key)
+        gw.watch(manager, BEHIND)
+        start = clock.now
+        human(gw, BEHIND)
+        assert len(woken) == 1
+        clock.now = start + 5
+        assert len(gw.drain_system_events(manager)) == 1
+        clock.now = start + 8
+        human(gw, BEHIND)  # inside the window: owed
+        assert gw.ops.diagnostics().owed_wakes == {manager: start + WINDOW}
+        clock.now = start + 10
+        assert len(gw.drain_system_events(manager)) == 1
+        clock.now = start + 12
+        gw.create_session(worker)
+        assert gw.pending_system_events(manager) == ['[session created] "agent:main:worker" (kind main)']
+        clock.now = start + WINDOW
+        assert gw.ops.fire_due_wakes() == 0
+        assert len(woken) == 1
