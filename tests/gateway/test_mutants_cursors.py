@@ -13,6 +13,9 @@ behaviour no other test in tests/gateway noticed changing:
 - an owed wake fires only for a waking line that entered after the watcher's last wake: not
   for the line it was woken for (its other notice withdrawn meanwhile), nor for an R27
   announcement (which never asks for a wake);
+- R21's drain plan: queued notices come in queued order (not target order), a process that
+  queued no notice delivers the durable cursor's line itself, and a notice another process
+  acknowledged meanwhile is dropped;
 """
 
 from __future__ import annotations
@@ -255,3 +258,35 @@ def test_an_announcement_after_the_drain_does_not_fire_an_owed_wake(db_url):
         clock.now = start + WINDOW
         assert gw.ops.fire_due_wakes() == 0
         assert len(woken) == 1
+
+
+# -- R21: what a drain delivers -------------------------------------------------------------
+
+
+def test_a_drain_keeps_the_queued_order_of_notices_not_their_target_order(db_url):
+    late, early = "agent:zz:main", "agent:aa:main"  # queued in the order opposite to sorting
+    with Gateway.open(db_url) as gw:
+        for key in (WATCHER, late, early):
+            gw.create_session(key)
+        gw.watch(WATCHER, late)
+        gw.watch(WATCHER, early)
+        since = {key: gw.ops.cursor_positions(WATCHER, key).last_seen for key in (late, early)}
+        human(gw, late)
+        human(gw, early)
+        assert gw.drain_system_events(WATCHER) == [notice_text(late, since[late]), notice_text(early, since[early])]
+
+
+def test_each_process_delivers_from_the_durable_cursor_and_drops_what_another_acknowledged(db_url):
+    """Two gateways on one database; only the recording one queued the notice. The other's
+    drain delivers the pair's line from the cursor; the recorder's queued copy is then stale."""
+    with Gateway.open(db_url) as recorder, Gateway.open(db_url) as other:
+        for key in (WATCHER, BEHIND):
+            recorder.create_session(key)
+        recorder.watch(WATCHER, BEHIND)
+        since = recorder.ops.cursor_positions(WATCHER, BEHIND).last_seen
+        human(recorder, BEHIND)
+        assert other.pending_system_events(WATCHER) == []
+        assert recorder.pending_system_events(WATCHER) == [notice_text(BEHIND, since)]
+        assert other.drain_system_events(WATCHER) == [notice_text(BEHIND, since)]
+        assert recorder.drain_system_events(WATCHER) == []
+        assert recorder.pending_system_events(WATCHER) == []
