@@ -16,6 +16,8 @@ behaviour no other test in tests/gateway noticed changing:
 - R21's drain plan: queued notices come in queued order (not target order), a process that
   queued no notice delivers the durable cursor's line itself, and a notice another process
   acknowledged meanwhile is dropped;
+- R26 with R23: a notice queued while its pair was ambient is woken for by the next material
+  event after a promotion, also when it is the only line queued (no R27 announcement beside);
 """
 
 from __future__ import annotations
@@ -290,3 +292,22 @@ def test_each_process_delivers_from_the_durable_cursor_and_drops_what_another_ac
         assert other.drain_system_events(WATCHER) == [notice_text(BEHIND, since)]
         assert recorder.drain_system_events(WATCHER) == []
         assert recorder.pending_system_events(WATCHER) == []
+
+
+# -- R26 with R23: a promoted pair's queued notice ---------------------------------------------
+
+
+def test_a_promoted_pairs_only_queued_notice_is_woken_for_by_the_next_event(db_url):
+    clock, woken = FakeClock(), []
+    with Gateway.open(db_url, clock=clock, on_wake=lambda watcher, reason: woken.append(reason)) as gw:
+        for key in (WATCHER, BEHIND):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND, ambient=True)
+        since = gw.ops.cursor_positions(WATCHER, BEHIND).last_seen
+        human(gw, BEHIND)
+        assert gw.watch(WATCHER, BEHIND) is False  # the promotion: no wake for it yet
+        assert woken == [] and gw.pending_system_events(WATCHER) == [notice_text(BEHIND, since)]
+        clock.now += 2 * WINDOW
+        human(gw, BEHIND)  # folded into the pending notice: no new line, but a wake
+        assert woken == [f"session-state: {BEHIND}"]
+        assert gw.pending_system_events(WATCHER) == [notice_text(BEHIND, since)]
