@@ -262,6 +262,17 @@ def test_an_announcement_after_the_drain_does_not_fire_an_owed_wake(db_url):
         assert len(woken) == 1
 
 
+def test_a_plain_line_queued_again_is_no_new_line_and_wakes_nobody(db_url):
+    clock, woken = FakeClock(), []
+    with Gateway.open(db_url, clock=clock, on_wake=lambda watcher, reason: woken.append(reason)) as gw:
+        gw.create_session(WATCHER)
+        assert gw.ops.enqueue_system_event(WATCHER, PLAIN) is True
+        assert woken == ["system-event"]
+        clock.now += 3 * WINDOW  # the window is long over: only the line's being new could wake
+        assert gw.ops.enqueue_system_event(WATCHER, PLAIN) is False
+        assert woken == ["system-event"] and gw.pending_system_events(WATCHER) == [PLAIN]
+
+
 # -- R21: what a drain delivers -------------------------------------------------------------
 
 
