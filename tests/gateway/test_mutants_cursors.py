@@ -13,6 +13,7 @@ behaviour no other test in tests/gateway noticed changing:
 - an owed wake fires only for a waking line that entered after the watcher's last wake: not
   for the line it was woken for (its other notice withdrawn meanwhile), nor for an R27
   announcement (which never asks for a wake);
+- a turn that owes no notice (its quick path, no transaction) delivers its plain lines once;
 - R21's drain plan: queued notices come in queued order (not target order), a process that
   queued no notice delivers the durable cursor's line itself, and a notice another process
   acknowledged meanwhile is dropped;
@@ -274,6 +275,15 @@ def test_a_plain_line_queued_again_is_no_new_line_and_wakes_nobody(db_url):
 
 
 # -- R21: what a drain delivers -------------------------------------------------------------
+
+
+def test_a_turn_owing_no_notice_delivers_its_plain_lines_once(db_url):
+    with Gateway.open(db_url) as gw:
+        gw.create_session(WATCHER)
+        gw.ops.enqueue_system_event(WATCHER, PLAIN)
+        gw.ops.enqueue_system_event(WATCHER, "[gateway] a second plain line")
+        assert gw.drain_system_events(WATCHER) == [PLAIN, "[gateway] a second plain line"]
+        assert gw.drain_system_events(WATCHER) == []
 
 
 def test_a_drain_keeps_the_queued_order_of_notices_not_their_target_order(db_url):
