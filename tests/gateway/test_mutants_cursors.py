@@ -19,6 +19,8 @@ behaviour no other test in tests/gateway noticed changing:
   acknowledged meanwhile is dropped;
 - R26 with R23: a notice queued while its pair was ambient is woken for by the next material
   event after a promotion, also when it is the only line queued (no R27 announcement beside);
+  a promotion, a reset and a delete of a watcher with nothing queued log no error (their
+  queue work runs after the commit, where a failure is only logged);
 """
 
 from __future__ import annotations
@@ -332,3 +334,22 @@ def test_a_promoted_pairs_only_queued_notice_is_woken_for_by_the_next_event(db_u
         human(gw, BEHIND)  # folded into the pending notice: no new line, but a wake
         assert woken == [f"session-state: {BEHIND}"]
         assert gw.pending_system_events(WATCHER) == [notice_text(BEHIND, since)]
+
+
+def test_a_watcher_with_nothing_queued_is_promoted_reset_and_deleted_without_an_error(db_url, caplog):
+    """The queue holds no entry at all for the watcher at each step."""
+    woken: list[str] = []
+    with caplog.at_level(logging.ERROR, logger="sessionstate"), Gateway.open(db_url, on_wake=lambda watcher, reason: woken.append(reason)) as gw:
+        for key in (WATCHER, BEHIND, CAUGHT_UP):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND, ambient=True)
+        assert gw.watch(WATCHER, BEHIND) is False  # promoted, caught up
+        assert gw.ops.cursor_positions(WATCHER, BEHIND).provenance == "explicit"
+        gw.ops.reset_session(WATCHER)
+        assert gw.ops.cursor_positions(WATCHER, BEHIND) is None
+        gw.watch(CAUGHT_UP, BEHIND)
+        gw.ops.delete_session(CAUGHT_UP)
+        assert gw.ops.cursor_positions(CAUGHT_UP, BEHIND) is None
+        assert not gw.ops.session_exists(CAUGHT_UP)
+        assert woken == [] and gw.pending_system_events(WATCHER) == []
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
