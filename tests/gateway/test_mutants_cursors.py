@@ -21,10 +21,14 @@ behaviour no other test in tests/gateway noticed changing:
   event after a promotion, also when it is the only line queued (no R27 announcement beside);
   a promotion, a reset and a delete of a watcher with nothing queued log no error (their
   queue work runs after the commit, where a failure is only logged);
+- the protocol trace records each notice an unwatch withdraws and a reset clears, naming the
+  watcher, the target and the text (its "unqueue" lines), and a reset with nothing queued
+  records nothing and logs no error;
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -353,3 +357,32 @@ def test_a_watcher_with_nothing_queued_is_promoted_reset_and_deleted_without_an_
         assert not gw.ops.session_exists(CAUGHT_UP)
         assert woken == [] and gw.pending_system_events(WATCHER) == []
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+
+# -- the protocol trace: notices withdrawn and cleared ------------------------------------------
+
+
+def test_the_trace_records_each_notice_an_unwatch_withdraws_and_a_reset_clears(db_url, tmp_path, caplog):
+    path = tmp_path / "trace.jsonl"
+    with caplog.at_level(logging.ERROR, logger="sessionstate"), Gateway.open(db_url, trace=path) as gw:
+        for key in (WATCHER, BEHIND, CAUGHT_UP):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND)
+        gw.watch(WATCHER, CAUGHT_UP)
+        human(gw, BEHIND)
+        human(gw, CAUGHT_UP)
+        withdrawn, cleared = gw.pending_system_events(WATCHER)
+        gw.unwatch(WATCHER, BEHIND)
+        gw.ops.reset_session(WATCHER)
+        gw.ops.reset_session(WATCHER)  # again, with nothing queued: nothing to record
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+    unqueued = [
+        (line["watcher"], line["target"], line["text"])
+        for line in map(json.loads, path.read_text().splitlines())
+        if line.get("op") == "unqueue"
+    ]
+    # agent-qualified keys carry their agent id: agent:<id>:main
+    assert unqueued == [
+        (WATCHER, [BEHIND, "behind"], withdrawn),
+        (WATCHER, [CAUGHT_UP, "calm"], cleared),
+    ]
