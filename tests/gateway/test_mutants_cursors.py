@@ -24,6 +24,7 @@ behaviour no other test in tests/gateway noticed changing:
 - the protocol trace records each notice an unwatch withdraws and a reset clears, naming the
   watcher, the target and the text (its "unqueue" lines), and a reset with nothing queued
   records nothing and logs no error;
+- an attach (R20) re-queues the watcher's notices from its cursors and keeps its plain lines;
 """
 
 from __future__ import annotations
@@ -386,3 +387,13 @@ def test_the_trace_records_each_notice_an_unwatch_withdraws_and_a_reset_clears(d
         (WATCHER, [BEHIND, "behind"], withdrawn),
         (WATCHER, [CAUGHT_UP, "calm"], cleared),
     ]
+
+
+# -- R20: an attach keeps the plain lines --------------------------------------------------------
+
+
+def test_an_attach_requeues_the_notices_and_keeps_the_plain_lines(db_url):
+    with Gateway.open(db_url, pump=True) as gw:
+        notice = owing_watcher(gw)
+        gw.cluster.attach(WATCHER)
+        assert gw.pending_system_events(WATCHER) == [PLAIN, notice]
