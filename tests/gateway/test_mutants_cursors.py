@@ -1,6 +1,7 @@
 """Tests written for mutmut's survivors over the notice service's cursors.py, turns.py,
-queue.py, reconcile.py and announce.py (with tests/gateway as the selection); each pins
-behaviour no other test in tests/gateway noticed changing:
+queue.py, reconcile.py and announce.py (tests/gateway as the selection), and for mutants of
+those files the run had not reached that the test files closest to the code let through. Each
+pins a behaviour those mutants changed unnoticed:
 
 - a read-only database owing notices: the startup sweep's in-memory path queues exactly the
   owed notice (none for a caught-up pair) and logs how many it holds, naming the database;
@@ -12,7 +13,8 @@ behaviour no other test in tests/gateway noticed changing:
   watcher, a self-watch), and an unqualified target key is resolved with the agent id given;
 - an owed wake fires only for a waking line that entered after the watcher's last wake: not
   for the line it was woken for (its other notice withdrawn meanwhile), nor for an R27
-  announcement (which never asks for a wake);
+  announcement (which never asks for a wake); a plain line queued again while it is still
+  queued is not new (R5) and asks for no second wake;
 - a turn that owes no notice (its quick path, no transaction) delivers its plain lines once;
 - R21's drain plan: queued notices come in queued order (not target order), a process that
   queued no notice delivers the durable cursor's line itself, and a notice another process
