@@ -48,3 +48,54 @@ def test_the_spawn_depth_read_from_the_parent_chain_stops_at_its_bound(gw):
     assert gw.registry.session_meta(keys[MAX_CHAIN]).spawn_depth == MAX_CHAIN
     assert gw.registry.session_meta(keys[MAX_CHAIN + 1]).spawn_depth == MAX_CHAIN
     assert gw.registry.session_meta(keys[-1]).spawn_depth == MAX_CHAIN
+
+
+# From mutmut over services/registry.py with its @locked methods reached
+# (scripts/mutmut_unwrap_locked.py): the bounds, messages and agent ids of the metadata setters.
+
+@pytest.mark.parametrize("field", ["thinking", "runtime"])
+def test_a_short_metadata_line_is_bounded_at_64_characters(gw, field):
+    gw.registry.register_session("agent:main:main", **{field: "x" * 64})
+    assert getattr(gw.registry.session_meta("agent:main:main"), field) == "x" * 64
+    with pytest.raises(InvalidArgument) as refused:
+        gw.registry.register_session("agent:main:other", **{field: "x" * 65})
+    assert str(refused.value) == f"{field} is 65 characters; at most 64 allowed"
+    assert [s.session_key for s in gw.registry.list_sessions()] == ["agent:main:main"]
+
+
+def test_sandboxed_is_a_boolean_or_inherited(gw):
+    gw.registry.register_session("agent:main:main", sandboxed=True)
+    assert gw.registry.session_meta("agent:main:main").sandboxed is True
+    with pytest.raises(InvalidArgument) as refused:
+        gw.registry.register_session("agent:main:other", sandboxed="yes")
+    assert str(refused.value) == "sandboxed must be a boolean"
+    assert [s.session_key for s in gw.registry.list_sessions()] == ["agent:main:main"]
+
+
+def test_a_session_id_is_refused_by_its_own_name(gw):
+    with pytest.raises(InvalidArgument) as refused:
+        gw.registry.resolve_session_id("an id")
+    assert str(refused.value) == "session id 'an id' contains whitespace or control characters"
+
+
+def test_the_setters_refuse_a_line_by_its_field_name(gw):
+    gw.create_session("agent:main:main")
+    with pytest.raises(InvalidArgument) as refused:
+        gw.registry.set_model_override("agent:main:main", "m\n")
+    assert str(refused.value) == "model must be one line of printable text"
+    with pytest.raises(InvalidArgument) as refused:
+        gw.registry.set_route("agent:main:main", "c\n")
+    assert str(refused.value) == "channel must be one line of printable text"
+    meta = gw.registry.session_meta("agent:main:main")
+    assert meta.model_override is None and meta.last_channel is None
+
+
+def test_the_setters_write_the_session_of_the_agent_id_given(gw):
+    # One unqualified key under two agents: only the agent id tells them apart.
+    gw.create_session("worker", agent_id="ops")
+    gw.create_session("worker", agent_id="dev")
+    gw.registry.set_model_override("worker", "model-ops", agent_id="ops")
+    gw.registry.set_route("worker", "telegram", "ops-room", agent_id="ops")
+    ops, dev = gw.registry.session_meta("worker", "ops"), gw.registry.session_meta("worker", "dev")
+    assert (ops.model_override, ops.last_channel, ops.last_to) == ("model-ops", "telegram", "ops-room")
+    assert (dev.model_override, dev.last_channel, dev.last_to) == (None, None, None)
