@@ -99,3 +99,43 @@ def test_the_setters_write_the_session_of_the_agent_id_given(gw):
     ops, dev = gw.registry.session_meta("worker", "ops"), gw.registry.session_meta("worker", "dev")
     assert (ops.model_override, ops.last_channel, ops.last_to) == ("model-ops", "telegram", "ops-room")
     assert (dev.model_override, dev.last_channel, dev.last_to) == (None, None, None)
+
+
+def test_a_registered_child_inherits_its_parents_sandbox_and_counts_its_depth(gw):
+    gw.registry.register_session("agent:main:main", sandboxed=True)
+    gw.registry.register_session("agent:main:subagent:c", kind="subagent", parent="agent:main:main", run_id="r1")
+    gw.registry.register_session("agent:main:subagent:g", kind="subagent", parent="agent:main:subagent:c",
+                                 sandboxed=False)
+    gw.registry.register_session("agent:main:subagent:h", kind="subagent", parent="agent:main:subagent:g")
+    depth_and_sandbox = {key: (meta.spawn_depth, meta.sandboxed) for key, meta in (
+        (key, gw.registry.session_meta(key))
+        for key in ("agent:main:main", "agent:main:subagent:c", "agent:main:subagent:g", "agent:main:subagent:h"))}
+    assert depth_and_sandbox == {
+        "agent:main:main": (0, True),
+        "agent:main:subagent:c": (1, True),  # inherited
+        "agent:main:subagent:g": (2, False),  # given, so not inherited
+        "agent:main:subagent:h": (3, False),  # inherited from g
+    }
+    child = gw.registry.session_record(("agent:main:subagent:c", "main"))
+    assert child is not None and (child.parent_key, child.parent_agent_id) == ("agent:main:main", "main")
+    # The spawn is recorded in the child's log under the run that made it (R4's dedupe key too).
+    spawned = [row for row in gw.store.dump()["session_state_events"] if row[3] == "child_spawned"]
+    assert [(row[1], row[5], row[6], row[11]) for row in spawned] == [
+        ("agent:main:subagent:c", "agent:main:main", "r1", "child-spawned:r1"),
+        ("agent:main:subagent:g", "agent:main:subagent:c", None, None),
+        ("agent:main:subagent:h", "agent:main:subagent:g", None, None),
+    ]
+
+
+def test_a_session_registered_without_a_parent_is_not_sandboxed(gw):
+    gw.registry.register_session("agent:main:main")
+    meta = gw.registry.session_meta("agent:main:main")
+    assert (meta.spawn_depth, meta.sandboxed) == (0, False)
+
+
+def test_register_session_keeps_the_agent_id_given_for_an_unqualified_key(gw):
+    gw.registry.register_session("worker", agent_id="ops")
+    gw.registry.register_session("worker", agent_id="dev")
+    assert sorted((s.session_key, s.agent_id) for s in gw.registry.list_sessions()) == [
+        ("worker", "dev"), ("worker", "ops")]
+    assert gw.registry.session_meta("worker", "ops").session_id != gw.registry.session_meta("worker", "dev").session_id
