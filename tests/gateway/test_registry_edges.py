@@ -139,3 +139,17 @@ def test_register_session_keeps_the_agent_id_given_for_an_unqualified_key(gw):
     assert sorted((s.session_key, s.agent_id) for s in gw.registry.list_sessions()) == [
         ("worker", "dev"), ("worker", "ops")]
     assert gw.registry.session_meta("worker", "ops").session_id != gw.registry.session_meta("worker", "dev").session_id
+
+
+def test_an_unqualified_key_registered_without_an_agent_id_gets_its_sessions_agent(gw):
+    session_id = gw.registry.register_session("worker", thinking="high", runtime="acp")
+    (record,) = gw.registry.list_sessions()
+    meta = gw.registry.session_meta("worker")
+    assert (meta.session_key, meta.agent_id, meta.session_id) == ("worker", record.agent_id, session_id)
+    assert (meta.thinking, meta.runtime) == ("high", "acp")
+
+
+def test_the_parent_of_a_session_not_there_is_none(gw):
+    gw.create_session("agent:main:main")
+    assert gw.registry.parent_of(("agent:main:gone", "main")) is None
+    assert gw.registry.parent_of(("agent:main:main", "main")) is None
