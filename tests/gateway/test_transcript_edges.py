@@ -5,6 +5,8 @@ arguments refused under their own names."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sessionstate import Gateway, InvalidArgument
@@ -58,3 +60,48 @@ def test_a_transcript_read_without_a_limit_gives_the_newest_thousand(gw):
             gw.transcripts.append_message("worker", "assistant", f"m{n}", agent_id="ops")
     messages = gw.transcripts.transcript("worker", agent_id="ops")
     assert [m.text for m in messages] == [f"m{n}" for n in range(1, 1001)]
+
+
+def test_a_message_goes_to_the_session_of_the_agent_id_given_and_counts_no_usage_by_default(gw):
+    gw.transcripts.append_message("worker", "assistant", "done", agent_id="dev")
+    (message,) = gw.transcripts.transcript("worker", agent_id="dev")
+    assert (message.agent_id, message.input_tokens, message.output_tokens) == ("dev", 0, 0)
+    assert gw.transcripts.transcript("worker", agent_id="ops") == []
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"role": "owner", "text": "x"}, "role must be one of ['user', 'assistant', 'tool', 'system']"),
+    ({"role": "user", "text": 5}, "text must be a string, not int"),
+    ({"role": "user", "text": "x", "actor_id": "a b"}, "actor id 'a b' contains whitespace or control characters"),
+])
+def test_a_message_refuses_its_arguments_by_name(gw, arguments, message):
+    with pytest.raises(InvalidArgument) as refused:
+        gw.transcripts.append_message("worker", agent_id="ops", **arguments)
+    assert str(refused.value) == message
+    assert gw.transcripts.transcript("worker", agent_id="ops") == []
+
+
+def test_a_watched_human_turn_records_its_channel_in_the_event(gw):
+    # R24: the event is recorded only while someone watches; its summary and payload say
+    # whether the turn came through a channel.
+    gw.create_session("agent:main:main")
+    gw.watch("agent:main:main", "worker", target_agent_id="ops")
+    through = gw.transcripts.human_message("worker", "hi", channel="telegram", sender="u1", agent_id="ops")
+    direct = gw.transcripts.human_message("worker", "hi again", agent_id="ops")
+    assert through is not None and direct == through + 1
+    events = [row for row in gw.store.dump()["session_state_events"] if row[3] == "human_direct_message"]
+    assert [(row[1], row[2], row[4], row[7]) for row in events] == [
+        ("worker", "ops", "human", "human message via telegram"),
+        ("worker", "ops", "human", "human message"),
+    ]
+    assert [json.loads(row[8]) if isinstance(row[8], str) else row[8] for row in events] == [
+        {"channel": "telegram", "turns": 1}, {"turns": 1}]
+
+
+def test_a_long_channel_name_is_cut_from_the_events_summary(gw):
+    gw.create_session("agent:main:main")
+    gw.watch("agent:main:main", "worker", target_agent_id="ops")
+    channel = "c" * 250
+    assert gw.transcripts.human_message("worker", "hi", channel=channel, agent_id="ops") is not None
+    (event,) = [row for row in gw.store.dump()["session_state_events"] if row[3] == "human_direct_message"]
+    assert event[7] == ("human message via " + channel)[:200]
