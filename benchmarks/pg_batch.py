@@ -29,6 +29,7 @@ and statements of a batch, and the ratio to the first tree's µs per event.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -166,20 +167,14 @@ def main() -> None:
         sys.path.insert(0, args[1])
         child(args[2])
         return
-    rounds, sizes, latency = 30, [1, 8, 32], 0.0
-    if "--latency" in args:
-        i = args.index("--latency")
-        latency = float(args[i + 1])
-        del args[i:i + 2]
-    if "--rounds" in args:
-        i = args.index("--rounds")
-        rounds = int(args[i + 1])
-        del args[i:i + 2]
-    if "--sizes" in args:
-        i = args.index("--sizes")
-        sizes = [int(s) for s in args[i + 1].split(",")]
-        del args[i:i + 2]
-    trees = [str(Path(t).resolve()) for t in args] or [str(Path(__file__).resolve().parent.parent)]
+    parser = argparse.ArgumentParser(description="record_events batches on PostgreSQL, tree against tree")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=[1, 8, 32])
+    parser.add_argument("--latency", type=float, default=0.0, help="ms each way through a delaying relay")
+    parser.add_argument("trees", nargs="*", default=[str(Path(__file__).resolve().parent.parent)])
+    options = parser.parse_args(args)
+    rounds, sizes, latency = options.rounds, options.sizes, options.latency
+    trees = [str(Path(t).resolve()) for t in options.trees]
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from multiproc_latency import pg_schema
 
