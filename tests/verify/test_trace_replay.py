@@ -479,6 +479,60 @@ def test_a_gateway_that_ends_unclosed_may_have_lost_its_last_batch(scenario, tmp
     assert code == 1 and out.startswith("VIOLATION T2"), out
 
 
+def test_a_second_drain_step_for_one_pair_in_one_drain_is_inv10(scenario, tmp_path):
+    """MAIN's two drains on TARGET (an ack with a follow-up notice, then an ack to caught up)
+    written as one transaction: the follow-up delivered in the drain that queued it."""
+    first = find(scenario, step("drain", "ack", watcher=MAIN, target=[TARGET, "b"]))
+    second = find(scenario, step("drain", "ack", watcher=MAIN, target=[TARGET, "b"]), nth=1)
+    gateway, tx = scenario[first]["gw"], scenario[first]["tx"]
+    assert scenario[second]["gw"] == gateway and scenario[second]["tx"] == tx + 1
+    lines = copy.deepcopy(scenario)
+    for line in lines[second:]:
+        if line["gw"] == gateway:
+            line["tx"] -= 1  # the gateway's transactions stay numbered one after another
+    lines[second]["n"] = lines[first]["n"]
+    code, out = replay(write_lines(tmp_path / "t.jsonl", lines))
+    assert code == 1 and out.startswith("VIOLATION INV10: a second drain step for"), out
+
+
+def test_a_pair_resynchronised_in_the_middle_of_a_drain_is_delivered_once(tmp_path):
+    """A gateway dies without closing; its last transaction (an unwatch, no event) ties on the
+    commit key with the restarted gateway's sweep and is replayed after it, so every pair is
+    resynchronised again. The restarted gateway's drain then steps a pair it resynchronises
+    before a pair it was still resynchronising: both are delivered once, no INV10."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    trace = tmp_path / "trace.jsonl"
+    human = {"actor_type": "human", "summary": "a human message"}
+    crashed = Gateway.open(url, trace=trace)
+    for key in (MAIN, PEER, TARGET):
+        crashed.create_session(key)
+    crashed.watch(MAIN, TARGET)
+    crashed.watch(MAIN, PEER)
+    crashed.watch(PEER, TARGET)
+    crashed.record_event(TARGET, "human_direct_message", **human)
+    crashed.record_event(PEER, "human_direct_message", **human)
+    restarted = Gateway.open(url, trace=trace)  # its sweep reads the commit key of the unwatch
+    crashed.unwatch(PEER, TARGET)  # the crashed gateway's last transaction
+    restarted.record_event(PEER, "goal_changed", **human)
+    restarted.drain_system_events(MAIN)
+    restarted.close()
+    crashed.close()
+    lines = read_lines(trace)
+    first_gateway = lines[0]["gw"]
+    names = {line["gw"]: "ffffffff" if line["gw"] == first_gateway else "00000000" for line in lines}
+    lines = [line for line in lines if not (line["gw"] == first_gateway and line["op"] == "close")]  # the crash
+    for line in lines:
+        line["gw"] = names[line["gw"]]  # ties go to the sorted-first gateway: the sweep's
+    sweep = lines[find(lines, op("sweep", gw="00000000"))]
+    unwatch = lines[find(lines, step("unwatch", "remove"))]
+    assert sweep["c"] == unwatch["c"]
+    drained = [line["target"][0] for line in lines if line["op"] == "step" and line["trigger"] == "drain"]
+    assert drained == [PEER, TARGET]
+    code, out = replay(write_lines(tmp_path / "t.jsonl", lines))
+    assert code == 0, out
+    assert "resynchronised:" in out
+
+
 def test_the_two_process_demo_trace_replays_clean(tmp_path):
     """`demo --processes 2`: a served manager with the change pump, a recorder process that
     serves nothing, both appending to the one trace file they inherit through the environment."""
