@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Mutation testing with mutmut (the `verify` extra) over one layer, in a scratch copy of the tree
 # so the worktree is never touched:  scripts/mutmut.sh statemachine|store|services
+# or one or more files of one layer:    scripts/mutmut.sh store/runs.py store/records.py
 # Each module runs only its fastest relevant tests (docs/verification.md, "Mutation testing").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-module="${1:?usage: scripts/mutmut.sh statemachine|store|services|services/notice|store/sql_store.py|services/notice/wakes.py ...}"
+module="${1:?usage: scripts/mutmut.sh statemachine|store|services|services/notice|store/sql_store.py [store/runs.py ...]|services/notice/wakes.py ...}"
+modules=("$@")  # the first names the test selection; the others must share it
+for other in "${modules[@]}"; do
+    if [ "${other%%/*}" != "${module%%/*}" ]; then
+        echo "one layer a run: $other is not in ${module%%/*}/" >&2; exit 2
+    fi
+done
 case "$module" in
     statemachine) tests='"tests/protocol/test_transition_sweep.py", "tests/protocol/test_spec_sync.py"' ;;
     store|store/*.py) tests='"tests/store"' ;;
@@ -19,19 +26,20 @@ case "$module" in
 esac
 ./dev run true  # the project's .venv, installed when missing
 [ -x .venv/bin/mutmut ] || .venv/bin/pip install -q 'mutmut==3.8.1'  # the `verify` extra, the version measured
-work="$(mktemp -d)/sessionstate-mutmut-${module//\//-}"
+work="$(mktemp -d)/sessionstate-mutmut-${module//\//-}${2:+-and-$(( $# - 1 ))-more}"
 mkdir -p "$work"
 git ls-files | tar -cf - -T - | tar -xf - -C "$work"
 # mutmut skips decorated functions; in the copy, services' @locked moves after its class
 # (the same lock, a plain function for mutmut to mutate): scripts/mutmut_unwrap_locked.py.
 if [[ "$module" == services* ]]; then
     root="$(pwd)"
-    (cd "$work" && "$root/.venv/bin/python" "$root/scripts/mutmut_unwrap_locked.py" $(find "sessionstate/$module" -name '*.py'))
+    (cd "$work" && "$root/.venv/bin/python" "$root/scripts/mutmut_unwrap_locked.py" \
+        $(for m in "${modules[@]}"; do find "sessionstate/$m" -name '*.py'; done))
 fi
 cat >> "$work/pyproject.toml" <<CFG
 
 [tool.mutmut]
-source_paths = ["sessionstate/$module"]
+source_paths = [$(printf '"sessionstate/%s", ' "${modules[@]}")]
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
 pytest_add_cli_args_test_selection = [$tests]
 also_copy = ["sessionstate", "spec", "tests", "docs", "benchmarks"]
