@@ -14,6 +14,8 @@ for other in "${modules[@]}"; do
 done
 case "$module" in
     statemachine) tests='"tests/protocol/test_transition_sweep.py", "tests/protocol/test_spec_sync.py"' ;;
+    # Serving claims and the SQLite change feed are used by processes sharing one database.
+    store/serving.py|store/sqlite_feed.py) tests='"tests/store", "tests/multiproc/test_serving.py", "tests/multiproc/test_pump.py"' ;;
     store|store/*.py) tests='"tests/store"' ;;
     # The notice service is what tests/gateway is about; the other services are reached through
     # the tools too, the cluster parts (claims, the change pump) through the serving and pump
