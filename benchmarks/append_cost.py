@@ -27,6 +27,7 @@ compare one tree with raw SQL, this compares two trees on the same path.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -125,18 +126,17 @@ def main() -> None:
         sys.path.insert(0, args[1])
         child(args[2], "--threaded" in args[3:])
         return
-    postgres, threaded = "--postgres" in args, "--threaded" in args
-    args = [a for a in args if a not in ("--postgres", "--threaded")]
-    events, runs = 1_500, 3
-    if "--events" in args:
-        i = args.index("--events")
-        events = int(args[i + 1])
-        del args[i:i + 2]
-    if "--runs" in args:
-        i = args.index("--runs")
-        runs = int(args[i + 1])
-        del args[i:i + 2]
-    trees = [str(Path(t).resolve()) for t in args] or [str(Path(__file__).resolve().parent.parent)]
+    parser = argparse.ArgumentParser(description="median record_event of one tree against another, in lockstep")
+    parser.add_argument("--postgres", action="store_true", help="on the server named by SESSIONSTATE_TEST_PG_URL")
+    parser.add_argument("--threaded", action="store_true",
+                        help="start and join a do-nothing thread in every child first (multi-thread mode)")
+    parser.add_argument("--events", type=int, default=1_500, help="events per tree in each run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("trees", nargs="*", default=[str(Path(__file__).resolve().parent.parent)],
+                        help="directories holding a sessionstate package (default: this checkout)")
+    options = parser.parse_intermixed_args(args)  # options after the trees too, as before
+    postgres, threaded, events, runs = options.postgres, options.threaded, options.events, options.runs
+    trees = [str(Path(t).resolve()) for t in options.trees]
     medians: list[list[float]] = [[] for _ in trees]
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(runs):
