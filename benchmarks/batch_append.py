@@ -12,6 +12,7 @@ of each side and the ratio many/loop.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -55,12 +56,12 @@ def sides(store: Store, count: int) -> dict[str, Callable[[], None]]:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    options = {"--rounds": "60", "--sizes": "2,8,32"}
-    for name in list(options):
-        if name in args:
-            options[name] = args[args.index(name) + 1]
-    rounds = int(options["--rounds"])
+    parser = argparse.ArgumentParser(description="one append statement per event against one per batch, on PostgreSQL")
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=[2, 8, 32],
+                        help="events per transaction, comma-separated")
+    options = parser.parse_args()
+    rounds = options.rounds
     points = []
     with pg_schema() as url:
         store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
@@ -68,7 +69,7 @@ def main() -> None:
             with store.transaction():
                 for key in KEYS:
                     store.insert_session(SessionRecord(key, AGENT, "main", None, None, None, 1.0, 1.0))
-            for count in (int(n) for n in options["--sizes"].split(",")):
+            for count in options.sizes:
                 timed: dict[str, list[float]] = {"loop": [], "many": []}
                 calls = sides(store, count)
                 for _ in range(rounds):
