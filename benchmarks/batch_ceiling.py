@@ -21,6 +21,7 @@ the 8-thread events/s of both sides, the ceiling in events/s, and the ratios.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -57,13 +58,13 @@ def drained(gw) -> None:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    postgres = "--postgres" in args
-    options = {"--rounds": "7", "--events": "480", "--synchronous": "NORMAL"}
-    for name in list(options):
-        if name in args:
-            options[name] = args[args.index(name) + 1]
-    rounds, events = int(options["--rounds"]), int(options["--events"])
+    parser = argparse.ArgumentParser(description="the ceiling of group commit: one thread recording bursts of 8")
+    parser.add_argument("--postgres", action="store_true", help="on the server named by SESSIONSTATE_TEST_PG_URL")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--events", type=int, default=480, help="events per side in each round")
+    parser.add_argument("--synchronous", default="NORMAL", help="the store's durability level: NORMAL or FULL")
+    options = parser.parse_args()
+    postgres, rounds, events, synchronous = options.postgres, options.rounds, options.events, options.synchronous
     per_event: dict[str, list[float]] = {"singles": [], "bursts": []}
     threaded: dict[str, list[float]] = {"serial": [], "group": []}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
@@ -73,7 +74,7 @@ def main() -> None:
             url = stack.enter_context(pg_schema())
         else:
             url = f"sqlite:///{tmp}/one.db"
-        with open_side(url, BURST, options["--synchronous"]) as gw:
+        with open_side(url, BURST, synchronous) as gw:
             singles(gw, events // 4), drained(gw), bursts(gw, events // 4), drained(gw)  # warm-up
             for _ in range(rounds):
                 for side, run in (("singles", singles), ("bursts", bursts)):
@@ -86,7 +87,7 @@ def main() -> None:
     serial8, group8 = (statistics.median(threaded[s]) for s in ("serial", "group"))
     ceiling = 1e6 / burst_us
     print(json.dumps({
-        "backend": "postgresql" if postgres else "sqlite", "synchronous": options["--synchronous"],
+        "backend": "postgresql" if postgres else "sqlite", "synchronous": synchronous,
         "rounds": rounds, "events_per_round": events,
         "one_thread_us_per_event": {"singles": round(single_us, 1), "bursts_of_8": round(burst_us, 1)},
         "one_thread_events_per_s": round(1e6 / single_us),
