@@ -28,6 +28,7 @@ sleep on a lock or event, the interpreter's hand-overs included).
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import os
@@ -112,21 +113,24 @@ def threads_round(gw, threads: int, events: int) -> tuple[float, tuple[int, int]
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    options = {"--rounds": "5", "--events": "480", "--threads": "2,4,8", "--synchronous": "NORMAL"}
-    for name in list(options):
-        if name in args:
-            options[name] = args[args.index(name) + 1]
-    rounds, events = int(options["--rounds"]), int(options["--events"])
-    counts = [int(n) for n in options["--threads"].split(",")]
+    parser = argparse.ArgumentParser(description="where the time of several recording threads goes, paired with raw sqlite3")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--events", type=int, default=480, help="events per side in each round")
+    parser.add_argument("--threads", type=lambda text: [int(n) for n in text.split(",")], default=[2, 4, 8],
+                        help="thread counts, comma-separated")
+    parser.add_argument("--synchronous", default="NORMAL", help="SQLite's PRAGMA synchronous: NORMAL or FULL")
+    parser.add_argument("--no-gather", action="store_true",
+                        help="GroupCommit.gather off: no giving the interpreter away after a shared batch")
+    options = parser.parse_args()
+    rounds, events, counts, synchronous = options.rounds, options.events, options.threads, options.synchronous
     slots = max(counts + [BURST])
     with tempfile.TemporaryDirectory() as tmp:
-        open_side(f"sqlite:///{tmp}/raw.db", slots, options["--synchronous"]).close()
+        open_side(f"sqlite:///{tmp}/raw.db", slots, synchronous).close()
         raw = RawLog(Path(tmp) / "raw.db")
-        raw.db.execute(f"PRAGMA synchronous = {options['--synchronous']}")
-        gw = open_side(f"sqlite:///{tmp}/gw.db", slots, options["--synchronous"])
+        raw.db.execute(f"PRAGMA synchronous = {synchronous}")
+        gw = open_side(f"sqlite:///{tmp}/gw.db", slots, synchronous)
         group = gw.ops.group  # the gateway's GroupCommit (its counters and probes)
-        if "--no-gather" in args:
+        if options.no_gather:
             group.gather = False
         timed = hasattr(group, "timings")
         seconds: dict[str, list[float]] = collections.defaultdict(list)
@@ -159,7 +163,7 @@ def main() -> None:
             for name, elapsed in sides.items():
                 seconds[name].append(elapsed)
                 ratios[name].append(sides["raw"] / elapsed)  # throughput relative to raw
-        report: dict[str, object] = {"synchronous": options["--synchronous"], "rounds": rounds,
+        report: dict[str, object] = {"synchronous": synchronous, "rounds": rounds,
                                      "events_per_round": events, "gather": group.gather if timed else None,
                                      "tree": os.environ.get("SESSIONSTATE_TREE", "this")}
         for name in seconds:
