@@ -20,6 +20,7 @@ costs more than its count, so this complements ``append_cost.py``, it does not r
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -94,19 +95,17 @@ def main() -> None:
         sys.path.insert(0, args[1])
         child(args[2], int(args[3]), int(args[4]))
         return
-    events, warm_up = 500, WARM_UP
-    if "--events" in args:
-        i = args.index("--events")
-        events = int(args[i + 1])
-        del args[i:i + 2]
-    if "--warm-up" in args:
-        i = args.index("--warm-up")
-        warm_up = int(args[i + 1])
-        del args[i:i + 2]
+    parser = argparse.ArgumentParser(description="instructions per record_event under callgrind, tree against tree")
+    parser.add_argument("--events", type=int, default=500, help="events counted per tree")
+    parser.add_argument("--warm-up", type=int, default=WARM_UP, help="events recorded per tree before counting starts")
+    parser.add_argument("trees", nargs="*", default=[str(Path(__file__).resolve().parent.parent)],
+                        help="directories holding a sessionstate package (default: this checkout)")
+    options = parser.parse_intermixed_args(args)  # options after the trees too, as before
+    events, warm_up = options.events, options.warm_up
     missing = [tool for tool in ("valgrind", "gcc") if shutil.which(tool) is None]
     if missing or not Path("/usr/include/valgrind/callgrind.h").exists():
         sys.exit(f"instructions: needs valgrind (with its headers) and gcc; missing: {missing or ['callgrind.h']}")
-    trees = [str(Path(t).resolve()) for t in args] or [str(Path(__file__).resolve().parent.parent)]
+    trees = [str(Path(t).resolve()) for t in options.trees]
     with tempfile.TemporaryDirectory() as tmp:
         library = _toggle_library(tmp)
         per_event = [count(tree, events, warm_up, library, tmp) / events for tree in trees]
