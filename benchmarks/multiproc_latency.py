@@ -19,6 +19,7 @@ psycopg writer that inserts and sends ``NOTIFY`` in one transaction, and a bare 
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import resource
@@ -255,10 +256,11 @@ def main() -> None:
     if sys.argv[1:2] == ["--writer"]:
         writer(sys.argv[2], sys.argv[3])
         return
-    args = sys.argv[1:]
-    postgres = "--postgres" in args
-    args = [a for a in args if a != "--postgres"]
-    episodes = int(args[0]) if args else 150
+    parser = argparse.ArgumentParser(description="commit-to-drainable latency across processes, and the pump's idle CPU")
+    parser.add_argument("--postgres", action="store_true", help="on the server named by SESSIONSTATE_TEST_PG_URL")
+    parser.add_argument("episodes", nargs="?", type=int, default=150, help="events recorded, 0.4-0.7 s apart, per side")
+    options = parser.parse_args()
+    postgres, episodes = options.postgres, options.episodes
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
