@@ -21,6 +21,7 @@ the p50 and p99 call latency over every call of every round, and the ratio group
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -93,22 +94,23 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    postgres = "--postgres" in args
-    args = [a for a in args if a != "--postgres"]
-    options = {"--rounds": "7", "--events": "480", "--threads": "1,2,4,8,16", "--switch-interval": "", "--synchronous": "NORMAL"}
-    for name in list(options):
-        if name in args:
-            i = args.index(name)
-            options[name] = args[i + 1]
-            del args[i:i + 2]
-    rounds, events = int(options["--rounds"]), int(options["--events"])
-    if options["--switch-interval"]:  # the GIL's hand-over interval (CPython default 5 ms)
-        sys.setswitchinterval(float(options["--switch-interval"]))
-    counts = [int(n) for n in options["--threads"].split(",")]
+    parser = argparse.ArgumentParser(description="thread scaling of record_event: group commit against one commit per call")
+    parser.add_argument("--postgres", action="store_true", help="on the server named by SESSIONSTATE_TEST_PG_URL")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--events", type=int, default=480, help="events per round, over all threads")
+    parser.add_argument("--threads", type=lambda text: [int(n) for n in text.split(",")], default=[1, 2, 4, 8, 16],
+                        help="thread counts, comma-separated")
+    parser.add_argument("--switch-interval", type=float, metavar="SECONDS",
+                        help="the GIL's hand-over interval, sys.setswitchinterval (default: CPython's 5 ms)")
+    parser.add_argument("--synchronous", default="NORMAL", help="the stores' durability level: NORMAL or FULL")
+    options = parser.parse_args()
+    postgres, rounds, events, counts = options.postgres, options.rounds, options.events, options.threads
+    synchronous = options.synchronous
+    if options.switch_interval is not None:
+        sys.setswitchinterval(options.switch_interval)
     report: dict[str, object] = {"backend": "postgresql" if postgres else "sqlite", "events_per_round": events,
                                  "rounds": rounds, "switch_interval_s": sys.getswitchinterval(),
-                                 "synchronous": options["--synchronous"], "points": []}
+                                 "synchronous": synchronous, "points": []}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         if postgres:
             from multiproc_latency import pg_schema
@@ -116,7 +118,7 @@ def main() -> None:
             urls = {side: stack.enter_context(pg_schema()) for side in ("serial", "group")}
         else:
             urls = {side: f"sqlite:///{tmp}/{side}.db" for side in ("serial", "group")}
-        sides = {side: stack.enter_context(open_side(url, max(counts), options["--synchronous"]))
+        sides = {side: stack.enter_context(open_side(url, max(counts), synchronous))
                  for side, url in urls.items()}
         for threads in counts:
             for side, gw in sides.items():  # warm-up round, not counted
