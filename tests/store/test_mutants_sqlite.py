@@ -5,6 +5,7 @@ failure of any kind comes out as a ``StorageError``. SQLite only, on real files.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sqlite3
@@ -142,6 +143,26 @@ def test_an_unopenable_file_is_explained_by_its_permissions(tmp_path, what):
     assert run.returncode == 2, run.stderr
     line = run.stderr.strip()  # SQLite's own words differ by case (cannot open, read-only directory)
     assert line.startswith(f"sessionstate: storage_unavailable: {path}: ") and line.endswith(f") ({hint})"), line
+
+
+def test_a_name_too_long_is_refused_in_the_file_systems_own_words(tmp_path):
+    """A name the file system cannot hold: the message is the path and the OS's phrase for
+    it, not Python's ``[Errno ...]`` rendering of the exception."""
+    path = tmp_path / ("x" * 300)
+    with pytest.raises(StorageUnavailable) as refused:
+        opened(path)
+    assert refused.value.message == f"{path}: {os.strerror(errno.ENAMETOOLONG)}"
+
+
+def test_a_new_file_gets_every_missing_directory_on_its_path(tmp_path):
+    """Creating a database makes all of its missing parent directories, however deep."""
+    path = tmp_path / "a" / "b" / "c" / "state.db"
+    store = opened(path)
+    try:
+        store.insert_session(SessionRecord(KEY, "a", "main", None, None, None, 1.0, 1.0))
+    finally:
+        store.close()
+    assert path.is_file()
 
 
 # -- reclaiming and vacuuming: what is left on disk --------------------------------------------
