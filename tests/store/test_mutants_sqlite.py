@@ -12,14 +12,16 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from sessionstate import StorageError, StorageUnavailable, UnknownSession
+from sessionstate import InvalidArgument, InvalidDatabaseUrl, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, open_store
+from sessionstate.store.sql_store import SYNCHRONOUS_LEVELS
 from sessionstate.store.sqlite import SqliteStore
 
 KEY = "agent:a:one"
@@ -163,6 +165,107 @@ def test_a_new_file_gets_every_missing_directory_on_its_path(tmp_path):
     finally:
         store.close()
     assert path.is_file()
+
+
+@pytest.mark.parametrize("url, error, message", [
+    ("   ", InvalidDatabaseUrl, "the database URL is empty; give a sqlite:/// URL or a file path"),
+    ("not a url", InvalidDatabaseUrl,
+     "'not a url' is not a database URL (Could not parse SQLAlchemy URL from given URL string);"
+     " give a sqlite:/// URL or a file path"),
+    ("sqlite://user@/state.db", InvalidDatabaseUrl,
+     "'sqlite://user@/state.db': a sqlite URL names no host; use sqlite:///relative or sqlite:////absolute"),
+    ("postgresql://localhost/x", UnsupportedBackend,
+     "'postgresql://localhost/x': backend 'postgresql' is not supported yet; use a sqlite:/// URL"),
+    ("sqlite:///a\x00b.db", InvalidDatabaseUrl, "'sqlite:///a\\x00b.db' names no usable file (embedded null byte)"),
+])
+def test_a_url_the_sqlite_store_cannot_use_is_refused_in_words(url, error, message):
+    """Each refusal of the SQLite store's own URL check says what was wrong and what to give
+    instead (the store itself, not ``open_store``, which refuses some of these first)."""
+    with pytest.raises(error) as refused:
+        SqliteStore(url, notifying_kinds=NOTIFYING_KINDS)
+    assert refused.value.message == message
+
+
+def test_an_unknown_synchronous_level_is_refused_with_the_levels(path):
+    """The refusal lists the levels that are accepted."""
+    with pytest.raises(UnsupportedBackend) as refused:
+        SqliteStore(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS, synchronous="SOMETIMES")
+    assert refused.value.message == f"synchronous must be one of {SYNCHRONOUS_LEVELS}"
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file:shared?mode=memory&uri=true"])
+def test_every_spelling_of_an_in_memory_database_is_one(url):
+    """No file behind it: no path, no change feed (it needs a file), and its messages name
+    the "in-memory database"."""
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    assert store.path is None
+    with pytest.raises(InvalidArgument):
+        store.open_change_feed(("compacted",))
+    store.close()
+    with pytest.raises(StorageUnavailable) as refused:
+        store.head(KEY, "a")
+    assert refused.value.message == "in-memory database: the store is closed"
+
+
+@pytest.mark.parametrize("url, read_only", [
+    ("sqlite:///{path}", False),
+    ("sqlite:///{path}?uri=true", False),
+    ("sqlite:///file:{path}?uri=true", False),
+    ("sqlite:///file:{path}?mode=rw&uri=true", False),
+    ("sqlite:///file:{path}?mode=ro&uri=true", True),
+    ("sqlite:///{path}?mode=ro&uri=true", True),
+    ("sqlite:///file:{path}?mode=ro&uri=1", True),
+    ("sqlite:///file:{path}?immutable=1&uri=true", True),
+])
+def test_a_url_says_from_the_open_whether_the_store_may_write(path, url, read_only):
+    """``read_only`` is known from the URL before anything is written (mode=ro, immutable=1,
+    with uri=true or uri=1), and the file is the one named, with or without ``file:``."""
+    opened(path).close()
+    store = open_store(url.format(path=path), notifying_kinds=NOTIFYING_KINDS)
+    try:
+        assert store.read_only is read_only
+        assert store.path == path
+    finally:
+        store.close()
+
+
+def test_a_mode_without_uri_true_is_ignored_and_the_store_writes(path):
+    """SQLAlchemy passes ``mode`` to SQLite only with uri=true (and warns): without it the
+    store is an ordinary writable one."""
+    opened(path).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        store = open_store(f"sqlite:///{path}?mode=ro", notifying_kinds=NOTIFYING_KINDS)
+    try:
+        assert store.read_only is False
+        store.insert_session(SessionRecord(KEY, "a", "main", None, None, None, 1.0, 1.0))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_a_read_only_or_read_write_url_to_a_missing_file_creates_nothing(tmp_path, mode):
+    """mode=ro and mode=rw open only an existing file: no directory and no file is made."""
+    path = tmp_path / "missing" / "state.db"
+    with pytest.raises(StorageUnavailable) as refused:
+        open_store(f"sqlite:///file:{path}?mode={mode}&uri=true", notifying_kinds=NOTIFYING_KINDS)
+    assert refused.value.message == f"{path}: no database file there (nothing was created)"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: s.runs.get("run-1"),
+    lambda s: s.transcripts.stats(KEY, "a"),
+    lambda s: s.links.all(),
+], ids=["runs", "transcripts", "links"])
+def test_the_feature_tables_of_a_closed_store_say_it_is_closed(store, path, call):
+    """Runs, transcripts and upstream links translate a failure through the store: closed,
+    each says so like the store does."""
+    store.close()
+    with pytest.raises(StorageUnavailable) as refused:
+        call(store)
+    assert refused.value.message == f"{path}: the store is closed"
 
 
 # -- reclaiming and vacuuming: what is left on disk --------------------------------------------
