@@ -9,8 +9,6 @@ feature tables' rows along, the feature tables, and commits visible to a second 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import itertools
 
 import pytest
@@ -28,9 +26,8 @@ from sessionstate.store import (
     open_store,
 )
 from sessionstate.store.records import COMPLETED, FAILED, RUNNING
-from tests.backends import Backend
+from tests.store.sessions import A, B, W  # the store fixture (conftest.py) creates them
 
-A, B, W = "agent:a:one", "agent:a:two", "agent:a:watcher"
 NOTIFYING = "human_direct_message"
 LOG_ONLY = "compacted"
 _TARGETS = itertools.count()  # a fresh target per Hypothesis example (the store is shared)
@@ -38,17 +35,6 @@ _TARGETS = itertools.count()  # a fresh target per Hypothesis example (the store
 VALID_POSITIONS = st.tuples(st.integers(0, 50), st.integers(0, 5), st.integers(0, 5)).map(
     lambda d: (d[0], d[0] + d[1], d[0] + d[1] + (d[2] if d[1] else 0))
 )
-
-
-@pytest.fixture
-def store(backend: Backend) -> Iterator[Store]:
-    with backend.database() as url:
-        s = open_store(url, notifying_kinds=NOTIFYING_KINDS)
-        with s.transaction():
-            for key in (A, B, W):
-                s.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
-        yield s
-        s.close()
 
 
 def append(store: Store, key: str = A, kind: str = NOTIFYING, *, actor: str | None = None,

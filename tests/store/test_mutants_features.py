@@ -9,7 +9,7 @@ had not, went unnoticed. Only the store's protocol methods are used here, never 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -18,20 +18,7 @@ from sessionstate.errors import StorageError
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import MessageRecord, MetaRecord, RunRecord, SessionRecord, Store, open_store
 from sessionstate.store.records import COMPLETED, RUNNING, UpstreamLink
-from tests.backends import Backend
-
-A, B, W = "agent:a:one", "agent:a:two", "agent:a:watcher"
-
-
-@pytest.fixture
-def store(backend: Backend) -> Iterator[Store]:
-    with backend.database() as url:
-        s = open_store(url, notifying_kinds=NOTIFYING_KINDS)
-        with s.transaction():
-            for key in (A, B, W):
-                s.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
-        yield s
-        s.close()
+from tests.store.sessions import A, B, W  # the store fixture (conftest.py) creates them
 
 
 # -- session metadata -----------------------------------------------------------------------
