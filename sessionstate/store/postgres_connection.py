@@ -13,7 +13,7 @@ import psycopg
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import InvalidDatabaseUrl, UnsupportedBackend
+from ..errors import InvalidDatabaseUrl, StorageUnavailable, UnsupportedBackend
 from . import commit_outcome
 from .postgres_errors import translate
 
@@ -64,6 +64,7 @@ class PostgresConnected:
     _depth: int
     _proxy: "PoolProxiedConnection"
     closed: bool
+    where: str
 
     def _connect(self) -> None:
         self._proxy = self._engine.raw_connection()
@@ -84,6 +85,7 @@ class PostgresConnected:
     def _reconnect_if_broken(self) -> None:
         if not (self._pg.broken or self._pg.closed):
             return
+        self._refuse_if_closed()  # a store its owner closed stays closed
         try:
             # Invalidated, not closed: closing would first try to roll back on the dead
             # connection, and the pool logs that failure as an error with its traceback.
@@ -133,7 +135,12 @@ class PostgresConnected:
         row = self._execute(sql, args).fetchone()
         return None if row is None else row[0]
 
+    def _refuse_if_closed(self) -> None:
+        if self.closed:
+            raise StorageUnavailable(f"{self.where}: the store is closed")
+
     def _listening_connection(self) -> "psycopg.Connection[Any]":
+        self._refuse_if_closed()
         proxy = self._engine.raw_connection()
         pg = proxy.driver_connection
         assert isinstance(pg, psycopg.Connection)

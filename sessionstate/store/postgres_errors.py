@@ -14,8 +14,10 @@ from ..errors import CommitOutcomeUnknown, StorageConflict, StorageError, Storag
 __all__ = ["translate"]
 
 # SQLSTATE classes and codes: 08 connection exception, 28 invalid authorization,
-# 57P01-57P03 server shutting down or starting, 40001 serialization failure, 40P01 deadlock.
+# 57P01-57P03 server shutting down or starting, 40001 serialization failure, 40P01 deadlock,
+# 25006 a write in a read-only transaction (a standby, or default_transaction_read_only).
 _UNAVAILABLE_STATES = ("57P01", "57P02", "57P03")
+_READ_ONLY = "25006"
 _LOGIN_REFUSED = re.compile(r"authentication failed|role \".*\" does not exist|no pg_hba\.conf entry")
 
 
@@ -31,6 +33,8 @@ def translate(exc: BaseException, *, committing: bool = False) -> StorageError:
     if state.startswith("53"):  # insufficient resources: disk full, out of memory, too many connections
         return StorageFull(f"PostgreSQL: storage full or out of resources: {detail}") if state == "53100" \
             else StorageUnavailable(f"PostgreSQL: out of resources: {detail}", retry_safe=True)
+    if state == _READ_ONLY:  # as SQLite's SQLITE_READONLY: the database cannot be written
+        return StorageUnavailable(f"PostgreSQL: the database is read-only: {detail}")
     # A client-side connection failure has no SQLSTATE; the server's says 08 or 57P0x.
     lost = (state.startswith("08") or state in _UNAVAILABLE_STATES
             or (isinstance(exc, psycopg.OperationalError) and not state))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy.engine import make_url
 
-from sessionstate.errors import StorageError
+from sessionstate.errors import StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import MessageRecord, MetaRecord, RunRecord, SessionRecord, Store, open_store
 from sessionstate.store.records import COMPLETED, RUNNING, UpstreamLink
@@ -224,19 +224,20 @@ def _read_only(url: str) -> str:
 
 
 def _refused(store: Store, write: Callable[[], object]) -> bool:
-    """Whether ``write``, in a transaction of its own, raised a ``StorageError`` (anything
-    else it raises propagates)."""
+    """Whether ``write``, in a transaction of its own, raised ``StorageUnavailable`` (on every
+    backend: SQLite's SQLITE_READONLY as PostgreSQL's read-only transaction; anything else it
+    raises propagates)."""
     try:
         with store.transaction():
             write()
-    except StorageError:
+    except StorageUnavailable:
         return True
     return False
 
 
 def test_every_feature_table_write_the_database_refuses_is_a_storage_error(backend):
-    """On a database that refuses writes, each feature table's write raises a
-    ``StorageError`` (the store's translation, not the driver's error nor another one), and
+    """On a database that refuses writes, each feature table's write raises
+    ``StorageUnavailable`` (the store's translation, not the driver's error nor another one), and
     every row reads back as it was."""
     with backend.database() as url:
         writer = open_store(url, notifying_kinds=NOTIFYING_KINDS)

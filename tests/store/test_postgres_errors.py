@@ -25,6 +25,8 @@ def _server_error(sqlstate: str, text: str) -> psycopg.Error:
     ("53300", "too many clients", StorageUnavailable, "PostgreSQL: out of resources: too many clients", True),
     ("08006", "server closed the connection", StorageUnavailable, "PostgreSQL unavailable: server closed the connection", True),
     ("57P01", "terminating connection", StorageUnavailable, "PostgreSQL unavailable: terminating connection", True),
+    ("25006", "cannot execute UPDATE in a read-only transaction", StorageUnavailable,
+     "PostgreSQL: the database is read-only: cannot execute UPDATE in a read-only transaction", False),
     ("23505", "duplicate key value", StorageError, "PostgreSQL error: duplicate key value", False),
 ])
 def test_a_server_error_says_what_happened(sqlstate, text, kind, message, retry_safe):

@@ -205,13 +205,6 @@ def test_an_unwritable_directory_is_named_as_the_cause(tmp_path, immutable, exis
     assert_refused(lambda: Gateway.open(str(path)), StorageUnavailable, path, "directory is not writable")
 
 
-def test_a_closed_gateway_says_so(tmp_path):
-    gw = Gateway.open(str(tmp_path / "state.db"))
-    gw.create_session(MAIN)
-    gw.close()
-    assert_refused(lambda: gw.session_status(MAIN), StorageUnavailable, tmp_path / "state.db", "closed")
-
-
 def test_a_write_lock_held_past_the_busy_timeout_says_storage_busy(tmp_path):
     path = tmp_path / "state.db"
     Gateway.open(str(path)).close()
