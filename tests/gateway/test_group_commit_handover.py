@@ -133,3 +133,28 @@ def test_free_running_threads_all_return_with_gathering_on_or_off(gather):
         assert not thread.is_alive()
     assert sorted(e for batch in fake.batches for e in batch) == list(range(per_thread * count))
     assert fake.group.idle()
+
+
+def test_the_gather_waits_only_for_the_callers_the_batch_woke_not_for_its_drainer():
+    """The first caller to queue drains, and its own events are in its first batch; it waits
+    on the lock, not on an event, so the batch's release wakes only the others and the gather
+    after it must expect only those (it expected the drainer too, which cannot queue while it
+    drains: every such gather ran to its timeout)."""
+    fake = Fake()
+    expected: list[int] = []
+    gather = fake.group._gather
+
+    def counting(count: int) -> None:
+        expected.append(count)
+        gather(count)
+
+    fake.group._gather = counting  # type: ignore[method-assign]
+    outcomes: dict[int, Any] = {}
+    with fake.lock:
+        threads = _queued_behind_the_turn(fake, 4, outcomes)
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert sorted(fake.batches[0]) == [0, 1, 2, 3]
+    assert expected[0] == 3, "the gather counted the drainer among the callers it woke"
+    assert fake.group.idle()

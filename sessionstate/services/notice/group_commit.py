@@ -166,7 +166,7 @@ class GroupCommit(Generic[_E]):
             if not batch:
                 return
             self._commit_batch(batch)
-            woken = sum(1 for waiter in batch if waiter.wake is not None)
+            woken = len(_chain(batch))
             if woken and self.gather:
                 self._gather(woken)
 
@@ -185,8 +185,7 @@ class GroupCommit(Generic[_E]):
         timings = self.timings
         stamp = time.perf_counter() if timings is not None else 0.0
         with self._state:
-            # A promoted caller waits on the lock, not on its event: it is no link of the chain.
-            queued = [waiter for waiter in batch if waiter.wake is not None and not waiter.promoted]
+            queued = _chain(batch)
             for waiter in batch:
                 waiter.done = True
                 waiter.committed_at, waiter.batch = stamp, len(batch)
@@ -271,6 +270,13 @@ class GroupCommit(Generic[_E]):
         if timings is not None:
             timings.append((mine.queued_at, mine.committed_at, time.perf_counter(), mine.batch))
         return mine.outcome()
+
+
+def _chain(batch: list[Waiter[Any]]) -> list[Waiter[Any]]:
+    """The callers of ``batch`` that ``_release`` wakes, in order: those still waiting on their
+    event. A promoted caller (a drainer, perhaps committed in its own first batch) waits on the
+    lock instead, so it is no link of the chain, and the gather does not wait for it."""
+    return [waiter for waiter in batch if waiter.wake is not None and not waiter.promoted]
 
 
 def _fail_unanswered(batch: list[Waiter[Any]], exc: BaseException) -> None:
