@@ -1,0 +1,152 @@
+"""The recording hot path's promises that no test in tests/gateway checked, found by mutmut
+(``services/notice/recording.py`` and ``core.py``; docs/mutants/services-notice-hot-path.md):
+
+- R9: two concurrent callers share one transaction (every earlier test queued three or more);
+- R9/R10: a call that names an unknown session fails even when its dedupe key is already in
+  the log, where the append itself would find the old event and bump no head;
+- R9: an agent id that contradicts the key is refused before the caller waits for the turn;
+- the messages of an unknown or ambiguous session, as a caller reads them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from sessionstate import Gateway, InvalidArgument, UnknownSession
+
+MANAGER = "agent:main:main"
+CHILD = "agent:main:subagent:child"
+GHOST = "agent:main:subagent:ghost"
+EVENT = {"actor_type": "human", "summary": "hello"}
+WAIT = 30.0  # only a hang reaches it
+
+
+@pytest.fixture
+def gw(db_url: str) -> Iterator[Gateway]:
+    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
+    gateway.create_session(MANAGER)
+    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
+    yield gateway
+    gateway.close()
+
+
+def wait_queued(gw: Gateway, count: int) -> None:
+    ticks = threading.Event()  # never set: its wait is the poll's pause
+    for _ in range(int(WAIT * 1000)):
+        if gw.ops.diagnostics().group_queued >= count:
+            return
+        ticks.wait(0.001)
+    raise AssertionError(f"only {gw.ops.diagnostics().group_queued} of {count} callers queued")
+
+
+def run_queued(gw: Gateway, calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` in threads while holding the write turn until all of them queued (one
+    batch); each call's result or exception, in order."""
+    outcomes: list[Any] = [None] * len(calls)
+
+    def body(index: int) -> None:
+        try:
+            outcomes[index] = calls[index]()
+        except Exception as exc:  # the test looks at it
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(len(calls))]
+    with gw.locked():
+        for thread in threads:
+            thread.start()
+        wait_queued(gw, len(calls))
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a caller never returned"
+    return outcomes
+
+
+def test_two_concurrent_callers_share_one_transaction(gw, monkeypatch):
+    """R9's group commit holds for a batch of two as for a larger one: one transaction."""
+    store = gw.store
+    original = store.transaction
+    outermost: list[int] = []
+
+    @contextmanager
+    def counted() -> Iterator[None]:
+        if not store.in_transaction:
+            outermost.append(1)
+        with original():
+            yield
+
+    before = gw.ops.state_version(CHILD)
+    monkeypatch.setattr(store, "transaction", counted)
+    first, second = run_queued(gw, [lambda: gw.record_event(CHILD, "goal_changed", **EVENT)] * 2)
+    monkeypatch.undo()
+    assert sorted([first, second]) == [before + 1, before + 2]
+    assert len(outermost) == 1, "two callers of one batch committed in separate transactions"
+    assert gw.ops.diagnostics().group_batches == 1
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "in a batch"])
+def test_an_unknown_session_is_refused_even_when_its_dedupe_key_is_in_the_log(gw, batched):
+    """R10 turns a known dedupe key into the old event's sequence without a head bump, so the
+    bump cannot prove the session exists: R9's "a call that names an unknown session fails
+    alone" needs the session looked up."""
+    kept = gw.record_event(CHILD, "goal_changed", dedupe_key="once", **EVENT)
+    before = gw.store.dump()
+
+    def ghost() -> Any:
+        return gw.record_event(GHOST, "goal_changed", dedupe_key="once", **EVENT)
+
+    if batched:
+        refused, again = run_queued(gw, [ghost, lambda: gw.record_event(CHILD, "goal_changed", dedupe_key="once",
+                                                                        **EVENT)])
+        assert again == kept
+    else:
+        with pytest.raises(UnknownSession) as caught:
+            ghost()
+        refused = caught.value
+    assert isinstance(refused, UnknownSession)
+    assert refused.message == f"unknown session {GHOST!r} (agent 'main')"
+    assert gw.store.dump() == before
+
+
+def test_an_agent_id_that_contradicts_the_key_is_refused_without_waiting_for_the_turn(gw):
+    """Validation runs before a call queues (R9: a call that fails validation fails alone),
+    while another thread holds the write turn."""
+    outcome: list[BaseException] = []
+
+    def contradicting() -> None:
+        try:
+            gw.record_event(CHILD, "goal_changed", agent_id="ops", **EVENT)
+        except InvalidArgument as exc:
+            outcome.append(exc)
+
+    before = gw.store.dump()
+    with gw.locked():
+        thread = threading.Thread(target=contradicting, daemon=True)
+        thread.start()
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a call with a contradicting agent id waited for the write turn"
+        assert gw.ops.diagnostics().group_queued == 0
+    assert [e.message for e in outcome] == [f"agent id 'ops' contradicts key {CHILD!r}"]
+    assert gw.store.dump() == before
+
+
+def test_an_unknown_or_ambiguous_session_is_named_in_the_message(gw):
+    gw.create_session("shared", agent_id="main")
+    gw.create_session("shared", agent_id="ops")
+    with pytest.raises(UnknownSession) as unknown:
+        gw.record_event("nobody", "goal_changed", **EVENT)
+    assert unknown.value.message == "session 'nobody' is unknown"
+    with pytest.raises(UnknownSession) as ambiguous:
+        gw.record_event("shared", "goal_changed", **EVENT)
+    assert ambiguous.value.message == "session 'shared' is ambiguous across agents ['main', 'ops']; give agent_id"
+    with pytest.raises(UnknownSession) as qualified:
+        gw.watch(MANAGER, GHOST)
+    assert qualified.value.message == f"unknown session {GHOST!r} (agent 'main')"
+    # an unqualified key known to one agent alone resolves to it
+    assert gw.record_event("shared", "goal_changed", agent_id="ops", **EVENT) is not None
+    gw.create_session("single", agent_id="ops")
+    assert gw.record_event("single", "goal_changed", **EVENT) == gw.session_status("single")["stateVersion"]
