@@ -5,7 +5,9 @@
 - R9/R10: a call that names an unknown session fails even when its dedupe key is already in
   the log, where the append itself would find the old event and bump no head;
 - R9: an agent id that contradicts the key is refused before the caller waits for the turn;
-- the messages of an unknown or ambiguous session, as a caller reads them.
+- the messages of an unknown or ambiguous session, as a caller reads them;
+- R2 in a batch (``services/notice/batch_decisions.py``): a watcher's own event leaves its
+  cursor caught up, so the batch's next event on the same target still notifies it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from sessionstate import Gateway, InvalidArgument, UnknownSession
+from sessionstate import Gateway, InvalidArgument, UnknownSession, notice_text
 
 MANAGER = "agent:main:main"
+PEER = "agent:main:peer"
 CHILD = "agent:main:subagent:child"
 GHOST = "agent:main:subagent:ghost"
 EVENT = {"actor_type": "human", "summary": "hello"}
@@ -150,3 +153,36 @@ def test_an_unknown_or_ambiguous_session_is_named_in_the_message(gw):
     assert gw.record_event("shared", "goal_changed", agent_id="ops", **EVENT) is not None
     gw.create_session("single", agent_id="ops")
     assert gw.record_event("single", "goal_changed", **EVENT) == gw.session_status("single")["stateVersion"]
+
+
+def test_attach_names_an_unknown_session_and_takes_a_known_key_of_any_agent(gw):
+    """R20's ``attach`` looks its key up under any agent before it needs the change pump: an
+    unknown key is refused by name, a known one (qualified, or unqualified and of another
+    agent) gets as far as the pump check."""
+    gw.create_session("shared", agent_id="ops")
+    for key in ("nobody", GHOST):
+        with pytest.raises(UnknownSession) as unknown:
+            gw.cluster.attach(key)
+        assert unknown.value.message == f"unknown session {key!r}"
+    for key in ("shared", MANAGER):
+        with pytest.raises(InvalidArgument, match="attach needs the change pump"):
+            gw.cluster.attach(key)
+
+
+def test_a_watchers_own_event_in_a_batch_leaves_it_to_be_notified_by_the_next_one(gw):
+    """One batch, two notifying events on CHILD: PEER's own (R2: it notifies MANAGER only, and
+    PEER's cursor stays caught up), then a human's, which must still notify PEER (R6: the
+    notice names the version PEER last saw). MANAGER's pair already holds its notice (R5)."""
+    gw.create_session(PEER)
+    gw.watch(PEER, CHILD)
+    seen = gw.ops.state_version(CHILD)
+    assert gw.ops.cursor_positions(MANAGER, CHILD)[:3] == gw.ops.cursor_positions(PEER, CHILD)[:3] == (seen,) * 3
+    own, human = gw.record_events([
+        dict(session_key=CHILD, kind="goal_changed", actor_type="agent", actor_id=PEER, summary="mine"),
+        dict(session_key=CHILD, kind="human_direct_message", **EVENT),
+    ])
+    assert seen < own < human == gw.ops.state_version(CHILD)
+    assert gw.pending_system_events(MANAGER) == [notice_text(CHILD, seen)]
+    assert gw.pending_system_events(PEER) == [notice_text(CHILD, seen)]
+    assert gw.ops.cursor_positions(MANAGER, CHILD)[:3] == (seen, own, human)
+    assert gw.ops.cursor_positions(PEER, CHILD)[:3] == (seen, human, human)
