@@ -7,14 +7,18 @@
 - R9: an agent id that contradicts the key is refused before the caller waits for the turn;
 - the messages of an unknown or ambiguous session, as a caller reads them;
 - R2 in a batch (``services/notice/batch_decisions.py``): a watcher's own event leaves its
-  cursor caught up, so the batch's next event on the same target still notifies it.
+  cursor caught up, so the batch's next event on the same target still notifies it;
+- the protocol trace (spec section 15): each event's line, and each step it fires (R2's
+  ``self_event`` included) with that event's kind and actor, alone and in a batch.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,3 +190,41 @@ def test_a_watchers_own_event_in_a_batch_leaves_it_to_be_notified_by_the_next_on
     assert gw.pending_system_events(PEER) == [notice_text(CHILD, seen)]
     assert gw.ops.cursor_positions(MANAGER, CHILD)[:3] == (seen, own, human)
     assert gw.ops.cursor_positions(PEER, CHILD)[:3] == (seen, human, human)
+
+
+def test_the_trace_logs_each_event_and_each_step_it_fires_with_the_events_kind_and_actor(db_url, tmp_path):
+    """Three calls on CHILD, watched by MANAGER (spawn) and PEER: PEER's own event (MANAGER
+    steps on ``material_event``, PEER on ``self_event``); PEER's own again, when PEER alone is
+    caught up (only its ``self_event`` step); then a batch of a human's event (PEER's
+    ``material_event``) and MANAGER's, which meets no caught-up cursor."""
+    path = tmp_path / "trace.jsonl"
+    with Gateway.open(db_url, trace=path, clock=lambda: 1_800_000_000.0, notify_on_create=False) as gw:
+        gw.create_session(MANAGER)
+        gw.create_session(CHILD, kind="subagent", parent=MANAGER)
+        gw.create_session(PEER)
+        gw.watch(PEER, CHILD)
+        first = gw.record_event(CHILD, "goal_changed", actor_type="agent", actor_id=PEER, summary="mine")
+        second = gw.record_event(CHILD, "human_direct_message", actor_type="agent", actor_id=PEER, summary="again")
+        human, managers = gw.record_events([
+            dict(session_key=CHILD, kind="human_direct_message", **EVENT),
+            dict(session_key=CHILD, kind="goal_changed", actor_type="agent", actor_id=MANAGER, summary="m"),
+        ])
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    events = {line["seq"]: line for line in lines if line["op"] == "event"}
+    recorded = {
+        first: ("goal_changed", "agent", PEER), second: ("human_direct_message", "agent", PEER),
+        human: ("human_direct_message", "human", None), managers: ("goal_changed", "agent", MANAGER),
+    }
+    for sequence, (kind, actor_type, actor) in recorded.items():
+        event = events[sequence]
+        assert (event["session"], event["kind"], event["actor_type"], event["actor"]) == (
+            [CHILD, "main"], kind, actor_type, actor)
+    steps = [line for line in lines if line["op"] == "step" and line["trigger"] in ("material_event", "self_event")]
+    assert sorted((step["seq"], step["watcher"], step["trigger"]) for step in steps) == sorted([
+        (first, MANAGER, "material_event"), (first, PEER, "self_event"),
+        (second, PEER, "self_event"),
+        (human, PEER, "material_event"),
+    ])
+    for step in steps:
+        assert step["target"] == [CHILD, "main"]
+        assert (step["kind"], step["actor"]) == (recorded[step["seq"]][0], recorded[step["seq"]][2])
