@@ -6,6 +6,7 @@
   the log, where the append itself would find the old event and bump no head;
 - R9: an agent id that contradicts the key is refused before the caller waits for the turn;
 - the messages of an unknown or ambiguous session, as a caller reads them;
+- every field a caller gives ``record_event`` reads back in ``changesSince`` (spec section 10);
 - R2 in a batch (``services/notice/batch_decisions.py``): a watcher's own event leaves its
   cursor caught up, so the batch's next event on the same target still notifies it;
 - the protocol trace (spec section 15): each event's line, and each step it fires (R2's
@@ -228,3 +229,17 @@ def test_the_trace_logs_each_event_and_each_step_it_fires_with_the_events_kind_a
     for step in steps:
         assert step["target"] == [CHILD, "main"]
         assert (step["kind"], step["actor"]) == (recorded[step["seq"]][0], recorded[step["seq"]][2])
+
+
+def test_every_field_given_to_record_event_reads_back_in_changes_since(gw):
+    """The run id and the payload were only ever checked for being refused when bad; a good one
+    must be stored and shown (the payload's visible fields only)."""
+    before = gw.ops.state_version(CHILD)
+    sequence = gw.record_event(CHILD, "run_failed", actor_type="agent", actor_id=MANAGER, run_id="run-7",
+                               summary="the run failed", payload={"outcome": "timeout", "detail": "hidden"},
+                               occurred_at=1_800_000_000.0 - 60)
+    events = gw.session_status(CHILD, changes_since=before)["stateChanges"]["events"]
+    assert events == [{
+        "sequence": sequence, "kind": "run_failed", "actorType": "agent", "occurredAt": "2027-01-15T07:59:00.000Z",
+        "summary": "the run failed", "actorId": MANAGER, "runId": "run-7", "payload": {"outcome": "timeout"},
+    }]
