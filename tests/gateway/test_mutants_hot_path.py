@@ -6,7 +6,8 @@
   the log, where the append itself would find the old event and bump no head;
 - R9: an agent id that contradicts the key is refused before the caller waits for the turn;
 - the messages of an unknown or ambiguous session, as a caller reads them;
-- every field a caller gives ``record_event`` reads back in ``changesSince`` (spec section 10);
+- every field a caller gives ``record_event`` reads back in ``changesSince`` (spec section 10),
+  and ``stats["events_recorded"]`` counts each event a burst inserted;
 - R2 in a batch (``services/notice/batch_decisions.py``): a watcher's own event leaves its
   cursor caught up, so the batch's next event on the same target still notifies it;
 - the protocol trace (spec section 15): each event's line, and each step it fires (R2's
@@ -243,3 +244,14 @@ def test_every_field_given_to_record_event_reads_back_in_changes_since(gw):
         "sequence": sequence, "kind": "run_failed", "actorType": "agent", "occurredAt": "2027-01-15T07:59:00.000Z",
         "summary": "the run failed", "actorId": MANAGER, "runId": "run-7", "payload": {"outcome": "timeout"},
     }]
+
+
+def test_events_recorded_counts_the_events_a_burst_inserted(gw):
+    """``stats["events_recorded"]`` counts inserted events: three for a burst of three, none for
+    an event its dedupe key found already in the log (R10)."""
+    recorded = gw.ops.stats["events_recorded"]
+    burst = gw.record_events([dict(session_key=CHILD, kind="goal_changed", **EVENT)] * 2
+                             + [dict(session_key=CHILD, kind="goal_changed", dedupe_key="d", **EVENT)])
+    assert gw.ops.stats["events_recorded"] == recorded + 3
+    assert gw.record_event(CHILD, "goal_changed", dedupe_key="d", **EVENT) == burst[2]
+    assert gw.ops.stats["events_recorded"] == recorded + 3
