@@ -1,0 +1,170 @@
+"""Tests written for mutmut's survivors over services/child_runs.py (tests/gateway and
+tests/tools as the selection). Each pins a behaviour those mutants changed unnoticed:
+
+- the run readers (``runs_of``, ``runs_of_child``) take only a (session key, agent id) tuple
+  and name the argument, and the part of it, that is wrong; ``runs_of`` gives the newest 50
+  runs unless asked for another count;
+- steering reaches the run's own child (its key *and* agent id, also for an unqualified key
+  two agents share) as a user-role message written by the sending agent, with provenance
+  naming the sender and the run; it counts on the run's row; a run that is unknown or has
+  ended is not steered; empty guidance is refused, and every refusal names its argument;
+- a run's end recorded from the background job keeps what the job knew: the runner's token
+  usage on the result message, and "the system" as the actor of a timeout;
+- a run whose end cannot be recorded because its gateway was closed meanwhile is logged at
+  INFO, naming the run and its outcome, and nothing is raised into the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from sessionstate import Gateway
+from sessionstate.errors import InvalidArgument
+from sessionstate.runner import Rule
+from sessionstate.runner.base import RunContext, TurnRequest, TurnResult
+from sessionstate.shared.fencing import fenced_text
+from sessionstate.store import RunRecord
+
+from tests.tools.support import MANAGER, ok, open_gateway
+
+REQUESTER = (MANAGER, "main")
+# One unqualified key held by two agents: only the agent id tells their sessions apart.
+SHARED_KEY = "worker"
+
+
+def run_record(run_id: str, *, child: tuple[str, str], created_at: float) -> RunRecord:
+    """A running run of MANAGER's, as sessions_spawn would insert it (no timeout, no route)."""
+    return RunRecord(
+        run_id=run_id, requester_key=MANAGER, requester_agent_id="main", child_key=child[0],
+        child_agent_id=child[1], runtime="subagent", task="t", label=None, model=None,
+        thinking=None, thread=False, context="isolated", timeout_seconds=None, status="running",
+        outcome=None, result_text=None, announce_channel=None, announce_to=None, steer_count=0,
+        created_at=created_at, ended_at=None,
+    )
+
+
+@pytest.fixture
+def gw(db_url):
+    gateway = Gateway.open(db_url)
+    gateway.create_session(MANAGER)
+    for agent in ("a1", "a2"):
+        gateway.create_session(SHARED_KEY, agent_id=agent)
+    yield gateway
+    gateway.runs.wait_for_runs()
+    gateway.close()
+
+
+def refusal(call) -> str:
+    with pytest.raises(InvalidArgument) as refused:
+        call()
+    return str(refused.value)
+
+
+# -- reading runs -------------------------------------------------------------------------------
+
+def test_run_readers_take_only_a_key_and_agent_id_pair_and_name_what_is_wrong(gw):
+    # A list is not a pair even when it has two items; a value without a length is not either.
+    assert refusal(lambda: gw.runs.runs_of([MANAGER, "main"])) == "requester must be a (session key, agent id) pair"
+    assert refusal(lambda: gw.runs.runs_of(None)) == "requester must be a (session key, agent id) pair"
+    assert refusal(lambda: gw.runs.runs_of_child([SHARED_KEY, "a1"])) == "child must be a (session key, agent id) pair"
+    assert refusal(lambda: gw.runs.runs_of(("", "main"))).startswith("requester key must be 1 to ")
+    assert refusal(lambda: gw.runs.runs_of((MANAGER, 7))) == "requester agent id must be a string, not int"
+    assert refusal(lambda: gw.runs.runs_of_child(("a b", "a1"))).startswith("child key 'a b' contains whitespace")
+    assert refusal(lambda: gw.runs.runs_of_child((SHARED_KEY, ""))).startswith("child agent id must be 1 to ")
+    assert refusal(lambda: gw.runs.runs_of(REQUESTER, limit=-1)).startswith("limit must be between 0 and ")
+
+
+def test_runs_of_gives_the_newest_fifty_runs_unless_told_otherwise(gw):
+    for n in range(52):
+        gw.runs.insert(run_record(f"run-{n:02}", child=(SHARED_KEY, "a1"), created_at=1000.0 + n))
+    newest_first = [f"run-{n:02}" for n in reversed(range(52))]
+    assert [r.run_id for r in gw.runs.runs_of(REQUESTER)] == newest_first[:50]
+    assert [r.run_id for r in gw.runs.runs_of(REQUESTER, limit=2)] == newest_first[:2]
+
+
+# -- steering -----------------------------------------------------------------------------------
+
+def test_steering_reaches_the_runs_own_child_as_the_senders_message(gw):
+    gw.runs.insert(run_record("run-1", child=(SHARED_KEY, "a2"), created_at=1000.0))
+    assert gw.runs.steer_run("run-1", "focus on the tests", sender=MANAGER) is True
+    (message,) = gw.transcripts.transcript(SHARED_KEY, agent_id="a2")
+    assert (message.role, message.actor_type, message.actor_id) == ("user", "agent", MANAGER)
+    assert fenced_text(message.text) == "focus on the tests"  # fenced: another session's words
+    assert message.provenance == {"kind": "steer", "sourceSessionKey": MANAGER, "runId": "run-1", "isUser": False}
+    assert gw.transcripts.transcript(SHARED_KEY, agent_id="a1") == []  # the other agent's session
+    assert gw.runs.get_run("run-1").steer_count == 1
+
+
+def test_a_run_that_is_unknown_or_has_ended_is_not_steered(gw):
+    gw.runs.insert(run_record("run-1", child=(SHARED_KEY, "a1"), created_at=1000.0))
+    assert gw.runs.finish_run("run-1", "completed", announce=False) is True
+    assert gw.runs.steer_run("run-1", "too late", sender=MANAGER) is False
+    assert gw.runs.steer_run("run-unknown", "anyone?", sender=MANAGER) is False
+    assert gw.transcripts.transcript(SHARED_KEY, agent_id="a1") == []
+    assert gw.runs.get_run("run-1").steer_count == 0
+
+
+def test_steering_refusals_name_the_argument(gw):
+    gw.runs.insert(run_record("run-1", child=(SHARED_KEY, "a1"), created_at=1000.0))
+    assert refusal(lambda: gw.runs.steer_run("", "go on", sender=MANAGER)) == "run id must not be empty"
+    assert refusal(lambda: gw.runs.steer_run("run-1", "", sender=MANAGER)) == "guidance must not be empty"
+    assert refusal(lambda: gw.runs.steer_run("run-1", 5, sender=MANAGER)) == "guidance must be a string, not int"
+    assert refusal(lambda: gw.runs.steer_run("run-1", "go on", sender=None)) == "sender must be a string, not NoneType"
+    assert gw.transcripts.transcript(SHARED_KEY, agent_id="a1") == []
+    assert gw.runs.get_run("run-1").steer_count == 0
+
+
+# -- ends recorded by the background job --------------------------------------------------------
+
+class FixedUsageRunner:
+    """Answers every turn with one reply and a known token usage."""
+
+    def run_turn(self, request: TurnRequest, ctx: RunContext) -> TurnResult:
+        return TurnResult("report ready", input_tokens=120, output_tokens=30)
+
+
+def test_a_completed_run_keeps_the_runners_token_usage_on_its_result(db_url):
+    gw, _ = open_gateway(db_url)
+    gw.runs.runner = FixedUsageRunner()
+    gw.create_session(MANAGER)
+    spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": "write the report"}))
+    assert gw.runs.wait_for_runs()
+    result = gw.transcripts.transcript(spawned["childSessionKey"])[-1]
+    assert (result.text, result.input_tokens, result.output_tokens) == ("report ready", 120, 30)
+    gw.close()
+
+
+def test_a_timed_out_run_is_ended_by_the_system(db_url):
+    gw, runner = open_gateway(db_url)
+    gw.create_session(MANAGER)
+    runner.add(Rule("agent:main:subagent:*", "task", ["never"], delay=30))  # cancellable: leaves at once
+    spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": "slow", "timeoutSeconds": 0.2}))
+    assert gw.runs.wait_for_runs()
+    event = gw.session_status(spawned["childSessionKey"], changes_since=0)["stateChanges"]["events"][-1]
+    assert (event["kind"], event["payload"]) == ("run_failed", {"outcome": "timeout"})
+    assert event["actorType"] == "system" and "actorId" not in event  # no agent ended it
+    gw.close()
+
+
+def test_a_run_ending_after_its_gateway_closed_is_logged_and_not_raised(db_url, caplog):
+    release = threading.Event()
+
+    class WaitingRunner:
+        def run_turn(self, request: TurnRequest, ctx: RunContext) -> TurnResult:
+            release.wait(10)
+            return TurnResult("late reply")
+
+    gw, _ = open_gateway(db_url)
+    gw.runs.runner = WaitingRunner()
+    gw.create_session(MANAGER)
+    spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": "t"}))
+    gw.close()
+    with caplog.at_level(logging.INFO, logger="sessionstate"):
+        release.set()
+        assert gw.runs.wait_for_runs()
+    ended = [r for r in caplog.records if r.name == "sessionstate" and r.levelno >= logging.INFO]
+    assert [(r.levelno, r.getMessage()) for r in ended] == [
+        (logging.INFO, f"run {spawned['runId']} ended (completed) after its session went away")]
