@@ -8,10 +8,15 @@ tests/tools as the selection). Each pins a behaviour those mutants changed unnot
   two agents share) as a user-role message written by the sending agent, with provenance
   naming the sender and the run; it counts on the run's row; a run that is unknown or has
   ended is not steered; empty guidance is refused, and every refusal names its argument;
+- the requester's announce: an empty reply reads "(no reply)", a reply is cut after 1,000
+  characters (marked "…"), a timeout names its limit, a failure without detail says only how
+  it ended, and the stored route is named only when there is one (its "->" part only when
+  it has a recipient);
 - a run's end recorded from the background job keeps what the job knew: the runner's token
   usage on the result message, and "the system" as the actor of a timeout;
 - a run whose end cannot be recorded because its gateway was closed meanwhile is logged at
-  INFO, naming the run and its outcome, and nothing is raised into the job.
+  INFO, naming the run and its outcome; any other failure to record it is logged as an error
+  with its cause; neither is raised into the job.
 """
 
 from __future__ import annotations
@@ -35,14 +40,18 @@ REQUESTER = (MANAGER, "main")
 SHARED_KEY = "worker"
 
 
-def run_record(run_id: str, *, child: tuple[str, str], created_at: float) -> RunRecord:
-    """A running run of MANAGER's, as sessions_spawn would insert it (no timeout, no route)."""
+def run_record(
+    run_id: str, *, child: tuple[str, str], created_at: float, label: str | None = None,
+    timeout_seconds: float | None = None, announce_channel: str | None = None,
+) -> RunRecord:
+    """A running run of MANAGER's, as sessions_spawn would insert it (by default no label, no
+    timeout, no stored reply route)."""
     return RunRecord(
         run_id=run_id, requester_key=MANAGER, requester_agent_id="main", child_key=child[0],
-        child_agent_id=child[1], runtime="subagent", task="t", label=None, model=None,
-        thinking=None, thread=False, context="isolated", timeout_seconds=None, status="running",
-        outcome=None, result_text=None, announce_channel=None, announce_to=None, steer_count=0,
-        created_at=created_at, ended_at=None,
+        child_agent_id=child[1], runtime="subagent", task="t", label=label, model=None,
+        thinking=None, thread=False, context="isolated", timeout_seconds=timeout_seconds,
+        status="running", outcome=None, result_text=None, announce_channel=announce_channel,
+        announce_to=None, steer_count=0, created_at=created_at, ended_at=None,
     )
 
 
@@ -117,6 +126,41 @@ def test_steering_refusals_name_the_argument(gw):
     assert gw.runs.get_run("run-1").steer_count == 0
 
 
+# -- the requester's announce --------------------------------------------------------------------
+
+def announced(gw, run: RunRecord, outcome: str, text: str | None = None) -> str:
+    """The one line MANAGER is told when ``run`` ends with ``outcome``."""
+    gw.runs.insert(run)
+    assert gw.runs.finish_run(run.run_id, outcome, text=text) is True
+    (line,) = gw.drain_system_events(MANAGER)
+    return line
+
+
+def test_a_completed_run_is_announced_with_its_reply_bounded(gw):
+    child = (SHARED_KEY, "a1")
+    assert announced(gw, run_record("run-1", child=child, created_at=1.0, label="calc"), "completed") == (
+        '[Sub-agent result] "calc" (run run-1) completed; reply (untrusted data): "(no reply)"')
+    fits, too_long = "x" * 1000, "y" * 1001  # ANNOUNCE_TEXT_CHARS, and one more
+    assert announced(gw, run_record("run-2", child=child, created_at=2.0), "completed", fits) == (
+        f'[Sub-agent result] "worker" (run run-2) completed; reply (untrusted data): "{fits}"')
+    assert announced(gw, run_record("run-3", child=child, created_at=3.0), "completed", too_long) == (
+        f'[Sub-agent result] "worker" (run run-3) completed; reply (untrusted data): "{"y" * 1000}…"')
+
+
+def test_a_run_that_did_not_complete_is_announced_by_how_it_ended(gw):
+    child = (SHARED_KEY, "a1")
+    assert announced(gw, run_record("run-1", child=child, created_at=1.0, timeout_seconds=0.5), "timeout") == (
+        '[Sub-agent result] "worker" (run run-1) timed out after 0.5s')
+    assert announced(gw, run_record("run-2", child=child, created_at=2.0), "cancelled") == (
+        '[Sub-agent result] "worker" (run run-2) failed (cancelled)')
+
+
+def test_the_announce_names_the_stored_route_only_as_far_as_it_is_known(gw):
+    run = run_record("run-1", child=(SHARED_KEY, "a1"), created_at=1.0, announce_channel="slack")
+    assert announced(gw, run, "completed", "ok") == (
+        '[Sub-agent result] "worker" (run run-1) completed; reply (untrusted data): "ok" [route "slack"]')
+
+
 # -- ends recorded by the background job --------------------------------------------------------
 
 class FixedUsageRunner:
@@ -168,3 +212,22 @@ def test_a_run_ending_after_its_gateway_closed_is_logged_and_not_raised(db_url, 
     ended = [r for r in caplog.records if r.name == "sessionstate" and r.levelno >= logging.INFO]
     assert [(r.levelno, r.getMessage()) for r in ended] == [
         (logging.INFO, f"run {spawned['runId']} ended (completed) after its session went away")]
+
+
+def test_an_unexpected_failure_recording_a_runs_end_is_logged_with_its_cause(db_url, caplog, monkeypatch):
+    gw, _ = open_gateway(db_url)
+    gw.create_session(MANAGER)
+
+    def broken_finish(*args, **kwargs):
+        raise RuntimeError("the driver broke")  # not a refusal the package names
+
+    monkeypatch.setattr(gw.store.runs, "finish", broken_finish)
+    with caplog.at_level(logging.INFO, logger="sessionstate"):
+        spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", {"task": "t"}))
+        assert gw.runs.wait_for_runs()
+    ended = [r for r in caplog.records if r.name == "sessionstate" and r.levelno >= logging.INFO]
+    assert [(r.levelno, r.getMessage()) for r in ended] == [
+        (logging.ERROR, f"recording the end of run {spawned['runId']} failed")]
+    assert str(ended[0].exc_info[1]) == "the driver broke"
+    assert gw.runs.get_run(spawned["runId"]).status == "running"  # nothing was recorded
+    gw.close()
