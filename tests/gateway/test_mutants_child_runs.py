@@ -12,6 +12,10 @@ tests/tools as the selection). Each pins a behaviour those mutants changed unnot
   characters (marked "…"), a timeout names its limit, a failure without detail says only how
   it ended, and the stored route is named only when there is one (its "->" part only when
   it has a recipient);
+- a result wakes its requester only when the requester yielded to wait for it, naming the
+  run, and only once; a kill is announced only when asked;
+- a shutdown cancels every background job (a send's exchange too, which has no run row) as
+  "shutdown", and waits 5 s at most for them by default;
 - a run's end recorded from the background job keeps what the job knew: the runner's token
   usage on the result message, and "the system" as the actor of a timeout;
 - a run whose end cannot be recorded because its gateway was closed meanwhile is logged at
@@ -29,11 +33,12 @@ import pytest
 from sessionstate import Gateway
 from sessionstate.errors import InvalidArgument
 from sessionstate.runner import Rule
-from sessionstate.runner.base import RunContext, TurnRequest, TurnResult
+from sessionstate.runner.base import RunCancelled, RunContext, TurnRequest, TurnResult
 from sessionstate.shared.fencing import fenced_text
+from sessionstate.shared.policy import ToolPolicy
 from sessionstate.store import RunRecord
 
-from tests.tools.support import MANAGER, ok, open_gateway
+from tests.tools.support import MANAGER, PEER, ok, open_gateway
 
 REQUESTER = (MANAGER, "main")
 # One unqualified key held by two agents: only the agent id tells their sessions apart.
@@ -42,12 +47,12 @@ SHARED_KEY = "worker"
 
 def run_record(
     run_id: str, *, child: tuple[str, str], created_at: float, label: str | None = None,
-    timeout_seconds: float | None = None, announce_channel: str | None = None,
+    timeout_seconds: float | None = None, announce_channel: str | None = None, requester: str = MANAGER,
 ) -> RunRecord:
-    """A running run of MANAGER's, as sessions_spawn would insert it (by default no label, no
-    timeout, no stored reply route)."""
+    """A running run (MANAGER's unless told), as sessions_spawn would insert it (by default no
+    label, no timeout, no stored reply route)."""
     return RunRecord(
-        run_id=run_id, requester_key=MANAGER, requester_agent_id="main", child_key=child[0],
+        run_id=run_id, requester_key=requester, requester_agent_id="main", child_key=child[0],
         child_agent_id=child[1], runtime="subagent", task="t", label=label, model=None,
         thinking=None, thread=False, context="isolated", timeout_seconds=timeout_seconds,
         status="running", outcome=None, result_text=None, announce_channel=announce_channel,
@@ -159,6 +164,68 @@ def test_the_announce_names_the_stored_route_only_as_far_as_it_is_known(gw):
     run = run_record("run-1", child=(SHARED_KEY, "a1"), created_at=1.0, announce_channel="slack")
     assert announced(gw, run, "completed", "ok") == (
         '[Sub-agent result] "worker" (run run-1) completed; reply (untrusted data): "ok" [route "slack"]')
+
+
+def test_a_result_wakes_a_requester_only_when_it_yielded_for_it(db_url):
+    # An unqualified session is not woken by the lines queued for it (R12, like a sub-agent):
+    # only its yield asks for this wake.
+    lead = "desk"
+    wakes = []
+    gw, _ = open_gateway(db_url, on_wake=lambda watcher, reason: wakes.append((watcher, reason)))
+    gw.create_session(MANAGER)
+    gw.create_session(lead, agent_id="main")
+    gw.create_session(SHARED_KEY, agent_id="a1")
+    for n in (1, 2, 3):
+        gw.runs.insert(run_record(f"run-{n}", child=(SHARED_KEY, "a1"), created_at=float(n), requester=lead))
+    assert gw.runs.finish_run("run-1", "completed", text="first") is True
+    assert wakes == []  # told on its next turn, not woken: it did not wait for this
+    assert ok(gw.call_tool(lead, "sessions_yield", {}))["status"] == "yielded"
+    assert gw.runs.finish_run("run-2", "completed", text="second") is True
+    assert wakes == [(lead, "subagent-result: run-2")]
+    assert gw.registry.meta_of((lead, "main")).yielded_at is None  # the wait is over
+    assert gw.runs.finish_run("run-3", "completed", text="third") is True
+    assert wakes == [(lead, "subagent-result: run-2")]
+    gw.close()
+
+
+def test_a_kill_is_announced_only_when_asked_and_names_a_refused_run_id(gw):
+    for n in (1, 2):
+        gw.runs.insert(run_record(f"run-{n}", child=(SHARED_KEY, "a1"), created_at=float(n)))
+    assert gw.runs.kill_run("run-1", actor_id=MANAGER) is True
+    assert gw.drain_system_events(MANAGER) == []
+    assert gw.runs.kill_run("run-2", actor_id=MANAGER, announce=True) is True
+    assert gw.drain_system_events(MANAGER) == ['[Sub-agent result] "worker" (run run-2) failed (cancelled)']
+    assert refusal(lambda: gw.runs.kill_run("")) == "run id must not be empty"
+
+
+class CancelRecordingRunner:
+    """Works until cancelled, and remembers why it was cancelled."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str | None] = []
+
+    def run_turn(self, request: TurnRequest, ctx: RunContext) -> TurnResult:
+        if ctx.wait(30):
+            self.reasons.append(ctx.reason)
+            raise RunCancelled(ctx.reason or "cancelled")
+        return TurnResult(None)
+
+
+def test_a_shutdown_cancels_every_background_job_and_waits_five_seconds_at_most(db_url, monkeypatch):
+    gw, _ = open_gateway(db_url, policy=ToolPolicy(visibility="agent"))
+    runner = CancelRecordingRunner()
+    gw.runs.runner = runner
+    gw.create_session(MANAGER)
+    gw.create_session(PEER)
+    waits = []
+    wait_idle = gw.runs.executor.wait_idle
+    monkeypatch.setattr(gw.runs.executor, "wait_idle", lambda timeout: waits.append(timeout) or wait_idle(timeout))
+    # A send's exchange has no run row: only the shutdown's sweep of the jobs reaches it.
+    assert ok(gw.call_tool(MANAGER, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0}))["status"] == "accepted"
+    assert gw.runs.stop_runs() == []
+    assert (runner.reasons, gw.runs.executor.active(), waits) == (["shutdown"], [], [5.0])
+    assert refusal(lambda: gw.runs.stop_runs(-1)) == "timeout must be a finite number of seconds >= 0"
+    gw.close()
 
 
 # -- ends recorded by the background job --------------------------------------------------------
