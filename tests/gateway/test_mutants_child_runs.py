@@ -8,6 +8,9 @@ tests/tools as the selection). Each pins a behaviour those mutants changed unnot
   two agents share) as a user-role message written by the sending agent, with provenance
   naming the sender and the run; it counts on the run's row; a run that is unknown or has
   ended is not steered; empty guidance is refused, and every refusal names its argument;
+- finish_run and start_run name the argument they refuse (a string that is not an outcome,
+  a list given as usage) and change nothing; a started run hands the runner the child's
+  key and agent id, the task, the requester as sender, and the run's model and thinking;
 - the requester's announce: an empty reply reads "(no reply)", a reply is cut after 1,000
   characters (marked "…"), a timeout names its limit, a failure without detail says only how
   it ended, and the stored route is named only when there is one (its "->" part only when
@@ -15,7 +18,7 @@ tests/tools as the selection). Each pins a behaviour those mutants changed unnot
 - a result wakes its requester only when the requester yielded to wait for it, naming the
   run, and only once; a kill is announced only when asked;
 - a shutdown cancels every background job (a send's exchange too, which has no run row) as
-  "shutdown", and waits 5 s at most for them by default;
+  "shutdown", and waits 5 s at most for them by default (a plain wait for the runs, 10 s);
 - a run's end recorded from the background job keeps what the job knew: the runner's token
   usage on the result message, and "the system" as the actor of a timeout;
 - a run whose end cannot be recorded because its gateway was closed meanwhile is logged at
@@ -131,6 +134,48 @@ def test_steering_refusals_name_the_argument(gw):
     assert gw.runs.get_run("run-1").steer_count == 0
 
 
+# -- finishing and starting a run ----------------------------------------------------------------
+
+def test_finish_run_refusals_name_the_argument_and_change_nothing(gw):
+    gw.runs.insert(run_record("run-1", child=(SHARED_KEY, "a1"), created_at=1.0))
+    finish = gw.runs.finish_run
+    assert refusal(lambda: finish("", "completed")) == "run id must not be empty"
+    for outcome in ("bogus", 3):  # a string that is no outcome, and no string at all
+        assert refusal(lambda: finish("run-1", outcome)) == "outcome must be one of ['completed', 'error', 'timeout', 'cancelled']"
+    assert refusal(lambda: finish("run-1", "completed", text=5)) == "text must be a string, not int"
+    assert refusal(lambda: finish("run-1", "error", actor_id="a b")).startswith("actor id 'a b' contains whitespace")
+    for usage in ([1, 2], (1, 2, 3)):  # a list is no pair, nor are three counts
+        assert refusal(lambda: finish("run-1", "completed", usage=usage)) == "usage must be an (input tokens, output tokens) pair"
+    assert refusal(lambda: finish("run-1", "completed", usage=(-1, 0))).startswith("input tokens must be between 0 and ")
+    assert refusal(lambda: finish("run-1", "completed", usage=(0, -1))).startswith("output tokens must be between 0 and ")
+    assert gw.runs.get_run("run-1").status == "running"
+    assert gw.pending_system_events(MANAGER) == []
+
+
+class RequestRecordingRunner:
+    """Answers at once, and keeps every turn request it was handed."""
+
+    def __init__(self) -> None:
+        self.requests: list[TurnRequest] = []
+
+    def run_turn(self, request: TurnRequest, ctx: RunContext) -> TurnResult:
+        self.requests.append(request)
+        return TurnResult("done")
+
+
+def test_a_started_run_hands_its_child_the_task_as_the_requester_with_its_model(gw):
+    runner = RequestRecordingRunner()
+    gw.runs.runner = runner
+    run = run_record("run-1", child=(SHARED_KEY, "a2"), created_at=1.0)._replace(model="m-x", thinking="high")
+    gw.runs.insert(run)
+    assert refusal(lambda: gw.runs.start_run(tuple(run), "the task")) == "run must be a RunRecord"
+    assert refusal(lambda: gw.runs.start_run(run, 5)) == "prompt must be a string, not int"
+    gw.runs.start_run(run, "the task")
+    assert gw.runs.wait_for_runs()
+    assert runner.requests == [TurnRequest(SHARED_KEY, "a2", "task", "the task", sender_key=MANAGER, model="m-x", thinking="high")]
+    assert gw.runs.get_run("run-1").status == "completed"
+
+
 # -- the requester's announce --------------------------------------------------------------------
 
 def announced(gw, run: RunRecord, outcome: str, text: str | None = None) -> str:
@@ -226,6 +271,15 @@ def test_a_shutdown_cancels_every_background_job_and_waits_five_seconds_at_most(
     assert (runner.reasons, gw.runs.executor.active(), waits) == (["shutdown"], [], [5.0])
     assert refusal(lambda: gw.runs.stop_runs(-1)) == "timeout must be a finite number of seconds >= 0"
     gw.close()
+
+
+def test_waiting_for_the_runs_is_bounded_by_ten_seconds_by_default(gw, monkeypatch):
+    waits = []
+    wait_idle = gw.runs.executor.wait_idle
+    monkeypatch.setattr(gw.runs.executor, "wait_idle", lambda timeout: waits.append(timeout) or wait_idle(timeout))
+    assert gw.runs.wait_for_runs() is True  # nothing runs
+    assert waits == [10.0]
+    assert refusal(lambda: gw.runs.wait_for_runs(-1)) == "timeout must be a finite number of seconds >= 0"
 
 
 # -- ends recorded by the background job --------------------------------------------------------
