@@ -8,9 +8,8 @@ tests/tools as the selection). Each pins a behaviour those mutants changed unnot
   two agents share) as a user-role message written by the sending agent, with provenance
   naming the sender and the run; it counts on the run's row; a run that is unknown or has
   ended is not steered; empty guidance is refused, and every refusal names its argument;
-- finish_run and start_run name the argument they refuse (a string that is not an outcome,
-  a list given as usage) and change nothing; a started run hands the runner the child's
-  key and agent id, the task, the requester as sender, and the run's model and thinking;
+- start_run names the argument it refuses; a started run hands the runner the child's key
+  and agent id, the task, the requester as sender, and the run's model and thinking;
 - the requester's announce: an empty reply reads "(no reply)", a reply is cut after 1,000
   characters (marked "…"), a timeout names its limit, a failure without detail says only how
   it ended, and the stored route is named only when there is one (its "->" part only when
@@ -24,6 +23,9 @@ tests/tools as the selection). Each pins a behaviour those mutants changed unnot
 - a run whose end cannot be recorded because its gateway was closed meanwhile is logged at
   INFO, naming the run and its outcome; any other failure to record it is logged as an error
   with its cause; neither is raised into the job.
+
+How a run's end is written (its row, its result message, its refusals) is in
+test_mutants_child_runs_ends.py.
 """
 
 from __future__ import annotations
@@ -135,22 +137,6 @@ def test_steering_refusals_name_the_argument(gw):
 
 
 # -- finishing and starting a run ----------------------------------------------------------------
-
-def test_finish_run_refusals_name_the_argument_and_change_nothing(gw):
-    gw.runs.insert(run_record("run-1", child=(SHARED_KEY, "a1"), created_at=1.0))
-    finish = gw.runs.finish_run
-    assert refusal(lambda: finish("", "completed")) == "run id must not be empty"
-    for outcome in ("bogus", 3):  # a string that is no outcome, and no string at all
-        assert refusal(lambda: finish("run-1", outcome)) == "outcome must be one of ['completed', 'error', 'timeout', 'cancelled']"
-    assert refusal(lambda: finish("run-1", "completed", text=5)) == "text must be a string, not int"
-    assert refusal(lambda: finish("run-1", "error", actor_id="a b")).startswith("actor id 'a b' contains whitespace")
-    for usage in ([1, 2], (1, 2, 3)):  # a list is no pair, nor are three counts
-        assert refusal(lambda: finish("run-1", "completed", usage=usage)) == "usage must be an (input tokens, output tokens) pair"
-    assert refusal(lambda: finish("run-1", "completed", usage=(-1, 0))).startswith("input tokens must be between 0 and ")
-    assert refusal(lambda: finish("run-1", "completed", usage=(0, -1))).startswith("output tokens must be between 0 and ")
-    assert gw.runs.get_run("run-1").status == "running"
-    assert gw.pending_system_events(MANAGER) == []
-
 
 class RequestRecordingRunner:
     """Answers at once, and keeps every turn request it was handed."""
