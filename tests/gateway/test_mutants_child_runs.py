@@ -1,7 +1,7 @@
 """Tests written for mutmut's survivors over services/child_runs.py (tests/gateway and
 tests/tools as the selection). Each pins a behaviour those mutants changed unnoticed:
 
-- the run readers (``runs_of``, ``runs_of_child``) take only a (session key, agent id) tuple
+- the run readers (``get_run``'s id; ``runs_of``, ``runs_of_child``) take only a (session key, agent id) tuple
   and name the argument, and the part of it, that is wrong; ``runs_of`` gives the newest 50
   runs unless asked for another count;
 - steering reaches the run's own child (its key *and* agent id, also for an unqualified key
@@ -94,6 +94,7 @@ def test_run_readers_take_only_a_key_and_agent_id_pair_and_name_what_is_wrong(gw
     assert refusal(lambda: gw.runs.runs_of_child(("a b", "a1"))).startswith("child key 'a b' contains whitespace")
     assert refusal(lambda: gw.runs.runs_of_child((SHARED_KEY, ""))).startswith("child agent id must be 1 to ")
     assert refusal(lambda: gw.runs.runs_of(REQUESTER, limit=-1)).startswith("limit must be between 0 and ")
+    assert refusal(lambda: gw.runs.get_run("")) == "run id must not be empty"
 
 
 def test_runs_of_gives_the_newest_fifty_runs_unless_told_otherwise(gw):
