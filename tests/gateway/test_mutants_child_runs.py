@@ -1,9 +1,10 @@
 """Tests written for mutmut's survivors over services/child_runs.py (tests/gateway and
 tests/tools as the selection). Each pins a behaviour those mutants changed unnoticed:
 
-- the run readers (``get_run``'s id; ``runs_of``, ``runs_of_child``) take only a (session key, agent id) tuple
-  and name the argument, and the part of it, that is wrong; ``runs_of`` gives the newest 50
-  runs unless asked for another count;
+- the run readers name what they refuse: ``get_run`` its run id; ``runs_of`` and
+  ``runs_of_child`` take only a (session key, agent id) tuple and name the argument, and the
+  part of it, that is wrong; ``runs_of`` gives the newest 50 runs unless asked for another
+  count;
 - steering reaches the run's own child (its key *and* agent id, also for an unqualified key
   two agents share) as a user-role message written by the sending agent, with provenance
   naming the sender and the run; it counts on the run's row; a run that is unknown or has
