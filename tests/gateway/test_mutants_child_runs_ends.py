@@ -11,6 +11,8 @@ changed unnoticed:
 - finish_run names the argument it refuses and changes nothing (also for a failure whose
   text is not a string, which no transcript check would catch); usage counts may reach half
   the counter range, not more;
+- the end is one event of the child's session (its agent id too) naming the run, its
+  outcome and who ended it (the child itself unless told), with R10's dedupe key;
 - a kill cancels the run's live job as "cancelled"; a runner that raises ends its run as an
   error naming the exception.
 """
@@ -111,3 +113,21 @@ def test_a_runner_that_raises_ends_its_run_as_an_error_naming_the_exception(gw):
     assert gw.runs.wait_for_runs()
     run = gw.runs.get_run("run-1")
     assert (run.status, run.outcome, run.result_text) == ("failed", "error", "ValueError: bad input")
+
+
+def test_a_runs_end_is_one_event_of_its_child_naming_the_run_and_who_ended_it(gw):
+    assert gw.runs.finish_run("run-1", "completed", text="ok") is True
+    assert gw.runs.finish_run("run-2", "error") is True
+    assert gw.runs.finish_run("run-3", "timeout", actor_type="system", announce=False) is True
+    events = gw.session_status(SHARED_KEY, agent_id="a2", changes_since=0)["stateChanges"]["events"][1:]
+    assert [(e["kind"], e["runId"], e["summary"], e.get("payload"), e["actorType"], e.get("actorId")) for e in events] == [
+        ("run_completed", "run-1", "run completed (run-1)", None, "agent", SHARED_KEY),  # the child's own act
+        ("run_failed", "run-2", "run failed (run-2)", {"outcome": "error"}, "agent", SHARED_KEY),
+        ("run_failed", "run-3", "run timed out (run-3)", {"outcome": "timeout"}, "system", None),
+    ]
+    # R10's second guard: the terminal event holds run-terminal:<run id>, so the same end
+    # recorded again under that key is the event already there.
+    again = gw.record_event(SHARED_KEY, "run_completed", agent_id="a2", actor_type="system", run_id="run-1",
+                            summary="run completed (run-1)", dedupe_key="run-terminal:run-1")
+    assert again == events[0]["sequence"]
+    assert len(gw.session_status(SHARED_KEY, agent_id="a2", changes_since=0)["stateChanges"]["events"]) == 4
