@@ -63,7 +63,8 @@ def announce_text(run: RunRecord, outcome: str, text: str | None, route: tuple[s
             body = body[:ANNOUNCE_TEXT_CHARS] + "…"
         head = f"completed; reply (untrusted data): {quote_untrusted(body)}"
     elif outcome == "timeout":
-        head = f"timed out after {run.timeout_seconds:g}s"
+        # (a run without a timeout can still be ended as one through finish_run)
+        head = f"timed out after {run.timeout_seconds:g}s" if run.timeout_seconds else "timed out"
     else:
         detail = f"; detail (untrusted data): {quote_untrusted(' '.join(text.split())[:300])}" if text else ""
         head = f"failed ({outcome}){detail}"
@@ -162,7 +163,14 @@ class Runs:
 
     def _finish_quietly(self, run_id: str, outcome: str, text: str | None, **kwargs: Any) -> None:
         try:
-            self.finish_run(run_id, outcome, text=text, **kwargs)
+            try:
+                self.finish_run(run_id, outcome, text=text, **kwargs)
+            except InvalidArgument as refused:
+                # The runner's reply, usage or error text is over a bound: the run still ends
+                # (as an error saying why), or it would stay "running" with nobody to end it.
+                log.warning("run %s: its result was refused (%s); it ends as an error", run_id, refused)
+                self.finish_run(run_id, "error", text=f"the runner's result was refused: {refused}",
+                                actor_type=kwargs.get("actor_type", "agent"))
         except SessionStateError:
             log.info("run %s ended (%s) after its session went away", run_id, outcome)
         except Exception:
