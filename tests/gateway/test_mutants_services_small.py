@@ -18,20 +18,9 @@ import pytest
 from sessionstate import Gateway, InvalidArgument
 from sessionstate.services.retention import AUTO_PRUNE_INTERVAL, AutoPrune
 from sessionstate.shared.timefmt import epoch_micros, iso_micros
+from tests.gateway.test_auto_prune import HOUR, NOW, THREAD_BOUND_SECONDS, Clock
 from tests.gateway.test_observing import Noting
 from tests.tools.support import MANAGER, PEER
-
-NOW = 1_800_000_000.0
-HOUR = 3_600.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
 
 @pytest.fixture
 def gw(db_url: str) -> Iterator[Gateway]:
@@ -44,7 +33,7 @@ def gw(db_url: str) -> Iterator[Gateway]:
 
 
 def events(gw: Gateway, key: str = MANAGER, agent_id: str | None = None) -> list[dict[str, Any]]:
-    status = gw.session_status(key, changes_since=0, **({"agent_id": agent_id} if agent_id else {}))
+    status = gw.session_status(key, changes_since=0, agent_id=agent_id)
     return list(status["stateChanges"]["events"])
 
 
@@ -175,20 +164,18 @@ def test_an_observer_hears_how_long_each_recording_call_took(gw):
 
 # -- retention: R30's schedule alone ------------------------------------------------------------
 
-THREAD_BOUND_SECONDS = 10.0  # a loaded 2-core machine: the timer thread's answer, generously
-
-
 class Outcomes:
-    """A prune that answers from a script: an exception is raised, counts are returned."""
+    """A prune that answers from a script: an exception is raised, counts are returned;
+    ``used_up`` is set when the last outcome is taken."""
 
     def __init__(self, *outcomes: BaseException | dict[str, int]) -> None:
         self.outcomes = list(outcomes)
-        self.done = threading.Event()
+        self.used_up = threading.Event()
 
     def __call__(self) -> dict[str, int]:
         outcome = self.outcomes.pop(0)
         if not self.outcomes:
-            self.done.set()
+            self.used_up.set()
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -234,7 +221,7 @@ def test_a_schedule_started_before_any_run_prunes_at_once_from_its_thread():
     schedule = AutoPrune(prune, Clock(), read_only=lambda: False, max_sleep=0.05)
     schedule.start()  # no run_due first, no poke: "no due time yet" means due now
     try:
-        assert prune.done.wait(THREAD_BOUND_SECONDS)
+        assert prune.used_up.wait(THREAD_BOUND_SECONDS)
     finally:
         schedule.stop()
     assert schedule.runs == 1
@@ -283,7 +270,7 @@ def test_the_timer_notices_the_due_time_by_the_clock_without_a_poke():
     try:
         assert clock.wait_for_timer_reads(1)  # it found the run an hour away, and sleeps
         clock.now += AUTO_PRUNE_INTERVAL  # nobody pokes the timer
-        assert prune.done.wait(THREAD_BOUND_SECONDS)
+        assert prune.used_up.wait(THREAD_BOUND_SECONDS)
     finally:
         schedule.stop()
     assert schedule.runs == 2
@@ -310,7 +297,7 @@ def test_a_timer_run_that_raises_is_tried_again_without_a_poke():
         assert refused.wait(THREAD_BOUND_SECONDS)
         assert clock.wait_for_timer_reads(reads_when_refused[0] + 1)  # it came back by itself
         clock.now += AUTO_PRUNE_INTERVAL
-        assert prune.done.wait(THREAD_BOUND_SECONDS)
+        assert prune.used_up.wait(THREAD_BOUND_SECONDS)
     finally:
         schedule.stop()
     assert (schedule.runs, schedule.failures) == (1, 0)  # a raising check is no failed prune
