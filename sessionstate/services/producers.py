@@ -11,7 +11,7 @@ from typing import Any, Callable
 from ..errors import InvalidArgument
 from ..shared.keys import check_key
 from .notice.protocol import NoticeProtocol
-from ..shared.validation import check_count, check_line, check_optional_id
+from ..shared.validation import check_count, check_line
 
 GOAL_CHANGES = ("created", "updated", "cleared")
 
@@ -57,7 +57,8 @@ class Producers:
     ) -> int | None:
         """Record ``compacted`` once per compaction operation (dedupe ``compacted:<opId>``)."""
         check_line(op_id, "op id", 200)
-        check_optional_id(actor_id, "actor id")
+        if actor_id is not None:  # a session key, as record_event takes it (check_optional_id stops at 256)
+            check_key(actor_id, "actor id")
         counts: list[Any] = [messages_before, messages_after]
         for value in counts:
             if value is not None:
