@@ -259,6 +259,13 @@ def test_an_item_that_fits_alone_is_sent_alone_not_as_a_resync():
     assert encode_changes(["w" + fits, other], []) == ['{"r":1}']
 
 
+def test_an_event_that_would_overflow_the_watchers_payload_gets_one_of_its_own():
+    # The watcher and the event together are 8 bytes over the limit; each alone fits.
+    watcher, event_ = "w" * (MAX_PAYLOAD_BYTES - 30), ("e0000", "a", None, 0)
+    payloads = encode_changes([watcher], [event_])
+    assert [json.loads(p) for p in payloads] == [{"w": [watcher]}, {"e": [list(event_)]}]
+
+
 @pytest.mark.parametrize("field", ["w", "e", "both"])
 def test_no_split_payload_is_over_the_limit_whatever_the_item_width(field):
     """Every item width up to ~1,200 bytes, so that some batch fills to each byte near the limit."""
@@ -266,7 +273,9 @@ def test_no_split_payload_is_over_the_limit_whatever_the_item_width(field):
         count = 2 * MAX_PAYLOAD_BYTES // width + 2
         names = [f"{i:05}".ljust(width, "x") for i in range(count)]
         watchers = names if field != "e" else []
-        events = [(n, "a", None, i) for i, n in enumerate(names)] if field != "w" else []
+        # With both, narrow events follow: the first of them fills what the watchers left.
+        keys = names if field == "e" else [f"e{i:04}" for i in range(40)] if field == "both" else []
+        events = [(key, "a", None, i) for i, key in enumerate(keys)]
         payloads = encode_changes(watchers, events)
         assert all(len(p.encode()) <= MAX_PAYLOAD_BYTES for p in payloads), width
         messages = [json.loads(p) for p in payloads]
@@ -297,11 +306,17 @@ def test_a_batch_reads_no_cursor_when_nothing_is_watched_and_appends_two_rows_in
 def test_a_transaction_remembers_every_head_it_locked_and_never_locks_one_again(store):
     with store.transaction():
         store.lock_targets([(W, "a")])
-        store.append_events([event(A), event(B)])
+        store.lock_targets([(A, "a")])
+        store.append_events([event(B), event(B)])
         with store.trace_statements() as sent:
             for key in (W, A, B):
                 store.append_event(*event(key))
     assert not [s for s in sent if "FOR UPDATE" in s], sent
+    with store.transaction():
+        store.append_event(*event(A))  # the head lock and the append in one statement
+        with store.trace_statements() as again:
+            store.append_event(*event(A))
+    assert not [s for s in again if "FOR UPDATE" in s], again
 
 
 def test_a_batch_whose_rows_share_one_dedupe_key_sends_it_once(store):

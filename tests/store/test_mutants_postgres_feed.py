@@ -256,6 +256,18 @@ def test_a_batchs_notifying_events_are_told_with_their_sessions_and_actors(store
     assert feed.take().material == [("agent:a:one", "a", "agent:b:two"), ("agent:b:two", "b", None)]
 
 
+def test_a_lone_events_actor_is_told_with_it(store, feed):
+    from sessionstate.store import SessionRecord
+
+    with store.transaction():
+        store.insert_session(SessionRecord(T, "a", "main", None, None, None, 1.0, 1.0))
+    row = (T, "a", "human_direct_message", "agent", "agent:b:actor", "run-1", "s", None, 1.0, 1.0, None)
+    with store.transaction():
+        store.append_event(*row)
+    feed.sync()
+    assert feed.take().material == [(T, "a", "agent:b:actor")]
+
+
 def test_a_closed_feed_can_be_interrupted_and_closed_again(feed, capfd):
     feed.close()
     feed.interrupt()
