@@ -377,3 +377,18 @@ def test_a_change_feed_the_server_refuses_is_a_storage_error(store, pg_url, monk
     with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable") as raised:
         store.open_change_feed(tuple(NOTIFYING_KINDS))
     assert isinstance(raised.value.__cause__, psycopg.Error)
+
+
+def test_a_prune_tells_its_observer_each_chunks_watermarks_pending_cursors_and_count(store):
+    """The trace's view of a prune (R13, R7): per chunk, inside its transaction."""
+    with store.transaction():
+        store.append_events([event(A), event(A), event(B)])
+        store.put_cursors(A, "a", [(W, (0, 1, 2))], 1.0)
+    told: list[tuple[Any, ...]] = []
+    counts = store.prune_events(cutoff=100.0, max_rows=1_000, on_chunk=lambda *chunk: told.append(chunk))
+    assert counts == {"events": 3, "chunks": 1}
+    assert told == [([(A, "a", 2), (B, "a", 3)], [(W, A, "a", (0, 1, 2))], 3)]
+
+
+def test_the_store_reclaims_no_pages_itself_the_servers_autovacuum_does(store):
+    assert store.reclaim_free_pages() == 0
