@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, UnknownSession, notice_text
+from tests.gateway.test_mutants_recording import wait_queued
 
 MANAGER = "agent:main:main"
 PEER = "agent:main:peer"
@@ -42,15 +43,6 @@ def gw(db_url: str) -> Iterator[Gateway]:
     gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
     yield gateway
     gateway.close()
-
-
-def wait_queued(gw: Gateway, count: int) -> None:
-    ticks = threading.Event()  # never set: its wait is the poll's pause
-    for _ in range(int(WAIT * 1000)):
-        if gw.ops.diagnostics().group_queued >= count:
-            return
-        ticks.wait(0.001)
-    raise AssertionError(f"only {gw.ops.diagnostics().group_queued} of {count} callers queued")
 
 
 def run_queued(gw: Gateway, calls: list[Callable[[], Any]]) -> list[Any]:

@@ -72,6 +72,28 @@ def join_all(threads: list[threading.Thread], timeout: float = WAIT) -> None:
         assert not thread.is_alive(), f"{thread.name} did not return in {timeout} s"
 
 
+def four_callers_in_queue_order(fake: Fake, after: Callable[[int], None]) -> dict[int, Any]:
+    """Callers of events 0-3 queued one at a time behind the test's turn (so in the order D, P,
+    X, N), each calling ``after`` with its event once it returns or raises; their outcomes."""
+    outcomes: dict[int, Any] = {}
+
+    def call(event: int) -> None:
+        try:
+            outcomes[event] = fake.group.submit([event])
+        except BaseException as exc:  # looked at by the test
+            outcomes[event] = exc
+        after(event)
+
+    threads = []
+    with fake.lock:
+        for event in range(4):
+            threads.append(threading.Thread(target=call, args=(event,), name=f"c{event}", daemon=True))
+            threads[-1].start()
+            wait_until(lambda: fake.group.queued() == event + 1, "a caller never queued")
+    join_all(threads)
+    return outcomes
+
+
 def test_a_drainer_stops_gathering_as_soon_as_the_callers_it_woke_queued_again(monkeypatch):
     """After a shared batch the drainer waits (GATHER_SECONDS at most) for the callers it just
     woke to queue their next events, and commits those together; the wait ends when they have
@@ -229,23 +251,7 @@ def test_a_caller_that_finds_the_next_one_gone_skips_it_and_wakes_nobody_twice(m
 
     monkeypatch.setattr(group_commit, "threading", Module())
     fake = Fake()
-    outcomes: dict[int, Any] = {}
-
-    def call(event: int) -> None:
-        try:
-            outcomes[event] = fake.group.submit([event])
-        except BaseException as exc:  # looked at by the test
-            outcomes[event] = exc
-        if event == 2:
-            x_left.set()
-
-    threads = []
-    with fake.lock:
-        for event in range(4):  # one at a time, so the queue's order is D, P, X, N
-            threads.append(threading.Thread(target=call, args=(event,), name=f"c{event}", daemon=True))
-            threads[-1].start()
-            wait_until(lambda: fake.group.queued() == event + 1, "a caller never queued")
-    join_all(threads)
+    outcomes = four_callers_in_queue_order(fake, lambda event: x_left.set() if event == 2 else None)
     monkeypatch.undo()
     assert isinstance(outcomes.pop(2), Interrupted)
     assert outcomes == {0: [0], 1: [1], 3: [3]}
@@ -310,23 +316,7 @@ def test_a_caller_interrupted_while_the_one_before_it_passes_the_turn_on_still_r
 
     monkeypatch.setattr(group_commit, "threading", Module())
     fake = Fake()
-    outcomes: dict[int, Any] = {}
-
-    def call(event: int) -> None:
-        try:
-            outcomes[event] = fake.group.submit([event])
-        except BaseException as exc:  # looked at by the test
-            outcomes[event] = exc
-        if event == 1:
-            p_returned.set()
-
-    threads = []
-    with fake.lock:
-        for event in range(4):  # one at a time, so the queue's order is D, P, X, N
-            threads.append(threading.Thread(target=call, args=(event,), name=f"c{event}", daemon=True))
-            threads[-1].start()
-            wait_until(lambda: fake.group.queued() == event + 1, "a caller never queued")
-    join_all(threads)
+    outcomes = four_callers_in_queue_order(fake, lambda event: p_returned.set() if event == 1 else None)
     monkeypatch.undo()
     assert type(outcomes.pop(2)) is Interrupted
     assert outcomes == {0: [0], 1: [1], 3: [3]}

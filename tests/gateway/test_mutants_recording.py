@@ -123,7 +123,7 @@ def test_record_prepared_refuses_anything_but_calls_of_prepared_events(gw, shape
 # -- an interrupt escaping a group commit ------------------------------------------------------
 
 
-def _wait_queued(gw: Gateway, count: int) -> None:
+def wait_queued(gw: Gateway, count: int) -> None:
     ticks = threading.Event()  # never set: its wait is the poll's pause
     for _ in range(int(WAIT * 1000)):
         if gw.ops.diagnostics().group_queued >= count:
@@ -149,7 +149,7 @@ def _queue_in_order(gw: Gateway, calls: dict[str, Callable[[], Any]]) -> dict[st
             # daemon: a caller never woken must not keep the test run from ending
             threads.append(threading.Thread(target=body, args=(name, call), name=name, daemon=True))
             threads[-1].start()
-            _wait_queued(gw, len(threads))
+            wait_queued(gw, len(threads))
     for thread in threads:
         thread.join(WAIT)
         assert not thread.is_alive(), f"{thread.name}: a caller never returned"

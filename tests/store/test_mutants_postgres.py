@@ -23,6 +23,7 @@ from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES, encode_changes
 from sessionstate.store.postgres_trace import sent_round_trips, sent_statements
 from tests.backends import admin_connection
 from tests.store.sessions import A, B, W
+from tests.store.test_postgres_feed import assert_split_without_loss
 
 
 @pytest.fixture
@@ -238,12 +239,7 @@ def test_split_payloads_of_wide_characters_stay_under_the_limit_and_lose_nothing
     han, accented = "\u4e00" * 40, "\u00e9" * 30  # three and two bytes each in UTF-8
     watchers = [f"agent:{han}{i}:main" for i in range(300)]
     events = [(f"agent:{accented}{i}:main", "a", None, i) for i in range(100)]
-    payloads = encode_changes(watchers, events)
-    assert len(payloads) > 1
-    assert all(len(p.encode()) <= MAX_PAYLOAD_BYTES for p in payloads)
-    messages = [json.loads(p) for p in payloads]
-    assert [w for m in messages for w in m.get("w", [])] == watchers
-    assert [tuple(e) for m in messages for e in m.get("e", [])] == events
+    assert_split_without_loss(watchers, events)
 
 
 def test_a_change_of_exactly_the_limit_goes_as_one_notification():

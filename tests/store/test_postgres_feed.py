@@ -5,6 +5,7 @@ servers do not hear another's."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -97,6 +98,12 @@ def test_two_schemas_do_not_hear_each_other(pg_url):
 def test_payloads_stay_under_the_limit_and_lose_nothing():
     watchers = [f"agent:w{i}:main" for i in range(400)]
     events = [(f"agent:t{i}:main", f"t{i}", None, i) for i in range(300)]
+    assert_split_without_loss(watchers, events)
+
+
+def assert_split_without_loss(watchers: list[str], events: list[Any]) -> None:
+    """``encode_changes`` needs more than one payload for these, each within the limit, and
+    together they carry every watcher and event in order."""
     payloads = encode_changes(watchers, events)
     assert len(payloads) > 1
     assert all(len(p.encode()) <= MAX_PAYLOAD_BYTES for p in payloads)
