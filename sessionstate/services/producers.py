@@ -11,7 +11,7 @@ from typing import Any, Callable
 from ..errors import InvalidArgument
 from ..shared.keys import check_key
 from .notice.protocol import NoticeProtocol
-from ..shared.validation import check_count, check_line
+from ..shared.validation import check_count, check_line, shown
 
 GOAL_CHANGES = ("created", "updated", "cleared")
 
@@ -34,7 +34,7 @@ class Producers:
     ) -> int | None:
         """Record ``goal_changed`` (notifies watchers, except the actor itself)."""
         if not isinstance(change, str) or change not in GOAL_CHANGES:
-            raise InvalidArgument(f"goal change must be one of {list(GOAL_CHANGES)}, got {change!r}")
+            raise InvalidArgument(f"goal change must be one of {list(GOAL_CHANGES)}, got {shown(change)}")
         if actor_id is not None:
             check_key(actor_id, "actor id")  # before it is formatted into the summary
         by = f" by {actor_id}" if actor_id else f" by {actor_type}" if isinstance(actor_type, str) else ""

@@ -35,15 +35,31 @@ SESSION_KINDS = ("main", "group", "cron", "hook", "node", "subagent", "acp")
 PAYLOAD_FIELDS = ("outcome", "channel", "turns", "provider", "burstOverflow")
 
 
+SHOWN_CHARS = 200
+"""How much of a refused value a message repeats."""
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for a refusal's message, cut at ``SHOWN_CHARS``; an int too long for
+    ``repr`` (over 4,300 digits) is described, so the refusal is raised and not a ValueError."""
+    try:
+        text = repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"an int of {value.bit_length()} bits"
+        raise
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+
+
 def check_kind(kind: object) -> str:
     if not isinstance(kind, str) or kind not in KNOWN_KINDS:
-        raise InvalidArgument(f"unknown event kind {kind!r}; expected one of {sorted(KNOWN_KINDS)}")
+        raise InvalidArgument(f"unknown event kind {shown(kind)}; expected one of {sorted(KNOWN_KINDS)}")
     return kind
 
 
 def check_actor_type(actor_type: object) -> str:
     if not isinstance(actor_type, str) or actor_type not in ACTOR_TYPES:
-        raise InvalidArgument(f"unknown actor type {actor_type!r}; expected one of {list(ACTOR_TYPES)}")
+        raise InvalidArgument(f"unknown actor type {shown(actor_type)}; expected one of {list(ACTOR_TYPES)}")
     return actor_type
 
 

@@ -314,3 +314,19 @@ def test_a_timer_run_that_raises_is_tried_again_without_a_poke():
     finally:
         schedule.stop()
     assert (schedule.runs, schedule.failures) == (1, 0)  # a raising check is no failed prune
+
+
+@pytest.mark.parametrize("field", ["kind", "actor type", "goal change"])
+def test_a_refused_value_too_long_to_print_is_still_an_invalid_argument(gw, field):
+    """An int of over 4,300 digits has no repr; the refusal describes it instead of raising
+    ValueError while building its message, and a long text is cut in the message."""
+    huge = 10**5000
+    calls = {
+        "kind": lambda value: gw.record_event(MANAGER, value, actor_type="human", summary="x"),
+        "actor type": lambda value: gw.record_event(MANAGER, "goal_changed", actor_type=value, summary="x"),
+        "goal change": lambda value: gw.producers.goal_changed(MANAGER, value, actor_type="human"),
+    }
+    refused(gw, lambda: calls[field](huge), f"an int of {huge.bit_length()} bits")
+    with pytest.raises(InvalidArgument) as long_text:
+        calls[field]("k" * 10_000)
+    assert len(str(long_text.value)) < 400
