@@ -57,7 +57,7 @@ class Producers:
     ) -> int | None:
         """Record ``compacted`` once per compaction operation (dedupe ``compacted:<opId>``)."""
         check_line(op_id, "op id", 200)
-        if actor_id is not None:  # a session key, as record_event takes it (check_optional_id stops at 256)
+        if actor_id is not None:  # a session key (up to 512), as record_event takes it
             check_key(actor_id, "actor id")
         counts: list[Any] = [messages_before, messages_after]
         for value in counts:
