@@ -123,8 +123,9 @@ def test_a_savepoint_rolled_back_drops_only_its_own_lines_and_its_sequences(db_u
     (seed,) = lines_of(trace, "step", trigger="seed")
     assert seed["watcher"] == WATCHER and seed["target"][0] == TARGET
     assert lines_of(trace, "event", kind="human_direct_message") == []
-    # The commit key is read when the event that set it rolled back, not taken from it.
-    assert high_water == 4 and seed["c"] == high_water
+    # The commit key is read when the event that set it rolled back, not taken from it: four
+    # "created" events, and on PostgreSQL the rolled-back one's sequence, not handed out again.
+    assert seed["c"] == high_water >= 4
 
 
 def test_queue_lines_between_a_commit_and_its_notices_go_out_with_that_commit(db_url, tmp_path):
