@@ -164,8 +164,11 @@ class Serving:
             alive = store.serving.heartbeat(self.server_id, now)
             if not alive:  # another process found us dead (a long stall): start afresh
                 store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), now)
-                for key in self._mine:
-                    store.serving.claim(key, self.server_id, self._sink.clock())
+                # R20: take back only what nobody attached since; a key another server took
+                # stays with it, and the next sweep's refresh stops serving it here.
+                for key in sorted(self._mine):
+                    if store.serving.claimant(key) is None:
+                        store.serving.claim(key, self.server_id, self._sink.clock())
             for dead in store.serving.dead_servers(now - LEASE_SECONDS):
                 if dead != self.server_id:
                     log.warning("gateway server %s missed its lease; its sessions are released", dead)

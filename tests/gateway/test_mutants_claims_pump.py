@@ -261,3 +261,19 @@ def test_a_closed_gateway_reports_no_server_id(path):
     assert gw.ops.diagnostics().server_id is not None
     gw.close()
     assert gw.ops.diagnostics().server_id is None
+
+
+def test_a_server_declared_dead_does_not_take_back_a_session_attached_elsewhere_since(path):
+    # R20: the last attach wins, also over a stalled server that comes back.
+    with opened(path, serve=[]) as a, opened(path, serve=[]) as b:
+        a.cluster.attach(W)
+        a.cluster.attach(W2)
+        declare_dead(b, a)
+        assert b.cluster.attach(W) == 1  # b attached W last; nobody took W2
+        a.cluster.heartbeat()
+        assert a.store.serving.claimant(W) == (server_id(b), 1)
+        assert a.store.serving.claimant(W2) == (server_id(a), 1)
+        a.cluster.sweep()
+        b.cluster.sweep()
+        assert (a.cluster.serves(W), b.cluster.serves(W)) == (False, True)
+        assert a.cluster.attached() == [W2]

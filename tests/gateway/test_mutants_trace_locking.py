@@ -215,3 +215,31 @@ def test_a_pruning_chunk_lists_every_pending_cursor_it_wrote_back(db_url, tmp_pa
         gw.prune()
     cursors = [row for line in lines_of(trace, "prune") for row in line["cursors"]]
     assert sorted(row[0] for row in cursors) == [WATCHER, OTHER_WATCHER]
+
+
+def test_forget_queued_in_a_transaction_that_rolls_back_keeps_the_queue_and_its_trace(db_url, tmp_path):
+    """The queue is memory, its trace lines ride with the transaction: a rolled-back
+    ``forget_queued`` drops neither, so the run's trace replays clean (no second queueing)."""
+    import contextlib
+    import io
+
+    from sessionstate.clients.cli import main
+
+    trace = tmp_path / "trace.jsonl"
+    with opened(db_url, trace) as gw:
+        gw.watch(WATCHER, TARGET)
+        gw.record_event(TARGET, "human_direct_message", **HUMAN)
+        queued = gw.ops.queued_events(WATCHER)
+        assert [line.target[0] for line in queued if line.target] == [TARGET]
+        with pytest.raises(RuntimeError):
+            with gw.transaction():
+                gw.ops.forget_queued(WATCHER)
+                raise RuntimeError("rolled back")
+        assert gw.ops.queued_events(WATCHER) == queued
+        gw.ops.startup_sweep()
+        assert gw.ops.queued_events(WATCHER) == queued
+    assert lines_of(trace, "unqueue", watcher=WATCHER) == []
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["replay", "--no-progress", str(trace)])
+    assert code == 0, out.getvalue()

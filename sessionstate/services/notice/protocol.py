@@ -119,9 +119,14 @@ class NoticeProtocol(Recording):
     @locked
     def forget_queued(self, session_key: str | None = None) -> None:
         """Drop the lines queued in memory (for one session, or all), as a restart does; the
-        cursors still owe their notices (R11: the next sweep queues them again)."""
+        cursors still owe their notices (R11: the next sweep queues them again). Inside a
+        transaction the lines go at its commit and stay if it rolls back, so the queue and its
+        trace lines (held with the transaction's) never part."""
         if session_key is not None:
             check_key(session_key)
+        self.store.after_commit(lambda: self._forget_queued(session_key))
+
+    def _forget_queued(self, session_key: str | None) -> None:
         for session in [session_key] if session_key is not None else self.queue.sessions():
             self.queue.clear(session)
 
