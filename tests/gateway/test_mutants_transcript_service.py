@@ -1,7 +1,7 @@
-"""What the transcripts service promises that mutmut over ``services/transcript_service.py``
-found no test holding (docs/mutants/services-transcript-service.md): each role's default actor,
-a message read back whole, usage added when only one side is given, the bounds and names of the
-refusals, and the reads the tool layer uses on a resolved session."""
+"""What the transcripts service promises, written from the mutants of ``services/transcript_service.py``
+(docs/mutants/services-transcript-service.md): the refusals' texts, field names and token bound the
+run left unread; each role's default actor, a message read back whole, usage given on one side only;
+the reads the tool layer uses on a resolved session."""
 
 from __future__ import annotations
 
