@@ -3,11 +3,22 @@ as the selection; both backends, a fake clock; nothing is timed). Each pins one 
 suite did not hold:
 
 - a wake window shorter than a second is accepted and honoured (only 0 and below are refused);
+- ``fire_due`` looks at every due entry in one call: a superseded entry or a cancelled owed
+  wake (nothing new held) does not stop the ones after it, and each cancellation is counted;
+- the hooks hear an owed wake with its due time; a slot that cannot be read while an owed wake
+  fires is logged and the wake owed again one retry later, with its reason (never dropped);
+- an ``on_wake`` that raises is logged by watcher and the wake still counts as sent.
+
+The coalescer tests build a ``WakeCoalescer`` alone (no gateway, so no timer thread races the
+count ``fire_due`` answers).
 """
 
 from __future__ import annotations
 
+import logging
+
 from sessionstate import Gateway
+from sessionstate.services.notice.wakes import RETRY_SECONDS, WakeCoalescer
 
 MANAGER, CHILD = "agent:main:main", "agent:main:subagent:child"
 
@@ -42,3 +53,117 @@ def test_a_window_shorter_than_a_second_is_accepted_and_honoured(db_url):
         clock.now = start + 0.75          # past it: at once
         human(gw, CHILD)
         assert woken[0] == start and woken[-1] == start + 0.75
+
+
+# -- the coalescer alone: fire_due's loop, its hooks and its failures -----------------------------
+
+WINDOW = 20.0
+FIRST, SECOND = "agent:a:main", "agent:b:main"  # FIRST sorts first: heap ties pop it first
+
+
+class Coalesced:
+    """A coalescer with a fake clock, a slot that always wins unless told to fail, and queues
+    described by which watchers still hold a line newer than their last wake."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.woken: list[tuple[str, str, float]] = []
+        self.holding: set[str] = set()
+        self.slot_fails = 0  # how many slot reads fail next
+
+        def take_slot(watcher: str, now: float, window: float) -> tuple[bool, float]:
+            if self.slot_fails:
+                self.slot_fails -= 1
+                raise OSError("slot unreadable")
+            return True, now
+
+        self.wakes = WakeCoalescer(lambda w, r: self.woken.append((w, r, self.clock.now)), self.clock,
+                                   take_slot, window=WINDOW,
+                                   holds_waking_after=lambda w, mark: w in self.holding)
+
+    def owe_both(self) -> float:
+        """Both watchers woken at t=0 and owed at t=20 by a second line at t=5; returns t=0."""
+        start = self.clock.now
+        for watcher in (FIRST, SECOND):
+            assert self.wakes.wake(watcher, f"first {watcher}")
+        self.clock.now = start + 5
+        for watcher in (FIRST, SECOND):
+            assert not self.wakes.wake(watcher, f"owed {watcher}")
+        assert self.wakes.owed() == {FIRST: start + WINDOW, SECOND: start + WINDOW}
+        return start
+
+
+def test_a_cancelled_owed_wake_does_not_stop_the_next_due_one_and_each_is_counted():
+    c = Coalesced()
+    start = c.owe_both()
+    c.holding = {SECOND}                  # FIRST drained meanwhile: its owed wake is cancelled
+    c.clock.now = start + WINDOW
+    assert c.wakes.fire_due() == 1
+    assert c.woken[2:] == [(SECOND, f"owed {SECOND}", start + WINDOW)]
+    assert c.wakes.owed_cancelled == 1
+
+    c.clock.now = start + WINDOW + 5      # both owed again; this time both drain
+    assert c.wakes.wake(FIRST, "again")   # (FIRST's window ended at t=20: woken at once)
+    assert not c.wakes.wake(SECOND, "again")
+    c.clock.now = start + WINDOW + 10
+    assert not c.wakes.wake(FIRST, "again")
+    assert c.wakes.owed() == {SECOND: start + 2 * WINDOW, FIRST: start + 2 * WINDOW + 5}
+    c.holding = set()
+    c.clock.now = start + 2 * WINDOW + 5
+    assert c.wakes.fire_due() == 0
+    assert c.wakes.owed_cancelled == 3
+    assert c.wakes.owed() == {}
+
+
+def test_a_superseded_heap_entry_does_not_stop_the_next_due_one():
+    c = Coalesced()
+    start = c.owe_both()
+    c.holding = {FIRST, SECOND}
+    c.clock.now = start + WINDOW
+    assert c.wakes.wake(FIRST, "a new line at the window's end")  # woken at once: its entry is stale
+    assert c.wakes.fire_due() == 1        # the stale entry is skipped, SECOND's fires
+    assert [w for w, _, _ in c.woken] == [FIRST, SECOND, FIRST, SECOND]
+    assert c.wakes.owed() == {}
+
+
+def test_the_fired_hooks_hear_an_owed_wake_with_its_due_time_and_a_wake_at_once_without():
+    c = Coalesced()
+    heard: list[tuple[str, float, float | None]] = []
+    c.wakes.fired_hooks.append(lambda watcher, at, due: heard.append((watcher, at, due)))
+    start = c.owe_both()
+    c.holding = {FIRST}
+    c.clock.now = start + WINDOW + 0.5    # fired a little late: at and due differ
+    assert c.wakes.fire_due() == 1
+    assert heard == [(FIRST, start, None), (SECOND, start, None),
+                     (FIRST, start + WINDOW + 0.5, start + WINDOW)]
+
+
+def test_an_owed_wake_whose_slot_cannot_be_read_is_logged_and_owed_again_one_retry_later(caplog):
+    c = Coalesced()
+    start = c.owe_both()
+    c.holding = {FIRST}
+    c.clock.now = start + WINDOW
+    c.slot_fails = 1
+    with caplog.at_level(logging.ERROR, logger="sessionstate"):
+        assert c.wakes.fire_due() == 0    # not tried again in the same call
+    assert [r.getMessage() for r in caplog.records] == [f"owed wake of {FIRST!r} failed; retrying"]
+    assert c.wakes.owed() == {FIRST: start + WINDOW + RETRY_SECONDS}
+    c.clock.now = start + WINDOW + RETRY_SECONDS
+    assert c.wakes.fire_due() == 1
+    assert c.woken[2:] == [(FIRST, f"owed {FIRST}", start + WINDOW + RETRY_SECONDS)]
+
+
+def test_an_on_wake_that_raises_is_logged_by_watcher_and_the_wake_still_counts(caplog):
+    clock = Clock()
+
+    def broken(watcher: str, reason: str) -> None:
+        raise RuntimeError("the hook broke")
+
+    wakes = WakeCoalescer(broken, clock, window=WINDOW)
+    with caplog.at_level(logging.ERROR, logger="sessionstate"):
+        assert wakes.wake(FIRST, "a line")
+    assert [r.getMessage() for r in caplog.records] == [f"on_wake({FIRST!r}) failed"]
+    assert wakes.last(FIRST) == clock.now  # the window opened: the next line inside it is owed
+    clock.now += 1
+    assert not wakes.wake(FIRST, "a second line")
+    assert wakes.owed() == {FIRST: clock.now - 1 + WINDOW}
