@@ -7,6 +7,8 @@ suite did not hold:
   wake (nothing new held) does not stop the ones after it, and each cancellation is counted;
 - the hooks hear an owed wake with its due time; a slot that cannot be read while an owed wake
   fires is logged and the wake owed again one retry later, with its reason (never dropped);
+- every owed wake due fires in one call and is counted; one whose slot another process took
+  meanwhile is owed again at that wake's window end, and observers are not told twice;
 - an ``on_wake`` that raises is logged by watcher and the wake still counts as sent.
 
 The coalescer tests build a ``WakeCoalescer`` alone (no gateway, so no timer thread races the
@@ -70,12 +72,14 @@ class Coalesced:
         self.woken: list[tuple[str, str, float]] = []
         self.holding: set[str] = set()
         self.slot_fails = 0  # how many slot reads fail next
+        self.slot_taken_at: float | None = None  # another process's wake the next slot read finds
 
         def take_slot(watcher: str, now: float, window: float) -> tuple[bool, float]:
             if self.slot_fails:
                 self.slot_fails -= 1
                 raise OSError("slot unreadable")
-            return True, now
+            taken, self.slot_taken_at = self.slot_taken_at, None
+            return (True, now) if taken is None else (False, taken)
 
         self.wakes = WakeCoalescer(lambda w, r: self.woken.append((w, r, self.clock.now)), self.clock,
                                    take_slot, window=WINDOW,
@@ -167,3 +171,33 @@ def test_an_on_wake_that_raises_is_logged_by_watcher_and_the_wake_still_counts(c
     clock.now += 1
     assert not wakes.wake(FIRST, "a second line")
     assert wakes.owed() == {FIRST: clock.now - 1 + WINDOW}
+
+
+def test_every_due_owed_wake_fires_in_one_call_and_a_lost_slot_owes_again_untold():
+    c = Coalesced()
+    told: list[tuple[str, float]] = []
+    c.wakes.owed_hooks.append(lambda watcher, due: told.append((watcher, due)))
+    start = c.owe_both()
+    assert told == [(FIRST, start + WINDOW), (SECOND, start + WINDOW)]
+    c.holding = {FIRST, SECOND}
+    c.clock.now = start + WINDOW
+    assert c.wakes.fire_due() == 2
+    assert [w for w, _, _ in c.woken] == [FIRST, SECOND, FIRST, SECOND]
+
+    c.clock.now = start + WINDOW + 5      # FIRST owed again, due at t=40
+    assert not c.wakes.wake(FIRST, "owed again")
+    assert told[2:] == [(FIRST, start + 2 * WINDOW)]
+    c.slot_taken_at = start + 2 * WINDOW - 1  # another process woke FIRST just before
+    c.clock.now = start + 2 * WINDOW
+    assert c.wakes.fire_due() == 0
+    assert c.wakes.owed() == {FIRST: start + 3 * WINDOW - 1}  # that wake's window end
+    assert told[3:] == []                 # the same owed wake, moved: not news to observers
+    assert c.wakes.last(FIRST) == start + 2 * WINDOW - 1  # the other process's wake is seen
+    c.clock.now = start + 3 * WINDOW - 1
+    assert c.wakes.fire_due() == 1
+    assert c.woken[-1] == (FIRST, "owed again", start + 3 * WINDOW - 1)
+
+    c.slot_taken_at = c.clock.now + 5 - 1  # a fresh line whose slot another process holds
+    c.clock.now += 5
+    assert not c.wakes.wake(SECOND, "a fresh line")
+    assert told[3:] == [(SECOND, c.clock.now - 1 + WINDOW)]  # a new owed wake: told once
