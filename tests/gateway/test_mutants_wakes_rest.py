@@ -9,6 +9,9 @@ suite did not hold:
   fires is logged and the wake owed again one retry later, with its reason (never dropped);
 - every owed wake due fires in one call and is counted; one whose slot another process took
   meanwhile is owed again at that wake's window end, and observers are not told twice;
+- R23's heal re-wakes a pending watcher at exactly one window after its last wake, and again
+  one window later; on one target, a watcher passed over (its own event, woken since for
+  another target, or its notice gone) does not keep the next pending watcher from being healed;
 - an ``on_wake`` that raises is logged by watcher and the wake still counts as sent.
 
 The coalescer tests build a ``WakeCoalescer`` alone (no gateway, so no timer thread races the
@@ -23,6 +26,7 @@ from sessionstate import Gateway
 from sessionstate.services.notice.wakes import RETRY_SECONDS, WakeCoalescer
 
 MANAGER, CHILD = "agent:main:main", "agent:main:subagent:child"
+PEER, ELSEWHERE = "agent:x:main", "agent:y:main"  # PEER sorts after MANAGER: heap ties pop MANAGER
 
 
 class Clock:
@@ -201,3 +205,66 @@ def test_every_due_owed_wake_fires_in_one_call_and_a_lost_slot_owes_again_untold
     c.clock.now += 5
     assert not c.wakes.wake(SECOND, "a fresh line")
     assert told[3:] == [(SECOND, c.clock.now - 1 + WINDOW)]  # a new owed wake: told once
+
+
+# -- R23's heal through a gateway: the rewaker's heap per target ---------------------------------
+
+
+def healing_gateway(db_url: str, clock: Clock, woken: list[tuple[str, float]]) -> Gateway:
+    gw = Gateway.open(db_url, clock=clock, wake_window=WINDOW,
+                      on_wake=lambda watcher, reason: woken.append((watcher, clock.now)))
+    gw.create_session(MANAGER)
+    gw.create_session(CHILD, kind="subagent", parent=MANAGER)
+    gw.create_session(PEER)
+    gw.create_session(ELSEWHERE)
+    gw.watch(PEER, CHILD)
+    return gw
+
+
+def test_the_heal_comes_at_exactly_one_window_and_again_one_window_later(db_url):
+    clock, woken = Clock(), []
+    with healing_gateway(db_url, clock, woken) as gw:
+        start = clock.now
+        human(gw, CHILD)                  # both woken at t=0; neither turn drains
+        for window in (1, 2):
+            clock.now = start + window * WINDOW
+            human(gw, CHILD)
+        assert woken == [(watcher, start + n * WINDOW) for n in range(3) for watcher in (MANAGER, PEER)]
+
+
+def passed_over_then_peer_healed(db_url: str, pass_over) -> list[tuple[str, float]]:
+    """Both watchers woken for CHILD at t=0; ``pass_over(gw, start)`` makes MANAGER's entry, the
+    first one the heap looks at, one it passes over; then a material event at t=25."""
+    clock, woken = Clock(), []
+    with healing_gateway(db_url, clock, woken) as gw:
+        start = clock.now
+        human(gw, CHILD)
+        actor = pass_over(gw, clock, start)
+        clock.now = start + WINDOW + 5
+        assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="hi",
+                               actor_id=actor)
+        return [(watcher, at - start) for watcher, at in woken]
+
+
+def test_a_watcher_passed_over_for_its_own_event_does_not_keep_the_next_from_its_heal(db_url):
+    woken = passed_over_then_peer_healed(db_url, lambda gw, clock, start: MANAGER)
+    assert woken == [(MANAGER, 0), (PEER, 0), (PEER, WINDOW + 5)]
+
+
+def test_a_watcher_woken_since_for_another_target_does_not_keep_the_next_from_its_heal(db_url):
+    def woken_for_elsewhere(gw: Gateway, clock: Clock, start: float) -> None:
+        gw.watch(MANAGER, ELSEWHERE)
+        clock.now = start + WINDOW + 1
+        human(gw, ELSEWHERE)              # MANAGER woken at t=21: its CHILD entry is re-filed
+
+    woken = passed_over_then_peer_healed(db_url, woken_for_elsewhere)
+    assert woken == [(MANAGER, 0), (PEER, 0), (MANAGER, WINDOW + 1), (PEER, WINDOW + 5)]
+
+
+def test_a_watcher_whose_notice_is_gone_does_not_keep_the_next_from_its_heal(db_url):
+    def drained(gw: Gateway, clock: Clock, start: float) -> str:
+        assert gw.drain_system_events(MANAGER)
+        return MANAGER                    # its own event: no new notice for it either
+
+    woken = passed_over_then_peer_healed(db_url, drained)
+    assert woken == [(MANAGER, 0), (PEER, 0), (PEER, WINDOW + 5)]
