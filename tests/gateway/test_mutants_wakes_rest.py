@@ -268,3 +268,21 @@ def test_a_watcher_whose_notice_is_gone_does_not_keep_the_next_from_its_heal(db_
 
     woken = passed_over_then_peer_healed(db_url, drained)
     assert woken == [(MANAGER, 0), (PEER, 0), (PEER, WINDOW + 5)]
+
+
+def test_a_watcher_passed_over_before_one_still_inside_its_window_stays_filed(db_url):
+    clock, woken = Clock(), []
+    with healing_gateway(db_url, clock, woken) as gw:
+        gw.unwatch(PEER, CHILD)
+        start = clock.now
+        human(gw, CHILD)                  # MANAGER woken at t=0
+        clock.now = start + 10
+        gw.watch(PEER, CHILD)
+        human(gw, CHILD)                  # PEER woken at t=10
+        clock.now = start + WINDOW + 5    # MANAGER's own event: passed over; PEER still inside
+        assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="mine",
+                               actor_id=MANAGER)
+        clock.now = start + WINDOW + 11
+        human(gw, CHILD)                  # both past their windows: both healed
+        assert [(watcher, at - start) for watcher, at in woken] == [
+            (MANAGER, 0), (PEER, 10), (MANAGER, WINDOW + 11), (PEER, WINDOW + 11)]
