@@ -190,6 +190,29 @@ def test_tail_follows_notices_and_wakes_from_another_process(world):
     assert status == 130 and "Traceback" not in stderr, stderr
 
 
+def test_follow_reports_the_wake_of_a_change_made_as_soon_as_it_is_ready(world):
+    """``ready`` comes after the feed and the wake baseline are taken: an event recorded from
+    then on is reported with its notice and its wake (the CLI prints "following" there)."""
+    from sessionstate.clients.tail import follow
+
+    seen: list[dict] = []
+    polls: list[int] = []
+
+    def record_elsewhere() -> None:
+        with Gateway.open(world, create=False, on_wake=lambda watcher, reason: None) as other:
+            other.drain_system_events(MANAGER)
+            human(other)
+
+    def enough() -> bool:
+        polls.append(1)
+        return {"notice", "wake", "event"} <= {line["type"] for line in seen} or len(polls) > 200
+
+    with Gateway.open(world, create=False) as gw:
+        follow(gw, seen.append, poll=0.05, stop=enough, ready=record_elsewhere)
+    assert any(line["type"] == "wake" and line["watcher"] == MANAGER for line in seen), seen
+    assert any(line["type"] == "event" and line["session"] == WORKER for line in seen), seen
+
+
 def test_tail_bad_input(world, tmp_path):
     assert refused(cli("tail", "--poll", "0", "--db", world), "invalid_argument")
     assert refused(cli("tail", "--db", str(tmp_path / "none.db")), "storage_unavailable")

@@ -168,9 +168,11 @@ def _tail(args: argparse.Namespace) -> int:
     with _observe(args) as gw:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        print(f"sessionstate tail: following {gw.store.where} (Ctrl-C ends)", file=sys.stderr, flush=True)
+        def following() -> None:  # printed once the feed is open: scripts wait for this line
+            print(f"sessionstate tail: following {gw.store.where} (Ctrl-C ends)", file=sys.stderr, flush=True)
+
         try:
-            follow(gw, printer(args.json), poll=args.poll, stop=lambda: bool(interrupted))
+            follow(gw, printer(args.json), poll=args.poll, stop=lambda: bool(interrupted), ready=following)
         except BrokenPipeError:  # `tail | head`: the reader is gone
             return 0
     return 128 + interrupted[0] if interrupted else 0

@@ -36,11 +36,16 @@ def follow(
     *,
     poll: float = 0.25,
     stop: Callable[[], bool] = lambda: False,
+    ready: Callable[[], None] = lambda: None,
 ) -> None:
-    """Report each change to ``emit`` until ``stop()`` is true (checked every ``poll`` seconds)."""
+    """Report each change to ``emit`` until ``stop()`` is true (checked every ``poll`` seconds);
+    ``ready()`` once the feed is open, so a change made after it returns is reported."""
     with gw.locked() as store:
-        feed = store.open_change_feed(tuple(sorted(NOTIFYING_KINDS)))
+        # The wake slots before the feed: a wake between the two is reported (a wake line too
+        # many at worst); the other way round, an event's wake could fall into the baseline.
         wakes = store.serving.wake_slots()
+        feed = store.open_change_feed(tuple(sorted(NOTIFYING_KINDS)))
+    ready()
     try:
         while not stop():
             changed = feed.wait(poll)
