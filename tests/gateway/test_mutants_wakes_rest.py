@@ -24,21 +24,11 @@ import logging
 
 from sessionstate import Gateway
 from sessionstate.services.notice.wakes import RETRY_SECONDS, WakeCoalescer
+from tests.gateway.test_mutants_wakes import Clock, human
 
 MANAGER, CHILD = "agent:main:main", "agent:main:subagent:child"
 PEER, ELSEWHERE = "agent:x:main", "agent:y:main"  # PEER sorts after MANAGER: heap ties pop MANAGER
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def human(gw: Gateway, key: str) -> None:
-    assert gw.record_event(key, "human_direct_message", actor_type="human", summary="hi")
 
 
 def test_a_window_shorter_than_a_second_is_accepted_and_honoured(db_url):

@@ -20,19 +20,9 @@ from sessionstate.store import SessionRecord, open_store
 from sessionstate.store.sqlite import SqliteStore
 from sessionstate.store.sqlite_feed import SqliteChangeFeed
 from tests.store.sessions import A, B
+from tests.store.test_mutants_sqlite import opened, path  # noqa: F401  (path: the fixture)
 
 KINDS = tuple(NOTIFYING_KINDS)
-
-
-def opened(path: Path) -> SqliteStore:
-    store = open_store(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS)
-    assert isinstance(store, SqliteStore)
-    return store
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "state.db"
 
 
 @pytest.fixture
