@@ -20,6 +20,7 @@ from ..errors import StorageError
 from .dialect import Dialect
 from .failures import translated
 from .records import COMPLETED, FAILED, RUNNING, RunRecord
+from .schema import WideInt
 
 __all__ = ["COMPLETED", "FAILED", "RUNNING", "RunRecord", "RunRow", "SqlRunTable"]
 
@@ -49,7 +50,7 @@ class RunRow(SQLModel, table=True):
     result_text: Optional[str] = None
     announce_channel: Optional[str] = None
     announce_to: Optional[str] = None
-    steer_count: int = 0
+    steer_count: int = Field(default=0, sa_type=WideInt)
     created_at: float
     ended_at: Optional[float] = None
 

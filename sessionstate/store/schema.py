@@ -22,9 +22,12 @@ PROVENANCE_EXPLICIT = "explicit"
 PROVENANCE_AMBIENT = "ambient"
 PROVENANCES = (PROVENANCE_SPAWN, PROVENANCE_EXPLICIT, PROVENANCE_AMBIENT)
 
-# Sequence positions: 64-bit on PostgreSQL (its INTEGER is 32-bit); SQLite keeps INTEGER,
-# which is 64-bit there and is what makes the events' primary key the rowid.
-SequenceInt = Integer().with_variant(BigInteger(), "postgresql")
+# Every integer the code lets grow past 2**31 - 1 (sequence positions, AUTOINCREMENT ids, token
+# counts, per-row counters): 64-bit on PostgreSQL, whose INTEGER is 32-bit. SQLite keeps
+# INTEGER, which is 64-bit there and is what makes an id primary key the rowid. Plain ``int``
+# fields (INTEGER on both) are left to values the code bounds far lower. Version 5 widens the
+# columns older releases declared plain (migrations.py).
+WideInt = Integer().with_variant(BigInteger(), "postgresql")
 
 
 class SessionRow(SQLModel, table=True):
@@ -53,7 +56,7 @@ class EventRow(SQLModel, table=True):
     )
 
     # One global AUTOINCREMENT: sequences are never reused, even after pruning.
-    sequence: Optional[int] = Field(default=None, sa_column=Column(SequenceInt, primary_key=True))
+    sequence: Optional[int] = Field(default=None, sa_column=Column(WideInt, primary_key=True))
     session_key: str
     agent_id: str
     kind: str
@@ -74,8 +77,8 @@ class HeadRow(SQLModel, table=True):
 
     session_key: str = Field(primary_key=True)
     agent_id: str = Field(primary_key=True)
-    last_sequence: int = Field(sa_type=SequenceInt)
-    pruned_max_sequence: int = Field(sa_type=SequenceInt)
+    last_sequence: int = Field(sa_type=WideInt)
+    pruned_max_sequence: int = Field(sa_type=WideInt)
     updated_at: float
 
 
@@ -99,9 +102,9 @@ class CursorRow(SQLModel, table=True):
     watcher_session_key: str = Field(primary_key=True)
     target_session_key: str = Field(primary_key=True)
     target_agent_id: str = Field(primary_key=True)
-    last_seen_sequence: int = Field(sa_type=SequenceInt)
-    notified_sequence: int = Field(sa_type=SequenceInt)
-    material_sequence: int = Field(sa_type=SequenceInt)
+    last_seen_sequence: int = Field(sa_type=WideInt)
+    notified_sequence: int = Field(sa_type=WideInt)
+    material_sequence: int = Field(sa_type=WideInt)
     updated_at: float
     # spawn / explicit / ambient (spec R25); ambient cursors never wake (R26). Version 4.
     provenance: str = Field(default=PROVENANCE_EXPLICIT, sa_column_kwargs={"server_default": PROVENANCE_EXPLICIT})

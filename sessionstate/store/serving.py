@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import Column, Integer
+from sqlalchemy import Column
 from sqlmodel import Field, SQLModel
 
 from ..errors import StorageError
 from .dialect import Dialect
 from .failures import translated
 from .records import PendingCursor, SweepSnapshot
+from .schema import WideInt
 
 # Keep this many change rows; a pump further behind resynchronises (R22).
 CHANGE_LOG_KEEP = 10_000
@@ -35,7 +36,7 @@ class ServerRow(SQLModel, table=True):
     __tablename__ = "session_servers"
 
     server_id: str = Field(primary_key=True)
-    pid: int
+    pid: int  # an OS process id (at most 2**22 on Linux)
     host: str
     started_at: float
     heartbeat_at: float
@@ -46,7 +47,7 @@ class ClaimRow(SQLModel, table=True):
 
     session_key: str = Field(primary_key=True)
     server_id: str = Field(index=True)
-    generation: int
+    generation: int = Field(sa_type=WideInt)  # one more on every attach
     claimed_at: float
 
 
@@ -54,7 +55,7 @@ class CursorChangeRow(SQLModel, table=True):
     __tablename__ = "session_cursor_changes"
     __table_args__ = ({"sqlite_autoincrement": True},)
 
-    stamp: Optional[int] = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    stamp: Optional[int] = Field(default=None, sa_column=Column(WideInt, primary_key=True))
     watcher_session_key: str
     recorded_at: float
 

@@ -21,6 +21,7 @@ from ..errors import StorageError
 from .dialect import Dialect
 from .failures import translated
 from .records import MetaRecord
+from .schema import WideInt
 
 
 class SessionMetaRow(SQLModel, table=True):
@@ -35,9 +36,9 @@ class SessionMetaRow(SQLModel, table=True):
     thinking: Optional[str] = None
     runtime: Optional[str] = None
     sandboxed: bool = False
-    spawn_depth: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
+    spawn_depth: int = 0  # at most max_spawn_depth (8)
+    input_tokens: int = Field(default=0, sa_type=WideInt)  # the sums of the messages' counts
+    output_tokens: int = Field(default=0, sa_type=WideInt)
     last_channel: Optional[str] = None
     last_to: Optional[str] = None
     yielded_at: Optional[float] = None

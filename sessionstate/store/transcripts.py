@@ -13,13 +13,14 @@ import json
 from collections.abc import Callable
 from typing import Any, Optional
 
-from sqlalchemy import DDL, Column, Index, Integer, event
+from sqlalchemy import DDL, Column, Index, event
 from sqlmodel import Field, SQLModel
 
 from ..errors import StorageError
 from .dialect import Dialect
 from .failures import translated
 from .records import MessageRecord
+from .schema import WideInt
 
 
 class MessageRow(SQLModel, table=True):
@@ -29,7 +30,7 @@ class MessageRow(SQLModel, table=True):
         {"sqlite_autoincrement": True},
     )
 
-    id: Optional[int] = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    id: Optional[int] = Field(default=None, sa_column=Column(WideInt, primary_key=True))
     session_key: str
     agent_id: str
     role: str  # user, assistant, tool, system
@@ -39,8 +40,8 @@ class MessageRow(SQLModel, table=True):
     provenance: Optional[str] = None  # JSON object
     tool_calls: Optional[str] = None  # JSON array
     tool_result: Optional[str] = None  # JSON value
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: int = Field(default=0, sa_type=WideInt)
+    output_tokens: int = Field(default=0, sa_type=WideInt)
     created_at: float
 
 

@@ -19,13 +19,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Optional
 
-from sqlalchemy import DDL, Column, Integer, UniqueConstraint, event
+from sqlalchemy import DDL, Column, UniqueConstraint, event
 from sqlmodel import Field, SQLModel
 
 from ..errors import StorageError
 from .dialect import Dialect
 from .failures import translated
 from .records import UpstreamLink
+from .schema import WideInt
 
 
 class UpstreamLinkRow(SQLModel, table=True):
@@ -39,7 +40,7 @@ class UpstreamLinkRow(SQLModel, table=True):
         {"sqlite_autoincrement": True},
     )
 
-    generation: Optional[int] = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    generation: Optional[int] = Field(default=None, sa_column=Column(WideInt, primary_key=True))
     session_key: str
     agent_id: str
     provider: str
@@ -48,8 +49,8 @@ class UpstreamLinkRow(SQLModel, table=True):
     marker: Optional[str] = None
     # False until a check has moved the marker to the thread's end (pre-adoption history).
     primed: bool = False
-    consecutive_misses: int = 0
-    version: int = 0
+    consecutive_misses: int = 0  # the link is dropped at MISSES_BEFORE_DROP (3)
+    version: int = Field(default=0, sa_type=WideInt)  # one more on every write
     last_checked_at: Optional[float] = None
     last_status: Optional[str] = None
     created_at: float
