@@ -76,6 +76,8 @@ def prepare(db: sqlite3.Connection, where: str) -> None:
 class SqliteSchemaEditor:
     """What a migration step gets on SQLite (``migrations.SchemaEditor``)."""
 
+    integer_holds_64_bits = True
+
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
 

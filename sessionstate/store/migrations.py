@@ -12,7 +12,9 @@ stamps the new version, and logs each one; a failing step rolls everything back 
 database is unchanged.
 
 Version 2 added an index for the change pump and version 3 drops it again; version 4 adds
-the cursors' provenance (spec R25). A new file is created at the current
+the cursors' provenance (spec R25); version 5 widens to 64 bits, on PostgreSQL only, the
+integer columns older releases declared 32-bit there although the code lets them grow past
+2**31 - 1 (``schema.WideInt``). A new file is created at the current
 version directly from the SQLModel declarations; a step therefore only ever meets files
 written by an older release. A step must tolerate a missing feature table (one whose module
 was added later: it is created after the steps, from the current declarations).
@@ -39,6 +41,9 @@ class SchemaEditor(Protocol):
     def has_table(self, name: str) -> bool: ...
 
     def has_column(self, table: str, column: str) -> bool: ...
+
+    # Whether the backend's INTEGER column holds 64 bits (SQLite's does, PostgreSQL's holds 32).
+    integer_holds_64_bits: bool
 
 
 @dataclass(frozen=True)
@@ -78,12 +83,42 @@ def _cursor_provenance(db: SchemaEditor) -> None:
     )
 
 
+# The columns version 5 widens, by table: declared plain ``int`` (INTEGER, 32-bit on
+# PostgreSQL) before it, ``schema.WideInt`` since. Token counts are taken up to 2**62 - 1 and
+# summed per session; ids and per-row counters only ever grow.
+WIDENED_IN_VERSION_5: dict[str, tuple[str, ...]] = {
+    "session_messages": ("id", "input_tokens", "output_tokens"),
+    "session_meta": ("input_tokens", "output_tokens"),
+    "upstream_links": ("generation", "version"),
+    "session_claims": ("generation",),
+    "session_cursor_changes": ("stamp",),
+    "agent_runs": ("steer_count",),
+}
+
+
+def _widen_integers(db: SchemaEditor) -> None:
+    if db.integer_holds_64_bits:
+        return  # SQLite: the same columns already hold 64 bits; nothing to rewrite
+    for table, columns in WIDENED_IN_VERSION_5.items():
+        present = [c for c in columns if db.has_table(table) and db.has_column(table, c)]
+        if not present:
+            continue  # created afterwards from the declarations
+        # One statement per table: PostgreSQL rewrites the table once for all its columns.
+        db.execute(f"ALTER TABLE {table} " + ", ".join(f"ALTER COLUMN {c} TYPE BIGINT" for c in present))
+        for column in present:
+            # An id's SERIAL sequence has a type of its own, which caps the ids it hands out.
+            sequence = db.execute(f"SELECT pg_get_serial_sequence('{table}', '{column}')").fetchone()[0]
+            if sequence is not None:
+                db.execute(f"ALTER SEQUENCE {sequence} AS BIGINT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "index pending cursors by notified_sequence (the change pump, spec R22)", _pending_notified_index),
     # Maintaining that index on every freeze cost 5-8 % of an append with three watchers; the
     # pump finds frozen cursors through the log's new events and the target index instead.
     Migration(3, "drop ix_cursors_pending_notified (the change pump reads the log instead)", _drop_pending_notified_index),
     Migration(4, "cursor provenance: spawn / explicit / ambient (spec R25)", _cursor_provenance),
+    Migration(5, "64-bit ids, token counts and counters on PostgreSQL (no change on SQLite)", _widen_integers),
 )
 
 

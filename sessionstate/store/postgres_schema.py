@@ -51,6 +51,8 @@ SESSION_CHILD_TABLES = (
 class PostgresSchemaEditor:
     """What a migration step gets on PostgreSQL (``migrations.SchemaEditor``)."""
 
+    integer_holds_64_bits = False
+
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
