@@ -11,21 +11,17 @@ every INTEGER already holds 64 bits."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
 
 from sessionstate.shared.validation import MAX_COUNT
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import MetaRecord, SessionRecord, Store, open_store
-from sessionstate.store.postgres import postgres_url
 from sessionstate.store.records import RUNNING, RunRecord
 from tests.backends import Backend
+from tests.store.second_connection import run_beside
 from tests.store.sessions import A, B
 
 LARGEST_64_BIT = 2**63 - 1
@@ -51,32 +47,14 @@ def opened(backend: Backend) -> Iterator[Opened]:
         store.close()
 
 
-def beside(url: str, *statements: str) -> None:
-    """Run ``statements`` on a second connection to the database, in one committed transaction."""
-    if url.startswith("sqlite"):
-        with closing(sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)) as db:
-            db.execute("BEGIN IMMEDIATE")
-            for statement in statements:
-                db.execute(statement)
-            db.execute("COMMIT")
-        return
-    engine = create_engine(postgres_url(url), poolclass=NullPool)
-    try:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.exec_driver_sql(statement)
-    finally:
-        engine.dispose()
-
-
 def next_id_is_the_largest(url: str, table: str, column: str) -> None:
     """Move ``table``'s AUTOINCREMENT counter so that its next id is the largest 64-bit one."""
     below = LARGEST_64_BIT - 1
     if url.startswith("sqlite"):
-        beside(url, f"DELETE FROM sqlite_sequence WHERE name = '{table}'",
-               f"INSERT INTO sqlite_sequence (name, seq) VALUES ('{table}', {below})")
+        run_beside(url, f"DELETE FROM sqlite_sequence WHERE name = '{table}'",
+                   f"INSERT INTO sqlite_sequence (name, seq) VALUES ('{table}', {below})")
     else:
-        beside(url, f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), {below})")
+        run_beside(url, f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), {below})")
 
 
 def append_message(store: Store, *, tokens: int = 0) -> int:
@@ -125,7 +103,7 @@ def test_link_generations_reach_the_largest_64_bit_integer(opened):
 def test_a_links_version_counts_up_to_the_largest_64_bit_integer(opened):
     store = opened.store
     link(store)
-    beside(opened.url, f"UPDATE upstream_links SET version = {LARGEST_64_BIT - 1}")
+    run_beside(opened.url, f"UPDATE upstream_links SET version = {LARGEST_64_BIT - 1}")
     with store.transaction():
         assert store.links.advance(store.links.get(A, "a"), "m2", 2.0) is True
     assert (store.links.get(A, "a").version, store.links.get(A, "a").marker) == (LARGEST_64_BIT, "m2")
@@ -135,7 +113,7 @@ def test_a_claims_generation_counts_up_to_the_largest_64_bit_integer(opened):
     store = opened.store
     with store.transaction():
         store.serving.claim(A, "server-1", 1.0)
-    beside(opened.url, f"UPDATE session_claims SET generation = {LARGEST_64_BIT - 1}")
+    run_beside(opened.url, f"UPDATE session_claims SET generation = {LARGEST_64_BIT - 1}")
     with store.transaction():
         assert store.serving.claim(A, "server-2", 2.0) == LARGEST_64_BIT
     assert store.serving.claimant(A) == ("server-2", LARGEST_64_BIT)
