@@ -36,7 +36,7 @@ class SessionMetaRow(SQLModel, table=True):
     thinking: Optional[str] = None
     runtime: Optional[str] = None
     sandboxed: bool = False
-    spawn_depth: int = 0  # at most max_spawn_depth (8)
+    spawn_depth: int = 0  # one per level of nesting: 2**31 would take as many sessions
     input_tokens: int = Field(default=0, sa_type=WideInt)  # the sums of the messages' counts
     output_tokens: int = Field(default=0, sa_type=WideInt)
     last_channel: Optional[str] = None

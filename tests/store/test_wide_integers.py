@@ -7,7 +7,8 @@ a claim's generation, a run's steers) up to the largest 64-bit integer.
 An id or counter gets there through the store's own write, from one below the top: the step
 below is set beside the store (its counter or row), as nothing in the store's contract writes
 one directly. The change log's stamp is left out: only SQLite writes that table, and there
-every INTEGER already holds 64 bits."""
+every INTEGER already holds 64 bits. Last, a new PostgreSQL database keeps 32-bit columns only
+for the values the code bounds."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from sessionstate import Gateway
 from sessionstate.shared.validation import MAX_COUNT
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import MetaRecord, SessionRecord, Store, open_store
@@ -127,3 +129,18 @@ def test_a_runs_steer_count_counts_up_to_the_largest_64_bit_integer(opened):
         store.runs.insert(run)
         assert store.runs.note_steered("r1") is True
     assert store.runs.get("r1").steer_count == LARGEST_64_BIT
+
+
+def test_a_new_postgresql_databases_only_32_bit_columns_are_the_ones_the_code_bounds(pg_url):
+    """A new plain ``int`` field fails here until someone decides its values stay below 2**31."""
+    Gateway.open(pg_url).close()
+    narrow = run_beside(pg_url, (
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND data_type IN ('integer', 'smallint') ORDER BY table_name, column_name"
+    ))
+    assert narrow == [
+        ("session_meta", "spawn_depth"),  # one per level of nesting
+        ("session_servers", "pid"),  # an OS process id
+        ("sessionstate_schema", "version"),  # this release's number
+        ("upstream_links", "consecutive_misses"),  # dropped at 3
+    ]
