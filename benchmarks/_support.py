@@ -274,7 +274,7 @@ UPDATE_HEAD = (
     " WHERE session_key = ? AND agent_id = ?"
 )
 SELECT_CAUGHT_UP = (
-    "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence, provenance"
+    "SELECT watcher_session_key, last_seen_sequence, material_sequence, provenance"
     " FROM session_watch_cursors INDEXED BY ix_cursors_target_caught_up"
     " WHERE target_session_key = ? AND target_agent_id = ? AND notified_sequence = last_seen_sequence"
 )
@@ -355,7 +355,7 @@ class RawLog:
             # the cursor decision: caught-up watchers other than the actor freeze at the event
             changes = [
                 (w, key, AGENT, last, sequence, sequence, now)
-                for w, last, _, _, _ in db.execute(SELECT_CAUGHT_UP, (key, AGENT)).fetchall()
+                for w, last, _, _ in db.execute(SELECT_CAUGHT_UP, (key, AGENT)).fetchall()
                 if w != actor_id
             ]
             if changes:

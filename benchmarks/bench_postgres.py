@@ -143,7 +143,7 @@ class RawPg:
             prepare=True,
         ).fetchone()[0]
         rows = cur.execute(sql.caught_up_watchers, (key, AGENT), prepare=True).fetchall()
-        changes = [(w, key, AGENT, last, sequence, sequence, NOW) for w, last, _, _, _ in rows]
+        changes = [(w, key, AGENT, last, sequence, sequence, NOW) for w, last, _, _ in rows]
         if len(changes) == 1:
             cur.execute(sql.put_cursor, changes[0], prepare=True)
         elif 1 < len(changes) <= self.pg_sql.PUT_CURSORS_MAX_ROWS:

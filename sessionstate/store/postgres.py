@@ -344,10 +344,10 @@ class PostgresStore(PostgresConnected, SqlStore):
         if len(watched) == 1:
             rows_read = read.fetchall()
             if rows_read:
-                found[watched[0]] = [(r[0], (r[1], r[2], r[3]), r[4]) for r in rows_read]
+                found[watched[0]] = [(r[0], (r[1], r[1], r[2]), r[3]) for r in rows_read]
         elif watched:
-            for key, agent, watcher, last_seen, notified, material, provenance in read.fetchall():
-                found.setdefault((key, agent), []).append((watcher, (last_seen, notified, material), provenance))
+            for key, agent, watcher, last_seen, material, provenance in read.fetchall():
+                found.setdefault((key, agent), []).append((watcher, (last_seen, last_seen, material), provenance))
         return results, found
 
     def _dedupe_winner(self, row: EventRow) -> int:
@@ -413,8 +413,8 @@ class PostgresStore(PostgresConnected, SqlStore):
         keys, agents = [t[0] for t in targets], [t[1] for t in targets]
         found: dict[Target, list[CaughtUpRow]] = {}
         rows = self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall()
-        for key, agent, watcher, last_seen, notified, material, provenance in rows:
-            found.setdefault((key, agent), []).append((watcher, (last_seen, notified, material), provenance))
+        for key, agent, watcher, last_seen, material, provenance in rows:
+            found.setdefault((key, agent), []).append((watcher, (last_seen, last_seen, material), provenance))
         return found
 
     def put_pair_cursors(self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float) -> None:

@@ -50,7 +50,7 @@ LOCK_HEADS_SQL = (
 # after the heads are locked): the event path's read, for every target of the batch at once.
 CAUGHT_UP_OF_SQL = (
     "SELECT target_session_key, target_agent_id, watcher_session_key,"
-    " last_seen_sequence, notified_sequence, material_sequence, provenance FROM session_watch_cursors"
+    " last_seen_sequence, material_sequence, provenance FROM session_watch_cursors"
     " WHERE (target_session_key, target_agent_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
     f" AND {CAUGHT_UP_CURSOR}"
 )

@@ -237,7 +237,7 @@ class SqlStore:
         """Watchers of a target whose cursor is caught up (the partial index serves this);
         called after ``append_event`` locked the target's head."""
         rows = self._run(self._sql.caught_up_watchers, (target_key, target_agent_id)).fetchall()
-        return [(r[0], (r[1], r[2], r[3]), r[4]) for r in rows]
+        return [(r[0], (r[1], r[1], r[2]), r[3]) for r in rows]
 
     def caught_up_watchers_of(self, targets: Sequence[Target]) -> dict[Target, list[CaughtUpRow]]:
         """``caught_up_watchers`` of several targets (a group commit's notifying events),
@@ -248,7 +248,7 @@ class SqlStore:
         for target in targets:
             rows = self._run(read, target).fetchall()
             if rows:
-                found[target] = [(r[0], (r[1], r[2], r[3]), r[4]) for r in rows]
+                found[target] = [(r[0], (r[1], r[1], r[2]), r[3]) for r in rows]
         return found
 
     def cursors_behind(self) -> list[CursorRecord]:

@@ -145,7 +145,8 @@ class CoreStatements:
         # hint (it may otherwise tie-break to the plain target index, which also reads the
         # pending cursors).
         self.caught_up_watchers = sql(
-            "SELECT watcher_session_key, last_seen_sequence, notified_sequence, material_sequence, provenance"
+            # A caught-up cursor's notified position is its last-seen one: not read twice.
+            "SELECT watcher_session_key, last_seen_sequence, material_sequence, provenance"
             f" FROM session_watch_cursors{d.indexed_by('ix_cursors_target_caught_up')}"
             f" WHERE target_session_key = ? AND target_agent_id = ? AND {CAUGHT_UP_CURSOR}"
         )
