@@ -103,15 +103,18 @@ class GroupCommit(Generic[_E]):
         if not lock.acquire(False):  # another thread holds the turn (an RLock: never this one)
             return self._join(events)
         try:
-            if self._in_transaction():
-                return self._run_alone(events)
             # The queue is read without ``_state``: a caller queued just after this look
-            # is committed by the drain below or by its own drainer.
+            # is committed by the drain below or by its own drainer. The queue is looked at
+            # first because it is cheaper to ask than the transaction, and mostly empty.
             if not self._queue:
                 result = self._run_alone(events)
-                if self._queue:  # callers queued while this one committed: take them along
+                # Callers queued while this one committed: take them along, unless this
+                # thread is inside its own transaction (its caller's commit is not theirs).
+                if self._queue and not self._in_transaction():
                     self._drain()
                 return result
+            if self._in_transaction():
+                return self._run_alone(events)
             mine: Waiter[_E] = Waiter(events)
             self._commit([mine])
             self._drain()
