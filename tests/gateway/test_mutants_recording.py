@@ -94,6 +94,26 @@ def test_record_events_names_the_item_with_a_bad_argument_name(gw):
     assert gw.store.dump() == before
 
 
+def test_record_event_names_a_bad_argument_name_when_it_gives_two_as_the_usual_call_does(gw):
+    """Two keywords are what the usual call passes (the required ones); two with one of them
+    wrong are refused by name, before anything is written."""
+    before = gw.store.dump()
+    with pytest.raises(TypeError) as unknown:
+        gw.record_event(CHILD, "goal_changed", actor_type="human", colour="red")  # type: ignore[call-arg]
+    assert str(unknown.value) == "record_event() got unexpected keyword arguments ['colour']"
+    with pytest.raises(TypeError) as missing:
+        gw.record_event(CHILD, "goal_changed", actor_type="human", actor_id=None)  # type: ignore[call-arg]
+    assert str(missing.value) == "record_event() missing required keyword arguments ['summary']"
+    assert gw.store.dump() == before
+
+
+def test_an_event_without_its_optional_keywords_is_prepared_as_with_each_of_them_none(gw):
+    every_optional_none = dict.fromkeys(["actor_id", "agent_id", "run_id", "payload", "dedupe_key", "occurred_at"])
+    bare = gw.ops.prepare_event(CHILD, "goal_changed", actor_type="human", summary="s")
+    assert bare == gw.ops.prepare_event(CHILD, "goal_changed", actor_type="human", summary="s", **every_optional_none)
+    assert bare.target == (CHILD, "main") and bare.requested == (CHILD, None)
+
+
 RECORD_PREPARED_REFUSED = "calls must be a sequence of sequences of prepared events (prepare_event)"
 
 

@@ -104,9 +104,9 @@ class Recording(Turns):
         Validated first (raising, nothing written); concurrent calls from other threads may
         share its transaction (group commit), and it returns only after that commit."""
         if not self.observers:
-            return self.group.submit((self.prepare_event(session_key, kind, **event),))[0]
+            return self.group.submit((self._prepare(session_key, kind, event),))[0]
         started = time.perf_counter()
-        sequence = self.group.submit((self.prepare_event(session_key, kind, **event),))[0]
+        sequence = self.group.submit((self._prepare(session_key, kind, event),))[0]
         self.observers.recorded([kind], [sequence], started)
         return sequence
 
@@ -155,13 +155,23 @@ class Recording(Turns):
         """Validate one event's arguments (raising, nothing written); pure, so it runs before
         the caller waits for the write turn. The target is resolved here when its key names the
         agent and no dedupe key asks for a read, else inside the append's transaction (R15)."""
-        if not EVENT_ARGS.issuperset(event) or not REQUIRED_EVENT_ARGS <= event.keys():
-            unknown, missing = sorted(event.keys() - EVENT_ARGS), sorted(REQUIRED_EVENT_ARGS - event.keys())
-            raise TypeError(f"record_event() got unexpected keyword arguments {unknown}" if unknown
-                            else f"record_event() missing required keyword arguments {missing}")
-        actor_type, summary = event["actor_type"], event["summary"]
-        actor_id, agent_id, run_id = event.get("actor_id"), event.get("agent_id"), event.get("run_id")
-        payload, dedupe_key, occurred_at = event.get("payload"), event.get("dedupe_key"), event.get("occurred_at")
+        return self._prepare(session_key, kind, event)
+
+    def _prepare(self, session_key: str, kind: str, event: Mapping[str, Any]) -> PreparedEvent:
+        """``prepare_event`` on the keywords' own mapping (``record_event`` passes its own, not
+        a copy)."""
+        if len(event) == 2 and "actor_type" in event and "summary" in event:
+            # The usual call names the required keywords alone: nothing else to look up.
+            actor_type, summary = event["actor_type"], event["summary"]
+            actor_id = agent_id = run_id = payload = dedupe_key = occurred_at = None
+        else:
+            if not EVENT_ARGS.issuperset(event) or not REQUIRED_EVENT_ARGS <= event.keys():
+                unknown, missing = sorted(event.keys() - EVENT_ARGS), sorted(REQUIRED_EVENT_ARGS - event.keys())
+                raise TypeError(f"record_event() got unexpected keyword arguments {unknown}" if unknown
+                                else f"record_event() missing required keyword arguments {missing}")
+            actor_type, summary = event["actor_type"], event["summary"]
+            actor_id, agent_id, run_id = event.get("actor_id"), event.get("agent_id"), event.get("run_id")
+            payload, dedupe_key, occurred_at = event.get("payload"), event.get("dedupe_key"), event.get("occurred_at")
         check_key(session_key)
         check_kind(kind)
         check_actor_type(actor_type)
