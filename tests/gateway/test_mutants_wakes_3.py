@@ -1,0 +1,87 @@
+"""Tests from the third mutmut run over services/notice/{wakes,release,rewake}.py (tests/gateway
+as the selection; a fake clock, nothing is timed). Each pins one behaviour of R23's heal
+(``Rewaker.on_material``) the suite did not hold:
+
+- a watcher whose entry was dropped because its notice was drained is filed again by its next
+  notice, and healed one window after that notice's wake;
+- a heal that finds the watcher woken since (for another target) waits for that wake's window:
+  it neither wakes nor owes a wake;
+- a heal whose wake lost the durable slot to another process is filed at that process's wake,
+  so the next heal comes one window after it, not one window after the lost attempt;
+- ``on_material`` answers how many watchers it woke: none for a target nobody is filed for.
+"""
+
+from __future__ import annotations
+
+from sessionstate.services.notice.rewake import Rewaker
+from tests.gateway.test_mutants_wakes import Clock, human
+from tests.gateway.test_mutants_wakes_rest import (
+    CHILD, ELSEWHERE, FIRST, MANAGER, PEER, SECOND, WINDOW, Coalesced, healing_gateway,
+)
+
+
+def times_woken(woken: list[tuple[str, float]], watcher: str, start: float) -> list[float]:
+    return [at - start for who, at in woken if who == watcher]
+
+
+def test_a_watcher_dropped_with_its_drained_notice_is_healed_again_after_its_next_notice(db_url):
+    clock, woken = Clock(), []
+    with healing_gateway(db_url, clock, woken) as gw:
+        start = clock.now
+        human(gw, CHILD)                  # MANAGER and PEER woken at t=0
+        assert gw.drain_system_events(MANAGER)
+        clock.now = start + WINDOW + 5    # MANAGER's own event: its entry (notice gone) dropped
+        assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="mine",
+                               actor_id=MANAGER)
+        clock.now = start + 2 * WINDOW + 10
+        human(gw, CHILD)                  # a new notice for MANAGER: woken at once, filed again
+        clock.now = start + 3 * WINDOW + 10
+        human(gw, CHILD)                  # still pending one window later: healed
+        assert times_woken(woken, MANAGER, start) == [0, 2 * WINDOW + 10, 3 * WINDOW + 10]
+        assert times_woken(woken, PEER, start) == [0, WINDOW + 5, 2 * WINDOW + 10, 3 * WINDOW + 10]
+
+
+def test_a_heal_that_finds_the_watcher_woken_since_neither_wakes_nor_owes_a_wake(db_url):
+    clock, woken = Clock(), []
+    with healing_gateway(db_url, clock, woken) as gw:
+        gw.unwatch(PEER, CHILD)
+        gw.watch(MANAGER, ELSEWHERE)
+        start = clock.now
+        human(gw, CHILD)                  # MANAGER woken at t=0 for CHILD
+        clock.now = start + WINDOW + 1
+        human(gw, ELSEWHERE)              # and at t=21 for ELSEWHERE
+        clock.now = start + WINDOW + 5    # CHILD's entry is due by its stamp, not by the last wake
+        human(gw, CHILD)
+        assert times_woken(woken, MANAGER, start) == [0, WINDOW + 1]
+        # An owed wake here would be one no line asked for (observers would count it).
+        assert gw.ops.diagnostics().owed_wakes == {}
+
+
+def test_a_heal_that_lost_the_slot_comes_again_one_window_after_the_other_process_wake():
+    coalesced = Coalesced()
+    rewaker = Rewaker(coalesced.wakes, lambda watcher, target: True)
+    target = (CHILD, "child")
+    start = coalesced.clock.now
+    assert coalesced.wakes.wake(FIRST, "first")
+    rewaker.track(FIRST, target)
+    coalesced.slot_taken_at = start + WINDOW + 8  # another process woke FIRST at t=28
+    coalesced.clock.now = start + WINDOW + 10
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 0
+    coalesced.clock.now = start + 2 * WINDOW + 8  # one window after that wake: healed here
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 1
+    assert coalesced.woken[1:] == [(FIRST, f"session-state: {CHILD}", start + 2 * WINDOW + 8)]
+
+
+def test_a_heal_answers_how_many_watchers_it_woke():
+    coalesced = Coalesced()
+    rewaker = Rewaker(coalesced.wakes, lambda watcher, target: True)
+    target = (CHILD, "child")
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 0  # nobody filed for it
+    for watcher in (FIRST, SECOND):
+        assert coalesced.wakes.wake(watcher, "first")
+        rewaker.track(watcher, target)
+    coalesced.clock.now += WINDOW
+    assert rewaker.on_material(target, FIRST, coalesced.clock.now) == 1  # FIRST's own event
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 1  # SECOND inside its window
+    coalesced.clock.now += WINDOW
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 2
