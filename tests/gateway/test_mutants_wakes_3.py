@@ -8,11 +8,15 @@ as the selection; a fake clock, nothing is timed). Each pins one behaviour of R2
   it neither wakes nor owes a wake;
 - a heal whose wake lost the durable slot to another process is filed at that process's wake,
   so the next heal comes one window after it, not one window after the lost attempt;
-- ``on_material`` answers how many watchers it woke: none for a target nobody is filed for.
+- ``on_material`` answers how many watchers it woke: none for a target nobody is filed for;
+- a bad ``wake_window`` is refused with a message naming the option and what it must be.
 """
 
 from __future__ import annotations
 
+import pytest
+
+from sessionstate import Gateway, InvalidArgument
 from sessionstate.services.notice.rewake import Rewaker
 from tests.gateway.test_mutants_wakes import Clock, human
 from tests.gateway.test_mutants_wakes_rest import (
@@ -85,3 +89,10 @@ def test_a_heal_answers_how_many_watchers_it_woke():
     assert rewaker.on_material(target, None, coalesced.clock.now) == 1  # SECOND inside its window
     coalesced.clock.now += WINDOW
     assert rewaker.on_material(target, None, coalesced.clock.now) == 2
+
+
+@pytest.mark.parametrize("window", [0, "20"])
+def test_a_bad_window_is_refused_with_what_it_must_be(db_url, window):
+    with pytest.raises(InvalidArgument) as refused:
+        Gateway.open(db_url, wake_window=window)
+    assert str(refused.value) == "wake_window must be a positive finite number of seconds"
