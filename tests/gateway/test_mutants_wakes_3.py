@@ -9,6 +9,8 @@ as the selection; a fake clock, nothing is timed). Each pins one behaviour of R2
 - a heal whose wake lost the durable slot to another process is filed at that process's wake,
   so the next heal comes one window after it, not one window after the lost attempt;
 - ``on_material`` answers how many watchers it woke: none for a target nobody is filed for;
+- a restart's sweep queues each target's notice under that target's name, even where one
+  target's agent id is another's key and both notices share their ``since``;
 - a bad ``wake_window`` is refused with a message naming the option and what it must be.
 """
 
@@ -18,6 +20,7 @@ import pytest
 
 from sessionstate import Gateway, InvalidArgument
 from sessionstate.services.notice.rewake import Rewaker
+from sessionstate.shared.formats import notice_text
 from tests.gateway.test_mutants_wakes import Clock, human
 from tests.gateway.test_mutants_wakes_rest import (
     CHILD, ELSEWHERE, FIRST, MANAGER, PEER, SECOND, WINDOW, Coalesced, healing_gateway,
@@ -96,3 +99,20 @@ def test_a_bad_window_is_refused_with_what_it_must_be(db_url, window):
     with pytest.raises(InvalidArgument) as refused:
         Gateway.open(db_url, wake_window=window)
     assert str(refused.value) == "wake_window must be a positive finite number of seconds"
+
+
+def test_a_restart_queues_each_notice_under_its_own_target_when_keys_and_agent_ids_cross(db_url):
+    # Unqualified keys with their agent ids: alpha's agent id is beta's key, beta's key is
+    # gamma's agent id. Without creation events every pair was last seen at 0, so the sweep's
+    # notices (one batch) share their ``since``; each must still name its own target.
+    targets = [("alpha", "beta"), ("beta", "x"), ("gamma", "alpha")]
+    with Gateway.open(db_url, record_created=False) as gw:
+        gw.create_session(MANAGER)
+        for key, agent in targets:
+            gw.create_session(key, agent_id=agent)
+            gw.watch(MANAGER, key, target_agent_id=agent)
+        for key, agent in targets:
+            assert gw.record_event(key, "human_direct_message", actor_type="human", summary="hi",
+                                   agent_id=agent)
+    with Gateway.open(db_url) as gw:
+        assert sorted(gw.pending_system_events(MANAGER)) == sorted(notice_text(key, 0) for key, _ in targets)
