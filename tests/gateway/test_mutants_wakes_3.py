@@ -11,6 +11,8 @@ as the selection; a fake clock, nothing is timed). Each pins one behaviour of R2
 - ``on_material`` answers how many watchers it woke: none for a target nobody is filed for;
 - a restart's sweep queues each target's notice under that target's name, even where one
   target's agent id is another's key and both notices share their ``since``;
+- a notice whose watcher another process serves (R19) does not keep the next watcher of the
+  same event from its notice;
 - a bad ``wake_window`` is refused with a message naming the option and what it must be.
 """
 
@@ -116,3 +118,17 @@ def test_a_restart_queues_each_notice_under_its_own_target_when_keys_and_agent_i
                                    agent_id=agent)
     with Gateway.open(db_url) as gw:
         assert sorted(gw.pending_system_events(MANAGER)) == sorted(notice_text(key, 0) for key, _ in targets)
+
+
+def test_a_watcher_served_elsewhere_does_not_keep_the_next_from_its_notice(db_url):
+    target, served = "agent:t:main", "agent:m:main"
+    watchers = ["agent:a:main", served, "agent:y:main"]  # served here: only the middle one
+    with Gateway.open(db_url, serve=["agent:m:*"]) as gw:
+        for key in [*watchers, target]:
+            gw.create_session(key)
+        for watcher in watchers:
+            gw.watch(watcher, target)
+        human(gw, target)
+        queued = {watcher: gw.pending_system_events(watcher) for watcher in watchers}
+    assert [len(lines) for lines in queued.values()] == [0, 1, 0]
+    assert queued[served][0].startswith(f'Session "{target}" changed')
