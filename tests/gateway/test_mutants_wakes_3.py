@@ -13,6 +13,9 @@ as the selection; a fake clock, nothing is timed). Each pins one behaviour of R2
   target's agent id is another's key and both notices share their ``since``;
 - a notice whose watcher another process serves (R19) does not keep the next watcher of the
   same event from its notice;
+- a notice opened while its pair was ambient is not woken when the pair is promoted later in
+  the same transaction (R25, R26: the provenance the notice's own read found decides); the
+  heal wakes for it;
 - a bad ``wake_window`` is refused with a message naming the option and what it must be.
 """
 
@@ -132,3 +135,21 @@ def test_a_watcher_served_elsewhere_does_not_keep_the_next_from_its_notice(db_ur
         queued = {watcher: gw.pending_system_events(watcher) for watcher in watchers}
     assert [len(lines) for lines in queued.values()] == [0, 1, 0]
     assert queued[served][0].startswith(f'Session "{target}" changed')
+
+
+def test_a_notice_opened_while_ambient_is_not_woken_by_a_promotion_in_its_transaction(db_url):
+    watcher, target = "agent:w:main", "agent:t:main"
+    clock, woken = Clock(), []
+    with Gateway.open(db_url, clock=clock, wake_window=WINDOW,
+                      on_wake=lambda who, reason: woken.append((who, clock.now))) as gw:
+        start = clock.now
+        gw.create_session(watcher)
+        gw.create_session(target)
+        gw.watch(watcher, target, ambient=True)
+        with gw.transaction():
+            human(gw, target)             # the notice opens while the pair is ambient ...
+            gw.watch(watcher, target)     # ... and the pair is promoted before the commit
+        assert woken == [] and len(gw.pending_system_events(watcher)) == 1
+        clock.now = start + WINDOW + 5
+        human(gw, target)                 # the heal wakes for it
+        assert woken == [(watcher, start + WINDOW + 5)]
