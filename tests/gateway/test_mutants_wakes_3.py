@@ -16,6 +16,10 @@ as the selection; a fake clock, nothing is timed). Each pins one behaviour of R2
 - a notice opened while its pair was ambient is not woken when the pair is promoted later in
   the same transaction (R25, R26: the provenance the notice's own read found decides); the
   heal wakes for it;
+- a deleted session's own queued lines, notices and plain lines alike, go with it: the key
+  created again starts with none (R14);
+- an event nobody watches is in the trace file when ``record_event`` returns (spec 15.3: its
+  batch waits for the commit's notices, and an empty list of notices must still release it);
 - a bad ``wake_window`` is refused with a message naming the option and what it must be.
 """
 
@@ -26,6 +30,7 @@ import pytest
 from sessionstate import Gateway, InvalidArgument
 from sessionstate.services.notice.rewake import Rewaker
 from sessionstate.shared.formats import notice_text
+from tests.gateway.test_mutants_trace_locking import lines_of
 from tests.gateway.test_mutants_wakes import Clock, human
 from tests.gateway.test_mutants_wakes_rest import (
     CHILD, ELSEWHERE, FIRST, MANAGER, PEER, SECOND, WINDOW, Coalesced, healing_gateway,
@@ -153,3 +158,25 @@ def test_a_notice_opened_while_ambient_is_not_woken_by_a_promotion_in_its_transa
         clock.now = start + WINDOW + 5
         human(gw, target)                 # the heal wakes for it
         assert woken == [(watcher, start + WINDOW + 5)]
+
+
+def test_a_deleted_session_takes_its_queued_lines_with_it(db_url):
+    watcher, target = "agent:w:main", "agent:t:main"
+    with Gateway.open(db_url) as gw:
+        gw.create_session(watcher)
+        gw.create_session(target)
+        gw.watch(watcher, target)
+        human(gw, target)
+        assert gw.ops.enqueue_system_event(watcher, "a plain line")
+        assert len(gw.pending_system_events(watcher)) == 2
+        gw.ops.delete_session(watcher)
+        gw.create_session(watcher)        # the same key, a new session: nothing is owed to it
+        assert gw.pending_system_events(watcher) == []
+
+
+def test_an_event_nobody_watches_is_in_the_trace_when_it_returns(db_url, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    with Gateway.open(db_url, trace=trace) as gw:
+        gw.create_session("agent:lone:main")
+        human(gw, "agent:lone:main")
+        assert len(lines_of(trace, "event", kind="human_direct_message")) == 1
