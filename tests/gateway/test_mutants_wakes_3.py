@@ -4,6 +4,8 @@ as the selection; a fake clock, nothing is timed). Each pins one behaviour of R2
 
 - a watcher whose entry was dropped because its notice was drained is filed again by its next
   notice, and healed one window after that notice's wake;
+- a watcher that stopped watching a target is not healed for it (its notice went with the
+  cursor), while the target's other pending watcher is;
 - a heal that finds the watcher woken since (for another target) waits for that wake's window:
   it neither wakes nor owes a wake;
 - a heal whose wake lost the durable slot to another process is filed at that process's wake,
@@ -56,6 +58,18 @@ def test_a_watcher_dropped_with_its_drained_notice_is_healed_again_after_its_nex
         human(gw, CHILD)                  # still pending one window later: healed
         assert times_woken(woken, MANAGER, start) == [0, 2 * WINDOW + 10, 3 * WINDOW + 10]
         assert times_woken(woken, PEER, start) == [0, WINDOW + 5, 2 * WINDOW + 10, 3 * WINDOW + 10]
+
+
+def test_a_watcher_that_stopped_watching_is_not_healed_for_that_target(db_url):
+    clock, woken = Clock(), []
+    with healing_gateway(db_url, clock, woken) as gw:
+        start = clock.now
+        human(gw, CHILD)                  # MANAGER and PEER woken at t=0
+        assert gw.unwatch(PEER, CHILD)    # PEER's notice is withdrawn with its cursor
+        clock.now = start + WINDOW + 5
+        human(gw, CHILD)
+        assert times_woken(woken, MANAGER, start) == [0, WINDOW + 5]
+        assert times_woken(woken, PEER, start) == [0]
 
 
 def test_a_heal_that_finds_the_watcher_woken_since_neither_wakes_nor_owes_a_wake(db_url):
