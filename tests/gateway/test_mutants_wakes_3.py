@@ -1,6 +1,7 @@
 """Tests from the third mutmut run over services/notice/{wakes,release,rewake}.py (tests/gateway
-as the selection; a fake clock, nothing is timed). Each pins one behaviour of R23's heal
-(``Rewaker.on_material``) the suite did not hold:
+as the selection; a fake clock, nothing is timed). Each pins one behaviour the suite did not
+hold; the first five are R23's heal (``Rewaker.on_material``), the others the release of
+notices and lines after a commit (``NoticeRelease``) and the window's refusal:
 
 - a watcher whose entry was dropped because its notice was drained is filed again by its next
   notice, and healed one window after that notice's wake;
@@ -40,6 +41,7 @@ from tests.gateway.test_mutants_wakes_rest import (
 
 
 def times_woken(woken: list[tuple[str, float]], watcher: str, start: float) -> list[float]:
+    """The watcher's wakes, in seconds after ``start``."""
     return [at - start for who, at in woken if who == watcher]
 
 
