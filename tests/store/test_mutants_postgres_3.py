@@ -1,0 +1,115 @@
+"""The PostgreSQL store's opening and connection beyond the earlier tests: what a refused
+opening says in full, an empty stamp table, a delete trigger missing from an older database, a
+statement the server refuses, and a lost connection that cannot be replaced yet. Written for the
+survivors of a mutmut run (docs/mutants/store-postgres-3.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlmodel import SQLModel
+
+from sessionstate import Gateway, SchemaMismatch
+from sessionstate.errors import StorageError, StorageUnavailable
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import SessionRecord, open_store, schema
+from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, VERSION_TABLE
+from tests.backends import admin_connection
+from tests.store.sessions import A
+from tests.store.test_commit_outcome import proxied  # noqa: F401  (a fixture)
+from tests.store.test_postgres_schema import make_database, raw, snapshot, stamp
+
+# -- opening: the schema ----------------------------------------------------------------------
+
+
+def test_a_refusal_names_every_table_of_another_shape_with_all_its_differences(pg_url):
+    make_database(pg_url)
+    with raw(pg_url) as conn:
+        conn.exec_driver_sql("ALTER TABLE session_meta DROP COLUMN last_to, DROP COLUMN channel")
+        conn.exec_driver_sql("ALTER TABLE upstream_links ADD COLUMN surprise text, ADD COLUMN extra integer")
+    before = snapshot(pg_url)
+    differences = {
+        "session_meta": "missing columns: channel, last_to; unexpected columns: none",
+        "upstream_links": "missing columns: none; unexpected columns: extra, surprise",
+    }
+    # The tables are named in the order the declarations sort them (dependencies first).
+    named = "; ".join(f"{t.name} ({differences[t.name]})" for t in SQLModel.metadata.sorted_tables
+                      if t.name in differences)
+    with pytest.raises(SchemaMismatch) as refused:
+        Gateway.open(pg_url)
+    assert str(refused.value).endswith(
+        f": not a sessionstate database of a known shape; these tables have other columns: {named}."
+        " Nothing was changed."
+    ), str(refused.value)
+    assert snapshot(pg_url) == before
+
+
+def test_an_empty_stamp_table_is_no_stamp_and_a_new_database_is_created_and_stamped(pg_url):
+    with raw(pg_url) as conn:  # left by an opening that never stamped, or emptied by hand
+        conn.exec_driver_sql(f"CREATE TABLE {VERSION_TABLE} (one boolean PRIMARY KEY DEFAULT true"
+                             " CHECK (one), version integer NOT NULL)")
+    make_database(pg_url)
+    assert stamp(pg_url) == schema.SCHEMA_VERSION
+
+
+def session_delete_triggers(url: str) -> set[str]:
+    with raw(url) as conn:
+        return {row[0] for row in conn.exec_driver_sql(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'sessions'::regclass AND NOT tgisinternal"
+        )}
+
+
+@pytest.mark.parametrize("missing", [table for table, _, _ in SESSION_CHILD_TABLES[1:]])
+def test_opening_recreates_a_delete_trigger_missing_after_one_that_is_present(pg_url, missing):
+    make_database(pg_url)
+    trigger = f"trg_{missing}_session_deleted"
+    with raw(pg_url) as conn:
+        conn.exec_driver_sql(f"DROP TRIGGER {trigger} ON sessions")
+    Gateway.open(pg_url).close()
+    assert session_delete_triggers(pg_url) == {f"trg_{table}_session_deleted" for table, _, _ in SESSION_CHILD_TABLES}
+
+
+# -- the connection ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Any]:
+    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
+    yield opened
+    opened.close()
+
+
+def test_a_statement_the_server_refuses_is_a_storage_error_saying_why(store):
+    with pytest.raises(StorageError, match='unrecognized configuration parameter "sessionstate.no_such_setting"'):
+        store.setting("sessionstate.no_such_setting")
+    assert store.setting("standard_conforming_strings") == "on"  # the connection still serves
+
+
+def end_backend(pid: int) -> None:
+    """What a server restart does to one connection: its backend ends (waited for)."""
+    with admin_connection() as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()[0]
+
+
+def test_a_lost_connection_that_cannot_be_replaced_yet_is_unavailable_then_replaced(proxied):  # noqa: F811
+    url, _direct, proxy = proxied
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        with store.transaction():
+            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
+        proxy.refuse(60)
+        end_backend(store.backend_pid())
+        with pytest.raises(StorageUnavailable) as lost:  # the statement that finds it gone
+            store.head(A, "a")
+        assert lost.value.retry_safe
+        with pytest.raises(StorageUnavailable) as refused:  # the new connection turned away
+            store.head(A, "a")
+        assert refused.value.retry_safe
+        assert str(refused.value).startswith("PostgreSQL unavailable: "), str(refused.value)
+        proxy.refuse(0)
+        head = store.head(A, "a")  # once the server answers, the next call reconnects
+        assert head is not None and head.last_sequence == 0
+    finally:
+        store.close()
