@@ -5,20 +5,31 @@ survivors of a mutmut run (docs/mutants/store-postgres-3.md)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
 
 from sessionstate import Gateway, SchemaMismatch
 from sessionstate.errors import StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, open_store, schema
+from sessionstate.store import SessionRecord, commit_outcome, open_store, postgres, schema
+from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
+from sessionstate.store.postgres_connection import CONNECT_TIMEOUT_SECONDS
 from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, VERSION_TABLE
 from tests.backends import admin_connection
 from tests.store.sessions import A
 from tests.store.test_commit_outcome import proxied  # noqa: F401  (a fixture)
+from sessionstate.verify.pgproxy import AFTER_COMMIT
 from tests.store.test_postgres_schema import make_database, raw, snapshot, stamp
 
 # -- opening: the schema ----------------------------------------------------------------------
@@ -52,6 +63,17 @@ def test_an_empty_stamp_table_is_no_stamp_and_a_new_database_is_created_and_stam
                              " CHECK (one), version integer NOT NULL)")
     make_database(pg_url)
     assert stamp(pg_url) == schema.SCHEMA_VERSION
+
+
+def test_opening_an_empty_database_without_create_says_so_and_creates_nothing(pg_url):
+    with pytest.raises(StorageUnavailable) as refused:
+        open_store(pg_url, notifying_kinds=NOTIFYING_KINDS, create=False)
+    where = make_url(pg_url).render_as_string(hide_password=True)
+    assert str(refused.value) == f"{where}: no sessionstate tables there (nothing was created)"
+    with raw(pg_url) as conn:
+        assert conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
+        ).scalar() == 0
 
 
 def session_delete_triggers(url: str) -> set[str]:
@@ -111,5 +133,80 @@ def test_a_lost_connection_that_cannot_be_replaced_yet_is_unavailable_then_repla
         proxy.refuse(0)
         head = store.head(A, "a")  # once the server answers, the next call reconnects
         assert head is not None and head.last_sequence == 0
+    finally:
+        store.close()
+
+
+# -- opening: the connection's parameters and the first transaction ---------------------------
+
+
+@contextmanager
+def silent_server() -> Iterator[str]:
+    """A socket directory whose server accepts connections and never answers (a server hung
+    in its startup, or a dead host's half-open path): libpq waits there until its timeout."""
+    directory = tempfile.mkdtemp(prefix="sessionstate-silent.")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.path.join(directory, ".s.PGSQL.5432"))
+    listener.listen(8)
+    try:
+        yield f"postgresql+psycopg://postgres@/sessionstate_test?host={directory}"
+    finally:
+        listener.close()  # a connection still waiting then fails at once
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def seconds_to_refuse(url: str) -> float:
+    """How long opening ``url`` takes to fail (``StorageUnavailable``); at most 20 s waited."""
+    failures: list[BaseException] = []
+
+    def try_open() -> None:
+        try:
+            open_store(url, notifying_kinds=NOTIFYING_KINDS).close()
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    started = time.monotonic()
+    opening = threading.Thread(target=try_open, daemon=True)
+    opening.start()
+    opening.join(20)
+    assert not opening.is_alive(), "the opening waits for the silent server without a timeout"
+    assert len(failures) == 1 and isinstance(failures[0], StorageUnavailable), failures
+    assert failures[0].retry_safe and "timeout" in str(failures[0]), str(failures[0])
+    return time.monotonic() - started
+
+
+def test_opening_on_a_server_that_never_answers_gives_up_after_the_connect_timeout(monkeypatch):
+    monkeypatch.setattr(postgres, "CONNECT_TIMEOUT_SECONDS", 2)  # libpq's shortest
+    with silent_server() as url:
+        assert seconds_to_refuse(url) < 8
+
+
+def test_a_urls_own_connect_timeout_is_the_one_used():
+    assert CONNECT_TIMEOUT_SECONDS >= 8  # the store's default is longer than the URL's below
+    with silent_server() as url:
+        assert seconds_to_refuse(url + "&connect_timeout=2") < 6
+
+
+def test_the_store_names_its_database_without_the_urls_password(pg_url):
+    with_password = make_url(pg_url).set(password="pg-secret-1")
+    store = open_store(with_password.render_as_string(hide_password=False), notifying_kinds=NOTIFYING_KINDS)
+    store.close()
+    with pytest.raises(StorageUnavailable) as closed:
+        store.head(A, "a")
+    assert "pg-secret-1" not in str(closed.value) and "pg-secret-1" not in store.where
+    assert str(closed.value) == f"{with_password.render_as_string(hide_password=True)}: the store is closed"
+
+
+def test_a_new_stores_first_transaction_whose_commit_answer_is_lost_is_resolved(proxied, monkeypatch):  # noqa: F811
+    url, _direct, proxy = proxied
+    monkeypatch.setattr(commit_outcome, "RESOLVE_SECONDS", 2.0)  # a wrong id is not waited on long
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        proxy.arm(AFTER_COMMIT)
+        with store.transaction():  # the store's first: no earlier one left it an id
+            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
+        assert proxy.dropped == 1
+        assert store.commit_resolutions == {COMMITTED: 1, ABORTED: 0, UNKNOWN: 0}
+        assert store.head(A, "a") is not None
     finally:
         store.close()
