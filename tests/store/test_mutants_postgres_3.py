@@ -5,6 +5,7 @@ survivors of a mutmut run (docs/mutants/store-postgres-3.md)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -22,7 +23,7 @@ from sqlmodel import SQLModel
 from sessionstate import Gateway, SchemaMismatch
 from sessionstate.errors import StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, commit_outcome, open_store, postgres, schema
+from sessionstate.store import SessionRecord, commit_outcome, migrations, open_store, postgres, schema
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
 from sessionstate.store.postgres_connection import CONNECT_TIMEOUT_SECONDS
 from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, VERSION_TABLE
@@ -30,7 +31,7 @@ from tests.backends import admin_connection
 from tests.store.sessions import A
 from tests.store.test_commit_outcome import proxied  # noqa: F401  (a fixture)
 from sessionstate.verify.pgproxy import AFTER_COMMIT
-from tests.store.test_postgres_schema import make_database, raw, snapshot, stamp
+from tests.store.test_postgres_schema import make_database, raw, set_stamp, snapshot, stamp
 
 # -- opening: the schema ----------------------------------------------------------------------
 
@@ -50,10 +51,11 @@ def test_a_refusal_names_every_table_of_another_shape_with_all_its_differences(p
                       if t.name in differences)
     with pytest.raises(SchemaMismatch) as refused:
         Gateway.open(pg_url)
-    assert str(refused.value).endswith(
-        f": not a sessionstate database of a known shape; these tables have other columns: {named}."
+    where = make_url(pg_url).render_as_string(hide_password=True)
+    assert str(refused.value) == (
+        f"{where}: not a sessionstate database of a known shape; these tables have other columns: {named}."
         " Nothing was changed."
-    ), str(refused.value)
+    )
     assert snapshot(pg_url) == before
 
 
@@ -74,6 +76,18 @@ def test_opening_an_empty_database_without_create_says_so_and_creates_nothing(pg
         assert conn.exec_driver_sql(
             "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
         ).scalar() == 0
+
+
+def test_each_migration_is_logged_naming_the_database_and_the_step(pg_url, caplog):
+    make_database(pg_url)
+    set_stamp(pg_url, schema.SCHEMA_VERSION - 1)
+    with caplog.at_level(logging.WARNING, logger="sessionstate"):
+        Gateway.open(pg_url).close()
+    last = migrations.MIGRATIONS[-1]
+    where = make_url(pg_url).render_as_string(hide_password=True)
+    assert [r.getMessage() for r in caplog.records if " migrating " in r.getMessage()] == [
+        f"{where}: migrating schema version {last.version - 1} -> {last.version}: {last.summary}"
+    ]
 
 
 def session_delete_triggers(url: str) -> set[str]:
