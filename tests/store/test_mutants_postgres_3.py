@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
 
 from sessionstate import Gateway, SchemaMismatch
-from sessionstate.errors import StorageError, StorageUnavailable
+from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, commit_outcome, migrations, open_store, postgres, schema
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
@@ -105,6 +105,17 @@ def test_opening_recreates_a_delete_trigger_missing_after_one_that_is_present(pg
         conn.exec_driver_sql(f"DROP TRIGGER {trigger} ON sessions")
     Gateway.open(pg_url).close()
     assert session_delete_triggers(pg_url) == {f"trg_{table}_session_deleted" for table, _, _ in SESSION_CHILD_TABLES}
+
+
+# -- opening: the URL ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("unusable", ["\x00", "\ud800", "\udabc", "\udfff"], ids=["nul", "first-surrogate", "a-surrogate", "last-surrogate"])
+def test_a_postgres_url_holding_a_nul_or_a_lone_surrogate_is_refused_before_any_connection(unusable):
+    url = f"postgresql://sessionstate@/db{unusable}?host=/nonexistent"
+    with pytest.raises(InvalidDatabaseUrl) as refused:
+        open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    assert str(refused.value) == f"{url!r}: a database URL holds no NUL and no lone surrogate"
 
 
 # -- the connection ---------------------------------------------------------------------------
