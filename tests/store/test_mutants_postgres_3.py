@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -21,7 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
 
 from sessionstate import Gateway, SchemaMismatch
-from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavailable
+from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, commit_outcome, migrations, open_store, postgres, schema
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
@@ -116,6 +117,36 @@ def test_a_postgres_url_holding_a_nul_or_a_lone_surrogate_is_refused_before_any_
     with pytest.raises(InvalidDatabaseUrl) as refused:
         open_store(url, notifying_kinds=NOTIFYING_KINDS)
     assert str(refused.value) == f"{url!r}: a database URL holds no NUL and no lone surrogate"
+
+
+def test_a_postgres_url_that_does_not_parse_is_refused_saying_why():
+    url = "postgresql://sessionstate@localhost:notaport/db"
+    with pytest.raises(InvalidDatabaseUrl) as refused:
+        open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    assert str(refused.value).startswith(f"{url!r} is not a database URL ("), str(refused.value)
+
+
+def test_a_postgres_url_naming_another_driver_is_refused_naming_the_one_to_use():
+    with pytest.raises(UnsupportedBackend) as refused:
+        open_store("postgresql+asyncpg://sessionstate@/db", notifying_kinds=NOTIFYING_KINDS)
+    assert str(refused.value) == (
+        "'postgresql+asyncpg' is not a PostgreSQL URL this store opens; use postgresql+psycopg://"
+    )
+
+
+def test_a_postgres_url_without_psycopg_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sessionstate.store.postgres", None)  # as if psycopg were missing
+    with pytest.raises(UnsupportedBackend, match=r"^PostgreSQL URLs need psycopg 3: pip install 'sessionstate\[postgres\]'"):
+        open_store("postgresql://sessionstate@/db", notifying_kinds=NOTIFYING_KINDS)
+
+
+def test_the_short_postgres_scheme_opens_with_psycopg(pg_url):
+    short = make_url(pg_url).set(drivername="postgres").render_as_string(hide_password=False)
+    store = open_store(short, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        assert store.setting("server_version_num").isdigit()
+    finally:
+        store.close()
 
 
 # -- the connection ---------------------------------------------------------------------------
