@@ -26,6 +26,7 @@ from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavail
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, commit_outcome, migrations, open_store, postgres, schema
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
+from sessionstate.store.factory import is_postgres_url, url_scheme
 from sessionstate.store.postgres_connection import CONNECT_TIMEOUT_SECONDS
 from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, VERSION_TABLE
 from tests.backends import admin_connection
@@ -109,6 +110,29 @@ def test_opening_recreates_a_delete_trigger_missing_after_one_that_is_present(pg
 
 
 # -- opening: the URL ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, error, message", [
+    ("", InvalidDatabaseUrl, "the database URL is empty; give a sqlite:/// URL or a file path"),
+    ("  ", InvalidDatabaseUrl, "the database URL is empty; give a sqlite:/// URL or a file path"),
+    (None, InvalidDatabaseUrl, "the database URL is empty; give a sqlite:/// URL or a file path"),
+    ("state.db", InvalidDatabaseUrl,
+     "'state.db' is not a database URL (no scheme); give a sqlite:/// URL or a file path"),
+    ("MySQL+driver://h/db", UnsupportedBackend,
+     "backend 'mysql' is not supported; supported schemes: ['postgres', 'postgresql', 'sqlite'] (e.g. a sqlite:/// URL)"),
+], ids=["empty", "blank", "none", "no-scheme", "unknown-backend"])
+def test_open_store_refuses_what_no_backend_opens_saying_what_to_give(url, error, message):
+    with pytest.raises(error) as refused:
+        open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("url, scheme", [
+    ("postgresql://u:pw@h:5432/db", "postgresql"), ("Postgres+psycopg://u:p@h:1/d?x=a:b", "postgres"),
+])
+def test_a_urls_scheme_is_what_comes_before_its_first_colon_and_plus(url, scheme):
+    """A password, a port or a query value holds colons too."""
+    assert url_scheme(url) == scheme and is_postgres_url(url)
 
 
 @pytest.mark.parametrize("unusable", ["\x00", "\ud800", "\udabc", "\udfff"], ids=["nul", "first-surrogate", "a-surrogate", "last-surrogate"])
