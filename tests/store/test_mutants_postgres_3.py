@@ -129,6 +129,7 @@ def test_open_store_refuses_what_no_backend_opens_saying_what_to_give(url, error
 
 @pytest.mark.parametrize("url, scheme", [
     ("postgresql://u:pw@h:5432/db", "postgresql"), ("Postgres+psycopg://u:p@h:1/d?x=a:b", "postgres"),
+    ("postgresql+psycopg+extra://h/db", "postgresql"),  # the whole driver suffix goes, pluses and all
 ])
 def test_a_urls_scheme_is_what_comes_before_its_first_colon_and_plus(url, scheme):
     """A password, a port or a query value holds colons too."""
