@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import socket
 import sys
@@ -24,7 +25,7 @@ from sqlmodel import SQLModel
 from sessionstate import Gateway, SchemaMismatch
 from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, commit_outcome, migrations, open_store, postgres, schema
+from sessionstate.store import ChangeSet, SessionRecord, commit_outcome, migrations, open_store, postgres, schema
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
 from sessionstate.store.factory import is_postgres_url, url_scheme
 from sessionstate.store.postgres_connection import CONNECT_TIMEOUT_SECONDS
@@ -32,7 +33,7 @@ from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, VERSION_TAB
 from tests.backends import admin_connection
 from tests.store.sessions import A
 from tests.store.test_commit_outcome import proxied  # noqa: F401  (a fixture)
-from sessionstate.verify.pgproxy import AFTER_COMMIT
+from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT
 from tests.store.test_postgres_schema import make_database, raw, set_stamp, snapshot, stamp
 
 # -- opening: the schema ----------------------------------------------------------------------
@@ -289,5 +290,60 @@ def test_a_new_stores_first_transaction_whose_commit_answer_is_lost_is_resolved(
         assert proxy.dropped == 1
         assert store.commit_resolutions == {COMMITTED: 1, ABORTED: 0, UNKNOWN: 0}
         assert store.head(A, "a") is not None
+    finally:
+        store.close()
+
+
+# -- commits that sent nothing, wrote nothing, or lost their answer ---------------------------
+
+
+def test_a_transaction_that_sent_nothing_commits_its_notification_and_leaves_no_transaction_open(store):
+    feed = store.open_change_feed(tuple(NOTIFYING_KINDS))
+    try:
+        with store.transaction():  # no statement: the notification is all it sends
+            store.note_changed_watchers(["agent:a:w1"])
+        feed.sync()
+        assert feed.take() == ChangeSet([], ["agent:a:w1"], [], False)
+    finally:
+        feed.close()
+    store.head(A, "a")  # a statement outside any transaction
+    with admin_connection() as admin:
+        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (store.backend_pid(),)).fetchone()
+    assert state == ("idle",)
+
+
+def test_a_commit_whose_connection_is_gone_before_it_is_sent_is_retryably_unavailable(store):
+    with pytest.raises(StorageUnavailable) as lost, store.transaction():
+        store.put_cursors("agent:a:t", "a", [("agent:a:w1", (0, 1, 1))], 1.0)  # a write, not an append
+        end_backend(store.backend_pid())
+    assert lost.value.retry_safe and "None" not in str(lost.value), str(lost.value)
+    assert store.cursors_naming("agent:a:t", "a") == []  # the server rolled it back
+
+
+def test_lost_commit_answers_of_transactions_that_wrote_nothing_count_as_committed(proxied):  # noqa: F811
+    url, _direct, proxy = proxied
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        for _ in range(2):
+            proxy.arm(AFTER_COMMIT)
+            with store.transaction():  # a read only: no transaction id, nothing to resolve
+                assert store.head(A, "a") is None
+        assert proxy.dropped == 2
+        assert store.commit_resolutions == {COMMITTED: 2, ABORTED: 0, UNKNOWN: 0}
+    finally:
+        store.close()
+
+
+def test_a_commit_lost_before_the_server_had_it_says_its_transaction_rolled_back(proxied):  # noqa: F811
+    url, _direct, proxy = proxied
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        proxy.arm(BEFORE_COMMIT)
+        with pytest.raises(StorageUnavailable) as lost, store.transaction():
+            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
+        assert lost.value.retry_safe
+        assert re.fullmatch(r"PostgreSQL connection lost during commit; transaction \d+ rolled back",
+                            str(lost.value)), str(lost.value)
+        assert store.head(A, "a") is None and store.commit_resolutions[ABORTED] == 1
     finally:
         store.close()
