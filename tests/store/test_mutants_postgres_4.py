@@ -1,0 +1,222 @@
+"""The PostgreSQL store's last judged survivors (docs/mutants/store-postgres-4.md): a commit whose
+changes need more than one notification, a notification-only commit on a lost connection, the
+unknown-session message, and an append with a dedupe key: its head lock, its transaction id
+(R29) and its notification (R22)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from sessionstate.errors import CommitOutcomeUnknown, StorageUnavailable, UnknownSession, UnsupportedBackend
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import SessionRecord, open_store
+from sessionstate.store.commit_outcome import TXID_SQL
+from sessionstate.store.postgres import PostgresStore
+from sessionstate.store.postgres_feed import CHANNEL_PREFIX, MAX_IDENTIFIER_BYTES, MAX_PAYLOAD_BYTES, channel_for, quoted_channel
+from tests.backends import admin_connection
+from tests.store.sessions import A
+
+
+# -- without a server: the durability level, the channel's name and quoting -------------------------
+
+
+@pytest.mark.parametrize("level", ["FAST", "", 1, None])
+def test_a_durability_level_postgresql_has_no_mapping_for_is_refused_before_connecting(level):
+    # The host does not exist: the check comes first, so nothing is tried.
+    with pytest.raises(UnsupportedBackend, match=r"synchronous must be one of \('OFF', 'NORMAL', 'FULL', 'EXTRA'\)"):
+        PostgresStore("postgresql://nobody@/db?host=/nonexistent-sessionstate", notifying_kinds=(), synchronous=level)
+
+
+def test_a_schema_whose_channel_fits_an_identifier_names_it_as_is():
+    fits = "s" * (MAX_IDENTIFIER_BYTES - len(CHANNEL_PREFIX))  # exactly 63 bytes with the prefix
+    assert channel_for(fits) == CHANNEL_PREFIX + fits
+    assert channel_for("t_1") == CHANNEL_PREFIX + "t_1"
+
+
+def test_a_schema_too_long_for_a_channel_is_named_by_a_fixed_digest():
+    long_schema = "s" * (MAX_IDENTIFIER_BYTES - len(CHANNEL_PREFIX) + 1)
+    # Pinned: servers of different releases on one schema must meet on one channel.
+    assert channel_for(long_schema) == "sessionstate:b2b346c6c3fb8f567b6f3daa07c02f20"
+    wide = "é" * 26  # 39 characters with the prefix, but 65 bytes: the limit counts bytes
+    assert channel_for(wide) != CHANNEL_PREFIX + wide and len(channel_for(wide).encode()) <= MAX_IDENTIFIER_BYTES
+    assert len(channel_for("x" * 200).encode()) <= MAX_IDENTIFIER_BYTES
+    assert channel_for(long_schema + "a") != channel_for(long_schema + "b")
+
+
+def test_a_channel_with_a_double_quote_is_quoted_by_doubling_it():
+    assert quoted_channel('sessionstate:a"b') == '"sessionstate:a""b"'
+    assert quoted_channel("sessionstate:plain") == '"sessionstate:plain"'
+
+
+def test_an_opening_whose_driver_fails_after_connecting_is_unavailable(pg_url, monkeypatch):
+    def lost(self):
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(PostgresStore, "_connect", lost)
+    with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable: server closed the connection unexpectedly"):
+        PostgresStore(pg_url, notifying_kinds=NOTIFYING_KINDS)
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Any]:
+    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
+    with opened.transaction():
+        opened.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def feed(store: Any) -> Iterator[Any]:
+    opened = store.open_change_feed(tuple(NOTIFYING_KINDS))
+    yield opened
+    opened.close()
+
+
+def row(key: str, dedupe: str | None, actor_type: str = "agent", actor_id: str | None = "agent:b:actor") -> tuple[Any, ...]:
+    """An event row (``records.EventRow``) of a notifying kind."""
+    return (key, "a", "human_direct_message", actor_type, actor_id, "run-1", "s", None, 1.0, 1.0, dedupe)
+
+
+def many_watchers() -> list[str]:
+    """Watcher names whose one change set is well over one notification's payload."""
+    names = [f"agent:w{i:04}:" + "x" * 180 for i in range(3 * MAX_PAYLOAD_BYTES // 190)]
+    assert sum(len(n) for n in names) > 2 * MAX_PAYLOAD_BYTES
+    return names
+
+
+# -- R22: a schema too long for its channel's name still tells the other servers ------------------
+
+
+@pytest.fixture
+def long_schema_url(pg_url: str) -> Iterator[str]:
+    schema = "t_" + "l" * 58  # 60 bytes: the channel's name would be 73
+    with admin_connection() as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield make_url(pg_url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    finally:
+        with admin_connection() as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_a_store_on_a_schema_too_long_for_a_channel_name_tells_its_changes(long_schema_url):
+    store = open_store(long_schema_url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        assert store.channel == channel_for("t_" + "l" * 58) and len(store.channel) < len(CHANNEL_PREFIX) + 60
+        feed = store.open_change_feed(tuple(NOTIFYING_KINDS))
+        try:
+            store.note_changed_watchers(["agent:w:main"])
+            feed.sync()
+            assert feed.take().watchers == ["agent:w:main"]
+        finally:
+            feed.close()
+    finally:
+        store.close()
+
+
+# -- R22: a transaction's changes in several notifications ----------------------------------------
+
+
+@pytest.mark.parametrize("with_a_write", [False, True], ids=["notification-only", "with-an-event"])
+def test_a_commit_whose_changes_need_several_notifications_sends_them_all(store, feed, with_a_write):
+    names = many_watchers()
+    with store.transaction():
+        if with_a_write:
+            store.append_event(*row(A, None))
+        store.note_changed_watchers(names)
+    feed.sync()
+    told = feed.take()
+    assert not told.resync
+    assert sorted(told.watchers) == sorted(names)
+    assert told.material == ([(A, "a", "agent:b:actor")] if with_a_write else [])
+
+
+# -- a notification-only commit on a connection the server ended ----------------------------------
+
+
+def test_a_notification_only_commit_on_a_lost_connection_is_unavailable_not_an_unknown_outcome(store):
+    with admin_connection() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
+    with pytest.raises(StorageUnavailable) as error:
+        with store.transaction():
+            store.note_changed_watchers(["agent:w:main"])  # nothing written: NOTIFY alone at commit
+    # Nothing was being committed, so the outcome is known: nothing happened, and a retry is safe.
+    assert not isinstance(error.value, CommitOutcomeUnknown)
+    assert error.value.retry_safe
+
+
+# -- the unknown session, named ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dedupe", [None, "k"], ids=["first-append", "with-a-dedupe-key"])
+def test_an_append_to_an_unknown_session_names_it_and_its_agent(store, dedupe):
+    with pytest.raises(UnknownSession, match=r"unknown session 'agent:z:nobody' \(agent 'z'\)"):
+        with store.transaction():
+            store.append_event("agent:z:nobody", "z", *row(A, dedupe)[2:])
+    assert store.event_count() == 0
+
+
+def test_an_append_whose_held_head_was_deleted_in_the_transaction_names_the_session(store):
+    with store.transaction():
+        store.insert_session(SessionRecord("agent:c:gone", "c", "main", None, None, None, 1.0, 1.0))
+    with pytest.raises(UnknownSession, match=r"unknown session 'agent:c:gone' \(agent 'c'\)"):
+        with store.transaction():
+            store.lock_targets([("agent:c:gone", "c")])  # held, so the append takes no lock of its own
+            store.delete_session_data("agent:c:gone", "c")
+            store.append_event("agent:c:gone", "c", *row(A, None)[2:])  # no head row to bump
+    assert store.event_count() == 0
+
+
+# -- an append with a dedupe key: its head lock, its transaction id, its notification -------------
+
+
+@pytest.mark.parametrize("first_dedupe", [None, "k1"], ids=["lock-and-append", "lock-then-dedupe"])
+def test_the_first_append_of_a_transaction_holds_its_head_for_the_next(store, first_dedupe):
+    with store.transaction():
+        store.append_event(*row(A, first_dedupe))
+        with store.trace_statements() as sent:
+            store.caught_up_watchers(A, "a")  # a decision on the same target: the head is already held
+            store.append_event(*row(A, "k2"))
+    assert not [s for s in sent if "FOR UPDATE" in s], sent
+
+
+def test_a_commit_after_a_deduplicated_append_asks_no_transaction_id(store):
+    with store.trace_statements() as sent:
+        with store.transaction():
+            store.append_event(*row(A, "k"))  # the append returns the id (R29) ...
+    assert store.head(A, "a").last_sequence == 1
+    assert sent[0] == "BEGIN" and TXID_SQL not in sent, sent  # ... so the commit need not ask
+
+
+def test_an_append_with_a_dedupe_key_is_told_with_its_session_and_actor(store, feed):
+    with store.transaction():
+        store.append_event(*row(A, "k"))
+    feed.sync()
+    assert feed.take().material == [(A, "a", "agent:b:actor")]
+
+
+# -- the feature tables translate driver failures with the store's translation ------------------
+
+FEATURE_READS = {
+    "meta": lambda store: store.meta.all(),
+    "runs": lambda store: store.runs.get("run-1"),
+    "transcripts": lambda store: store.transcripts.recent(A, "a", 5),
+    "links": lambda store: store.links.all(),
+    "serving": lambda store: store.serving.all_claims(),
+}
+
+
+@pytest.mark.parametrize("table", sorted(FEATURE_READS))
+def test_a_feature_tables_read_on_a_lost_connection_is_unavailable_then_reconnects(store, table):
+    with admin_connection() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
+    with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable"):
+        FEATURE_READS[table](store)
+    FEATURE_READS[table](store)  # the next statement reconnects
