@@ -3,6 +3,8 @@
 # so the worktree is never touched:  scripts/mutmut.sh statemachine|store|services
 # or one or more files of one layer:    scripts/mutmut.sh store/runs.py store/records.py
 # Each module runs only its fastest relevant tests (docs/verification.md, "Mutation testing").
+# MUTMUT_NAMES="PATTERN ..." runs only the mutants whose names match (fnmatch, as mutmut's own
+# `run NAMES`), e.g. the functions a change touched: MUTMUT_NAMES='*ǁRewakerǁtrack*'.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 module="${1:?usage: scripts/mutmut.sh statemachine|store|services|services/notice|store/sql_store.py [store/runs.py ...]|services/notice/wakes.py ...}"
@@ -54,6 +56,7 @@ cd "$work"
 # SQLite only, unless a server is named (scripts/pg-test-server run scripts/mutmut.sh MODULE):
 # then the selected tests run on both backends, and PostgreSQL-only code is reached too.
 if [ -z "${SESSIONSTATE_TEST_PG_URL:-}" ]; then export SESSIONSTATE_TEST_PG=off; fi
-"$OLDPWD/.venv/bin/mutmut" run --max-children "${MUTMUT_CHILDREN:-1}"
+# shellcheck disable=SC2086  # the patterns are words; none holds a space
+"$OLDPWD/.venv/bin/mutmut" run --max-children "${MUTMUT_CHILDREN:-1}" ${MUTMUT_NAMES:-}
 "$OLDPWD/.venv/bin/mutmut" results --all true | sed -E 's/^ *sessionstate\.([a-z_.]+)\.x.*: (.*)$/\1 \2/' | sort | uniq -c
 echo "results in $work (mutmut show NAME for one mutant)"

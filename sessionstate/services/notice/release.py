@@ -80,10 +80,9 @@ class NoticeRelease(NoticeCore):
                     tracked.append((watcher, target))
         if handed is not None and trace is not None:
             trace.notices(handed)
-        for watcher, target in to_wake.items():  # after all entered: they share the wake
-            self.wakes.wake(watcher, f"session-state: {target[0]}")
-        for watcher, target in tracked:  # R23's re-wake heap files them at their wake time
-            self.rewaker.track(watcher, target)
+        if to_wake:  # after all entered: they share the wake
+            self.wakes.wake_for_notices(to_wake)
+            self.rewaker.track_all(tracked)  # R23's re-wake heap files them at their wake time
 
     def _rewake(self, material: list[tuple[SessionRef, str | None]], now: float) -> None:
         """R23: material events re-wake pending main-style watchers whose window passed

@@ -40,6 +40,15 @@ class Rewaker:
             tracked.add(watcher)
             heapq.heappush(self._heaps.setdefault(target, []), (last, watcher))
 
+    def track_all(self, pairs: list[tuple[str, SessionRef]]) -> None:
+        """``track`` for each pair, in order; a pair filed already (every notice of a pending
+        pair after its first) costs one look-up here and no call."""
+        filed = self._tracked
+        for watcher, target in pairs:
+            tracked = filed.get(target)
+            if tracked is None or watcher not in tracked:
+                self.track(watcher, target)
+
     def track_promoted(self, watcher: str, target: SessionRef) -> None:
         """An ambient pair with a queued notice became explicit (R25, R26): no wake for the
         notice now, but the next material event heals it as it would an explicit pair's."""

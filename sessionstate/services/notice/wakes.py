@@ -18,6 +18,7 @@ import logging
 from typing import Callable
 
 from ...shared.clock_timer import ClockTimer
+from ...shared.keys import SessionRef
 
 log = logging.getLogger("sessionstate")
 
@@ -103,6 +104,25 @@ class WakeCoalescer:
         if self._on_wake is None:
             return False
         return self._attempt(watcher, reason, self._clock(), owed=False)
+
+    def wake_for_notices(self, watchers: dict[str, SessionRef]) -> None:
+        """``wake`` for each watcher given the target of its first notice among lines queued
+        together (the release after a commit). Inside the window with the wake owed as early
+        already, the usual case for a main-style watcher between two of its turns, only the
+        count changes, as ``_attempt`` and ``_owe`` would leave it, without their calls (and
+        the reason's text) per notice."""
+        if self._on_wake is None:
+            return
+        last_woken, owed, window = self._last, self._owed, self.window
+        now = self._clock()  # the lines entered together: one time for all their wakes
+        for watcher, target in watchers.items():
+            last = last_woken.get(watcher)
+            if last is not None and now - last < window:
+                held = owed.get(watcher)
+                if held is not None and held[0] <= last + window:
+                    self.dropped += 1
+                    continue
+            self._attempt(watcher, f"session-state: {target[0]}", now, owed=False)
 
     def fire_due(self, now: float | None = None) -> int:
         """Fire the owed wakes due by ``now`` (default: the clock) whose watcher still holds a
