@@ -112,3 +112,34 @@ def test_filing_pairs_together_leaves_what_filing_each_leaves(batches, never_wok
             each.track(watcher, target)
         assert together._tracked == each._tracked
         assert {t: sorted(h) for t, h in together._heaps.items()} == {t: sorted(h) for t, h in each._heaps.items()}
+
+
+# -- the short cuts themselves: what they exist to skip ---------------------------------------------
+
+
+def test_a_wake_owed_as_early_inside_the_window_takes_no_further_step():
+    clock = Clock()
+    side = Side(clock)
+    side.wakes.wake_for_notices({WATCHERS[0]: TARGETS[0]})  # woken
+    clock.now += 5
+    side.wakes.wake_for_notices({WATCHERS[0]: TARGETS[0]})  # owed
+    attempts: list[str] = []
+    attempt = side.wakes._attempt
+    side.wakes._attempt = lambda watcher, *a, **k: (attempts.append(watcher), attempt(watcher, *a, **k))[1]  # type: ignore[method-assign]
+    clock.now += 1
+    side.wakes.wake_for_notices({WATCHERS[0]: TARGETS[0], WATCHERS[1]: TARGETS[0]})
+    assert attempts == [WATCHERS[1]]  # only the watcher not yet woken goes the long way
+
+
+def test_a_pair_filed_already_is_not_filed_again():
+    clock = Clock()
+    wakes = WakeCoalescer(lambda w, r: None, clock, window=WINDOW)
+    wakes.wake(WATCHERS[0], "first")
+    wakes.wake(WATCHERS[1], "first")
+    rewaker = Rewaker(wakes, lambda w, t: True)
+    rewaker.track_all([(WATCHERS[0], TARGETS[0])])
+    filed: list[tuple[str, tuple[str, str]]] = []
+    track = rewaker.track
+    rewaker.track = lambda watcher, target: (filed.append((watcher, target)), track(watcher, target))[1]  # type: ignore[method-assign]
+    rewaker.track_all([(WATCHERS[0], TARGETS[0]), (WATCHERS[1], TARGETS[0]), (WATCHERS[0], TARGETS[1])])
+    assert filed == [(WATCHERS[1], TARGETS[0]), (WATCHERS[0], TARGETS[1])]
