@@ -131,3 +131,26 @@ def test_a_runs_end_is_one_event_of_its_child_naming_the_run_and_who_ended_it(gw
                             summary="run completed (run-1)", dedupe_key="run-terminal:run-1")
     assert again == events[0]["sequence"]
     assert len(gw.session_status(SHARED_KEY, agent_id="a2", changes_since=0)["stateChanges"]["events"]) == 4
+
+
+def test_finishing_a_run_nobody_knows_answers_false(gw):
+    assert gw.runs.finish_run("run-unknown", "completed") is False
+    assert gw.runs.get_run("run-unknown") is None
+
+
+def test_a_long_run_ids_end_event_summary_is_cut_to_the_longest_a_summary_may_be(gw):
+    long_id = "r" * 190  # ids may be 256 long; "run completed (" + id + ")" would be 206
+    gw.runs.insert(run_record(long_id, child=CHILD, created_at=4.0))
+    assert gw.runs.finish_run(long_id, "completed") is True
+    summary = gw.session_status(SHARED_KEY, agent_id="a2", changes_since=0)["stateChanges"]["events"][-1]["summary"]
+    assert summary == ("run completed (" + long_id)[:200] and len(summary) == 200
+
+
+def test_a_gateway_given_no_runner_runs_its_children_with_the_scripted_one(gw):
+    from sessionstate.runner import ScriptedRunner
+
+    assert isinstance(gw.runs.runner, ScriptedRunner)
+    assert gw.runs.runner is gw.runs.runner  # made once, on first use
+    gw.runs.start_run(gw.runs.get_run("run-1"), "say hello")
+    assert gw.runs.wait_for_runs()
+    assert gw.runs.get_run("run-1").status == "completed"
