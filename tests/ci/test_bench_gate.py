@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,27 @@ def test_unmeasured_explicit_path_fails_and_bad_options_are_refused(tmp_path):
     for bad in ("record.w3.project", "nope=1.5", "record.w3.project=x"):
         with pytest.raises(SystemExit):
             report.main([str(_json(tmp_path, 1.0)), "--no-write", "--fail-above", bad])
+
+
+def _run_record_benchmark(tmp_path: Path, name: str, *plugin: str) -> Path:
+    """The real benchmark of one path, in smoke mode, through pytest-benchmark's JSON."""
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/bench_record.py::test_record[3]", "-q", "-p", "no:cacheprovider",
+         *plugin, f"--benchmark-json={out}"],
+        cwd=ROOT, env={**os.environ, "SESSIONSTATE_BENCH_SMOKE": "1", "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out
+
+
+def test_gate_fails_a_real_benchmark_run_whose_append_path_was_slowed(tmp_path, capsys):
+    # A limit far above any machine's noise (the path runs at 1-2x raw here) and far below the
+    # injected 20 ms (raw is 0.1-0.5 ms here, so some 40-200x): only the slowdown can cross it.
+    clean = _run_record_benchmark(tmp_path, "clean")
+    slowed = _run_record_benchmark(tmp_path, "slowed", "-p", "tests.ci.slowed_record")
+    assert report.main([str(clean), "--no-write", "--fail-above", "record.w3.project=5"]) == 0
+    assert report.main([str(slowed), "--no-write", "--fail-above", "record.w3.project=5"]) == 1
+    printed = capsys.readouterr()
+    assert "GATE record.w3.project" in printed.out + printed.err
