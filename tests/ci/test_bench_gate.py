@@ -54,10 +54,12 @@ def _run_record_benchmark(tmp_path: Path, name: str, *plugin: str) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks/bench_record.py::test_record[3]", "-q", "-p", "no:cacheprovider",
          *plugin, f"--benchmark-json={out}"],
-        cwd=ROOT, env={**os.environ, "SESSIONSTATE_BENCH_SMOKE": "1", "PYTHONPATH": str(ROOT)},
+        # Not as an xdist worker (pytest-benchmark leaves the JSON to the controller then).
+        cwd=ROOT, env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+                       "SESSIONSTATE_BENCH_SMOKE": "1", "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return out
 
 
