@@ -114,10 +114,13 @@ def _mermaid_dir() -> Path | None:
     return path if (path / "node_modules" / "mermaid").is_dir() and shutil.which("node") else None
 
 
-@pytest.mark.skipif(_mermaid_dir() is None, reason="mermaid (npm) not installed: set MERMAID_NODE_MODULES")
 def test_mermaid_itself_parses_the_docs_diagram(tmp_path):
     directory = _mermaid_dir()
-    assert directory is not None
+    if directory is None:
+        missing = "mermaid (npm) not installed: set MERMAID_NODE_MODULES (see .ci/run)"
+        if os.environ.get("SESSIONSTATE_REQUIRE_MERMAID") == "1":  # CI: the real parser, never a skip
+            pytest.fail(missing)
+        pytest.skip(missing)
     script = directory / "sessionstate_mermaid_parse.mjs"
     shutil.copy(MJS, script)
     diagram = _diagram((ROOT / "docs" / "counterexample-example.md").read_text())
