@@ -68,7 +68,7 @@ from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
 from .sql_store import SYNCHRONOUS_LEVELS, SqlStore, Target, last_changes
-from .statements import CURSOR_ORDER, HELD_BY, CoreStatements, cursor_record
+from .statements import CURSOR_ORDER, HELD_BY, CoreStatements, caught_up_rows_by_target, cursor_record
 from .transcripts import SqlTranscriptTable
 from .upstream_links import SqlUpstreamLinkTable
 
@@ -346,8 +346,7 @@ class PostgresStore(PostgresConnected, SqlStore):
             if rows_read:
                 found[watched[0]] = [(r[0], (r[1], r[1], r[2]), r[3]) for r in rows_read]
         elif watched:
-            for key, agent, watcher, last_seen, material, provenance in read.fetchall():
-                found.setdefault((key, agent), []).append((watcher, (last_seen, last_seen, material), provenance))
+            found = caught_up_rows_by_target(read.fetchall())
         return results, found
 
     def _dedupe_winner(self, row: EventRow) -> int:
@@ -411,11 +410,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         if len(targets) == 1:
             return super().caught_up_watchers_of(targets)
         keys, agents = [t[0] for t in targets], [t[1] for t in targets]
-        found: dict[Target, list[CaughtUpRow]] = {}
-        rows = self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall()
-        for key, agent, watcher, last_seen, material, provenance in rows:
-            found.setdefault((key, agent), []).append((watcher, (last_seen, last_seen, material), provenance))
-        return found
+        return caught_up_rows_by_target(self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall())
 
     def put_pair_cursors(self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float) -> None:
         """The upserts in one statement (``PUT_PAIRS_SQL``), whatever their number."""

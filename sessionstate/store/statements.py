@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .dialect import Dialect
-from .records import CursorRecord
+from .records import CaughtUpRow, CursorRecord
 
 EVENT_COLUMNS = (
     "session_key, agent_id, kind, actor_type, actor_id, run_id, summary, payload,"
@@ -210,6 +210,16 @@ class CoreStatements:
 
 def cursor_record(row: Sequence[Any]) -> CursorRecord:
     return CursorRecord(row[0], row[1], row[2], (int(row[3]), int(row[4]), int(row[5])), float(row[6]), row[7])
+
+
+def caught_up_rows_by_target(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], list[CaughtUpRow]]:
+    """The many-target caught-up read's rows (target key, target agent id, watcher, L, M,
+    provenance) as ``CaughtUpRow``s by target. N is not read: on a caught-up cursor it equals
+    L (INV1). The one-target reads build the same rows inline, on the event's hot path."""
+    found: dict[tuple[str, str], list[CaughtUpRow]] = {}
+    for key, agent, watcher, last_seen, material, provenance in rows:
+        found.setdefault((key, agent), []).append((watcher, (last_seen, last_seen, material), provenance))
+    return found
 
 
 def first_value(row: Sequence[Any] | None) -> Any:
