@@ -34,17 +34,14 @@ from tests.backends import admin_connection
 from tests.store.sessions import A
 from tests.store.test_commit_outcome import proxied  # noqa: F401  (a fixture)
 from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT
-from tests.store.test_postgres_schema import make_database, raw, set_stamp, snapshot, stamp
+from tests.store.test_postgres_schema import altered_database, make_database, raw, set_stamp, snapshot, stamp
 
 # -- opening: the schema ----------------------------------------------------------------------
 
 
 def test_a_refusal_names_every_table_of_another_shape_with_all_its_differences(pg_url):
-    make_database(pg_url)
-    with raw(pg_url) as conn:
-        conn.exec_driver_sql("ALTER TABLE session_meta DROP COLUMN last_to, DROP COLUMN channel")
-        conn.exec_driver_sql("ALTER TABLE upstream_links ADD COLUMN surprise text, ADD COLUMN extra integer")
-    before = snapshot(pg_url)
+    before = altered_database(pg_url, "ALTER TABLE session_meta DROP COLUMN last_to, DROP COLUMN channel",
+                              "ALTER TABLE upstream_links ADD COLUMN surprise text, ADD COLUMN extra integer")
     differences = {
         "session_meta": "missing columns: channel, last_to; unexpected columns: none",
         "upstream_links": "missing columns: none; unexpected columns: extra, surprise",

@@ -41,6 +41,16 @@ def make_database(url: str) -> None:
         gw.record_event(MAIN, "goal_changed", actor_type="human", summary="kept")
 
 
+def altered_database(url: str, *statements: str) -> tuple[list[tuple[Any, ...]], ...]:
+    """A database made by this release, then changed by ``statements`` from outside; returns
+    its ``snapshot`` before anything else touches it."""
+    make_database(url)
+    with raw(url) as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+    return snapshot(url)
+
+
 def stamp(url: str) -> int | None:
     with raw(url) as conn:
         if conn.exec_driver_sql(f"SELECT to_regclass('{VERSION_TABLE}')").scalar() is None:
@@ -165,11 +175,7 @@ def test_a_failing_migration_changes_nothing(pg_url, monkeypatch):
 
 
 def test_tables_with_our_names_and_other_columns_are_refused_and_left_alone(pg_url):
-    make_database(pg_url)
-    with raw(pg_url) as conn:
-        conn.exec_driver_sql("ALTER TABLE session_meta ADD COLUMN surprise text")
-        conn.exec_driver_sql("DROP TABLE agent_runs CASCADE")
-    before = snapshot(pg_url)
+    before = altered_database(pg_url, "ALTER TABLE session_meta ADD COLUMN surprise text", "DROP TABLE agent_runs CASCADE")
     with pytest.raises(SchemaMismatch, match=r"session_meta \(missing columns: none; unexpected columns: surprise\)"):
         Gateway.open(pg_url)
     assert snapshot(pg_url) == before  # agent_runs not created either
