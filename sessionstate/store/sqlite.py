@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
 from .sql_store import SYNCHRONOUS_LEVELS, SqlStore
+from .sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
 from .sqlite_feed import SqliteChangeFeed
 from .statements import EVENT_COLUMNS, CoreStatements
 from .transcripts import SqlTranscriptTable
@@ -44,6 +45,7 @@ PRUNE_CHUNK_ROWS = 2_000
 # (docs/operations.md has the measurement), so reclaiming never holds the write lock longer.
 RECLAIM_STEP_PAGES = 256
 AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
 
 # The write lock (BEGIN IMMEDIATE) is held: the sequence is AUTOINCREMENT's next value, and
 # the head's bump proves the session exists (no row bumped: UnknownSession, rolled back).
@@ -150,8 +152,13 @@ class SqliteStore(SqlStore):
         notifying_kinds: Iterable[str],
         synchronous: str = DEFAULT_SYNCHRONOUS,
         create: bool = True,
+        background_checkpoints: bool = True,
     ) -> None:
         """Open the database at ``url``, creating it (and its directory) only when ``create``.
+
+        With ``background_checkpoints`` (a writable file), a thread of the store's own
+        checkpoints the WAL after commits instead of the commit that fills it
+        (``sqlite_checkpoint.py``); without it SQLite's own autocheckpoint does.
 
         Raises ``InvalidDatabaseUrl``, ``UnsupportedBackend``, ``StorageUnavailable``,
         ``SchemaVersionError`` or ``SchemaMismatch``; a refused file is left as it was.
@@ -181,6 +188,9 @@ class SqliteStore(SqlStore):
             if path is not None and _scalar(db.execute("PRAGMA journal_mode")) != "wal":
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            checkpoint_aside = background_checkpoints and path is not None and not self._opened_read_only
+            if checkpoint_aside:
+                db.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
         except BaseException as exc:
             if db is not None:
                 db.close()
@@ -198,6 +208,11 @@ class SqliteStore(SqlStore):
         self._run = db.execute
         self._run_many = db.executemany
         self._start_units_of_work()
+        # Commits ask a thread of its own to checkpoint the WAL (sqlite_checkpoint.py); none
+        # for a file opened read-only or a database in memory.
+        self.checkpointer: WalCheckpointer | None = WalCheckpointer(
+            path, synchronous=synchronous.upper(), busy_timeout=BUSY_TIMEOUT_MS / 1000
+        ) if checkpoint_aside and path is not None else None
         self._sql = CoreStatements(SQLITE, sorted(notifying_kinds))
         self.meta = SqlMetadataTable(db, SQLITE, self.storage_error)
         self.runs = SqlRunTable(db, SQLITE, self.storage_error)
@@ -228,6 +243,8 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self.checkpointer is not None:
+                self.checkpointer.close()  # first: the writer's connection, closing last, removes the WAL
             self._db.close()
 
     def lock_watcher_targets(self, watcher: str) -> None:
@@ -252,6 +269,8 @@ class SqliteStore(SqlStore):
 
     def _commit(self) -> None:
         self._control("COMMIT")
+        if self.checkpointer is not None:
+            self.checkpointer.request()
 
     # SQLite rolls the whole transaction back by itself after some errors (disk full, I/O):
     # then there is nothing left to undo, and the outer level sees that too.
@@ -354,7 +373,7 @@ class SqliteStore(SqlStore):
                 break
             reclaimed, free = reclaimed + free - after, after
         if reclaimed and self.path is not None:
-            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self.checkpoint()
         return reclaimed
 
     def vacuum(self) -> VacuumReport:
@@ -373,7 +392,7 @@ class SqliteStore(SqlStore):
         db.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")
         db.execute("VACUUM")
         if self.path is not None:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self.checkpoint("TRUNCATE")
         after = int(_scalar(db.execute("PRAGMA page_count")))
         return VacuumReport(
             before * page_size,
@@ -381,6 +400,15 @@ class SqliteStore(SqlStore):
             f"{free_before} free pages returned; auto-vacuum is now incremental,"
             " so prune() gives freed pages back from now on",
         )
+
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
+        """Checkpoint the WAL now on the store's own connection, never at the same time as
+        the background thread's: SQLite's ``(busy, frames in the WAL, frames copied)``."""
+        if mode not in CHECKPOINT_MODES:
+            raise ValueError(f"checkpoint mode must be one of {CHECKPOINT_MODES}")
+        with self.checkpointer.turn if self.checkpointer is not None else nullcontext():
+            busy, frames, copied = self._db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return int(busy), int(frames), int(copied)
 
     def trace_statements(self) -> AbstractContextManager[list[str]]:
         """Inside the block, every statement this store's connection runs is appended to the

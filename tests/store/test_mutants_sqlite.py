@@ -28,7 +28,8 @@ KEY = "agent:a:one"
 
 
 def opened(path: Path) -> SqliteStore:
-    store = open_store(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS)
+    # No background checkpoints: these tests read the file's bytes around the store's own steps.
+    store = open_store(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS, background_checkpoints=False)
     assert isinstance(store, SqliteStore)
     return store
 
