@@ -79,6 +79,48 @@ def test_thread_scaling_script_reports_both_sides_per_thread_count():
         assert point["serial"]["events_per_s"] > 0 and point["group"]["events_per_s"] > 0
 
 
+def test_checkpoint_aside_script_reports_both_sides():
+    done = subprocess.run(
+        [sys.executable, str(HERE / "checkpoint_aside.py"), "--rounds", "2", "--events", "16"],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for side in ("thread", "in_commit"):
+        point = report[side]
+        assert point["record_event_us"] > 0 and point["burst8_us_per_event"] > 0
+        calls = point["call_us"]
+        assert 0 < calls["p50"] <= calls["p99"] <= calls["p999"] <= calls["max"]
+        assert point["wal_mb"] > 0
+    assert report["record_event_in_commit_over_thread"] > 0 and report["burst8_in_commit_over_thread"] > 0
+
+
+def test_handover_floor_script_reports_both_primitives():
+    done = subprocess.run(
+        [sys.executable, str(HERE / "handover_floor.py"), "--trips", "200", "--rounds", "1"],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for primitive in ("event", "lock"):
+        point = report[primitive]
+        assert point["wall_us"] > 0
+        assert point["cpu_us"] == pytest.approx(point["user_us"] + point["system_us"], abs=0.15)
+
+
+def test_handover_script_reports_cpu_per_side():
+    done = subprocess.run(
+        [sys.executable, str(HERE / "handover.py"), "--rounds", "1", "--events", "16", "--threads", "2"],
+        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for side in ("raw", "one", "burst8", "burst8_one_target", "t2"):
+        assert report[side]["us_per_event"] > 0
+        assert set(report[side]["cpu_us_per_event"]) == {"user", "system"}
+    assert report["t2"]["switches_per_event"] >= 0 and report["t2"]["vs_burst8"] > 0
+
+
 def test_batch_ceiling_script_sets_the_ceiling_against_the_target():
     done = subprocess.run(
         [sys.executable, str(HERE / "batch_ceiling.py"), "--rounds", "1", "--events", "16"],

@@ -23,7 +23,9 @@ the threaded sides it also prints, over every round, how the events were committ
 sizes: 1 is a call committed alone), for the calls that queued the median time from queueing
 to the commit that held them and from that commit to the caller running again, and the
 process's context switches per event (``getrusage``: voluntary ones are a thread going to
-sleep on a lock or event, the interpreter's hand-overs included).
+sleep on a lock or event, the interpreter's hand-overs included). For every side it prints the
+process's CPU time per event, user and system (all threads: equal to the wall time when one
+core did all the work).
 """
 
 from __future__ import annotations
@@ -52,6 +54,19 @@ BURST = 8
 def _switches() -> tuple[int, int]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_nvcsw, usage.ru_nivcsw
+
+
+def _cpu() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def cpu_timed(side, *args):
+    """``side(*args)``'s result and the process's (user, system) CPU seconds meanwhile."""
+    u0, s0 = _cpu()
+    result = side(*args)
+    u1, s1 = _cpu()
+    return result, (u1 - u0, s1 - s0)
 
 
 def raw_round(raw: RawLog, events: int, slots: int) -> float:
@@ -139,16 +154,21 @@ def main() -> None:
         to_commit: dict[str, list[float]] = collections.defaultdict(list)
         to_wake: dict[str, list[float]] = collections.defaultdict(list)
         switches: dict[str, list[float]] = collections.defaultdict(list)
+        user: dict[str, list[float]] = collections.defaultdict(list)
+        system: dict[str, list[float]] = collections.defaultdict(list)
         raw_round(raw, events // 4, slots), one_round(gw, events // 4, slots), burst_round(gw, events // 4)
         for _ in range(rounds):
-            sides = {"raw": raw_round(raw, events, slots), "one": one_round(gw, events, slots),
-                     "burst8": burst_round(gw, events), "burst8_one_target": burst_round(gw, events, True)}
+            sides, cpu = {}, {}
+            for name, side, args in (("raw", raw_round, (raw, events, slots)), ("one", one_round, (gw, events, slots)),
+                                     ("burst8", burst_round, (gw, events)),
+                                     ("burst8_one_target", burst_round, (gw, events, True))):
+                sides[name], cpu[name] = cpu_timed(side, *args)
             for threads in counts:
                 name = f"t{threads}"
                 log: list[tuple[float, float, float, int]] = []
                 if timed:
                     group.timings = log
-                sides[name], (voluntary, involuntary) = threads_round(gw, threads, events)
+                (sides[name], (voluntary, involuntary)), cpu[name] = cpu_timed(threads_round, gw, threads, events)
                 if timed:
                     group.timings = None
                     queued = len(log)
@@ -162,6 +182,8 @@ def main() -> None:
                 switches[name].append((voluntary + involuntary) / events)
             for name, elapsed in sides.items():
                 seconds[name].append(elapsed)
+                user[name].append(cpu[name][0])
+                system[name].append(cpu[name][1])
                 ratios[name].append(sides["raw"] / elapsed)  # throughput relative to raw
         report: dict[str, object] = {"synchronous": synchronous, "rounds": rounds,
                                      "events_per_round": events, "gather": group.gather if timed else None,
@@ -171,6 +193,9 @@ def main() -> None:
                 "events_per_s": round(events / statistics.median(seconds[name])),
                 "us_per_event": round(statistics.median(seconds[name]) / events * 1e6, 1),
                 "throughput_vs_raw": round(statistics.median(ratios[name]), 2),
+                # the process's CPU (all its threads) per event: above the wall time, two cores worked
+                "cpu_us_per_event": {"user": round(statistics.median(user[name]) / events * 1e6, 1),
+                                     "system": round(statistics.median(system[name]) / events * 1e6, 1)},
             }
             if name.startswith("t"):
                 point["vs_burst8"] = round(statistics.median(
