@@ -211,7 +211,7 @@ class SqliteStore(SqlStore):
         # Commits ask a thread of its own to checkpoint the WAL (sqlite_checkpoint.py); none
         # for a file opened read-only or a database in memory.
         self.checkpointer: WalCheckpointer | None = WalCheckpointer(
-            path, synchronous=synchronous.upper(), busy_timeout=BUSY_TIMEOUT_MS / 1000
+            path, synchronous=synchronous.upper(), busy_timeout=BUSY_TIMEOUT_MS / 1000, write_turn=self.lock
         ) if checkpoint_aside and path is not None else None
         self._sql = CoreStatements(SQLITE, sorted(notifying_kinds))
         self.meta = SqlMetadataTable(db, SQLITE, self.storage_error)

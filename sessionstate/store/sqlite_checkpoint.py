@@ -12,10 +12,14 @@ takes the write lock, and ``sqlite3`` lets go of the interpreter while it copies
 so writers go on meanwhile. What it changes is who waits, not what is durable: the WAL is
 still synced at each checkpoint, at the store's own ``synchronous`` level.
 
-The writer's own autocheckpoint stays on, raised to ``BACKSTOP_PAGES``: a passive checkpoint
-copies only the frames that were there when it began, so under commits without a pause the
-WAL is never found all copied and would not start over; the writer's checkpoint, run between
-two of its own transactions, then copies the rest and bounds the file.
+A passive checkpoint copies only the frames that were there when it began, and the WAL only
+starts over (from its first frame) once it is copied to its end. Under commits without a
+pause that never happens by itself: a long WAL (``RESTART_FRAMES``) gets a few more passes
+while they find fewer new frames, then a last one holding the store's write turn, so no
+commit of this process adds frames meanwhile; it has little left to copy, and the next commit
+starts the WAL over. The writer's own autocheckpoint stays on as a backstop, at
+``BACKSTOP_PAGES``, for what this thread cannot do: another process writing without a pause,
+a thread that could not start.
 """
 
 from __future__ import annotations
@@ -25,16 +29,28 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("sessionstate")
 
 # The writer's autocheckpoint (SQLite's default is 1,000 pages): about 16 MB of WAL at 4 KB a
-# page before a commit checkpoints by itself.
+# page before a commit checkpoints by itself, as a backstop.
 BACKSTOP_PAGES = 4_000
 # At most one background checkpoint per interval: a checkpoint syncs the file, so one per
 # commit would trade a write for a sync.
 CHECKPOINT_INTERVAL_SECONDS = 0.05
 THREAD_NAME = "sessionstate-wal-checkpoint"
+# A WAL this long is copied to its end holding the store's write turn (as SQLite's default
+# autocheckpoint would, inside a commit), so that the next commit starts it over.
+RESTART_FRAMES = 1_000
+# Passes without the turn first, at most SETTLING_PASSES more, until one finds no more than
+# SETTLED_FRAMES new: writers then wait for a short copy and one sync of the file.
+SETTLING_PASSES = 3
+SETTLED_FRAMES = 100
+# How long the thread waits for the write turn: at most 10 polls of 10 ms (a long transaction
+# goes first, and the next request tries again), and never once the store is closing.
+WRITE_TURN_POLL_SECONDS = 0.01
+WRITE_TURN_POLLS = 10
 
 
 class WalCheckpointer:
@@ -50,9 +66,11 @@ class WalCheckpointer:
         synchronous: str,
         busy_timeout: float,
         interval: float = CHECKPOINT_INTERVAL_SECONDS,
+        write_turn: Any = None,
         connect: Callable[..., sqlite3.Connection] = sqlite3.connect,
     ) -> None:
         self._path = path
+        self._write_turn = write_turn  # the store's lock: held, no commit of this process runs
         self._connect = connect
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
@@ -109,9 +127,59 @@ class WalCheckpointer:
     def _checkpoint(self, db: sqlite3.Connection) -> None:
         try:
             with self.turn:
-                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                frames = self._settle(db)
+            # The write turn before this thread's own turn, in the order a store's checkpoint
+            # takes them (its caller may hold the write turn), so neither waits for the other.
+            if frames >= RESTART_FRAMES and self._take_write_turn():
+                assert self._write_turn is not None  # taken
+                try:
+                    with self.turn:
+                        _passive(db)
+                finally:
+                    self._write_turn.release()
         except sqlite3.Error as exc:
             # The next commit asks again; the writer's backstop bounds the WAL meanwhile.
             log.warning("%s: background WAL checkpoint failed (%s)", self._path, exc)
         else:
             self.checkpoints += 1
+
+    def _settle(self, db: sqlite3.Connection) -> int:
+        """Passes while they find fewer new frames; the WAL's frames at the last one's start,
+        or 0 once it is short or started over.
+
+        A pass copies the frames that were there when it began; commits meanwhile add more,
+        and the WAL only starts over once it is copied to its end. So a long WAL gets more
+        passes, and then (``_checkpoint``) a last one holding the store's write turn: no commit
+        of this process runs meanwhile, it has little left to copy, and the next commit starts
+        the WAL over."""
+        frames = _passive(db)
+        for _ in range(SETTLING_PASSES):
+            if frames < RESTART_FRAMES:
+                return 0
+            later = _passive(db)
+            if later < frames:  # started over meanwhile
+                return 0
+            frames, new = later, later - frames
+            if new <= SETTLED_FRAMES:
+                break
+        return frames
+
+    def _take_write_turn(self) -> bool:
+        """The store's write turn, waiting at most 0.1 s (``WRITE_TURN_POLLS`` polls; a long
+        transaction goes first; the next request tries again) and never once the store is
+        closing (``close`` may be called holding that turn, and waits for this thread)."""
+        turn = self._write_turn
+        if turn is None:
+            return False
+        for _ in range(WRITE_TURN_POLLS):
+            if self._stopping.is_set():
+                return False
+            if turn.acquire(timeout=WRITE_TURN_POLL_SECONDS):
+                return True
+        return False
+
+
+def _passive(db: sqlite3.Connection) -> int:
+    """A passive checkpoint; the frames the WAL held when it began, all of them copied now
+    (-1 when another connection's checkpoint was under way)."""
+    return int(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])

@@ -15,7 +15,7 @@ import pytest
 from sessionstate import StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, SqliteStore
-from sessionstate.store.sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
+from sessionstate.store.sqlite_checkpoint import BACKSTOP_PAGES, RESTART_FRAMES, SETTLED_FRAMES, SETTLING_PASSES, WRITE_TURN_POLLS, WalCheckpointer
 
 KEY, AGENT = "agent:a:one", "a"
 
@@ -156,3 +156,169 @@ def test_the_stores_own_checkpoint_copies_everything_and_refuses_unknown_modes(s
     store.close()
     with pytest.raises(StorageUnavailable):
         store.checkpoint()
+
+
+class RecordedTurn:
+    """A write turn that remembers whether it is held and how often it was asked for."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.held = False
+        self.asked = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.asked += 1
+        taken = self._lock.acquire(blocking, timeout)
+        if taken:
+            self.held = True
+        return taken
+
+    def release(self) -> None:
+        self.held = False
+        self._lock.release()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def filler(path) -> sqlite3.Connection:
+    """A connection that writes pages into the WAL and never checkpoints (its autocheckpoint
+    off); open, it also keeps SQLite from removing the WAL when the others close."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA wal_autocheckpoint = 0")
+    db.execute("CREATE TABLE IF NOT EXISTS filler (body BLOB)")
+    return db
+
+
+def long_wal(db: sqlite3.Connection, pages: int) -> None:
+    """At least ``pages`` more frames in the WAL, in one commit."""
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO filler VALUES (randomblob(4000))", [()] * pages)
+    db.execute("COMMIT")
+
+
+def wal_frames(path) -> int:
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        return int(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("arriving, unlocked", [
+    ([300, 50], 3),  # the third pass finds 50 new frames: settled, the next one takes the turn
+    ([300, 300, 300, 300], 1 + SETTLING_PASSES),  # never settles: the turn after the last pass allowed
+])
+def test_a_long_wal_under_steady_commits_is_copied_to_its_end_under_the_write_turn(tmp_path, arriving, unlocked):
+    """Commits arrive during every pass made without the write turn (a second connection's
+    transaction, begun before the pass, commits after it); the passes go on while they find fewer new frames, the last one holds the
+    turn, and the next commit starts the WAL over."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    writer = filler(path)
+    long_wal(writer, RESTART_FRAMES + 200)
+    turn = RecordedTurn()
+    passes: list[tuple[bool, int]] = []
+    arriving = list(arriving)  # frames committed during each pass made without the turn
+
+    class Connection(sqlite3.Connection):
+        def execute(self, sql, *args):
+            if "wal_checkpoint" not in sql:
+                return super().execute(sql, *args)
+            held = turn.held
+            during = not held and arriving
+            if during:  # a commit under way while the pass runs: its snapshot taken before
+                writer.execute("BEGIN")
+                writer.execute("SELECT count(*) FROM filler").fetchall()
+            rows = super().execute(sql, *args).fetchall()
+            passes.append((held, rows[0][1]))
+            if during:
+                writer.executemany("INSERT INTO filler VALUES (randomblob(4000))", [()] * arriving.pop(0))
+                writer.execute("COMMIT")
+            return FetchedRows(rows)
+
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn,
+                                   connect=lambda *a, **k: sqlite3.connect(*a, factory=Connection, **k))
+    try:
+        checkpointer.request()
+        wait_until(lambda: checkpointer.checkpoints == 1)
+    finally:
+        checkpointer.close()
+    assert [held for held, _ in passes] == [False] * unlocked + [True], passes
+    frames = [f for _, f in passes]
+    assert all(later > earlier for earlier, later in zip(frames, frames[1:unlocked])), passes  # no restart
+    settled = frames[unlocked - 1] - frames[unlocked - 2] <= SETTLED_FRAMES
+    assert settled == (unlocked <= SETTLING_PASSES), passes
+    long_wal(writer, 1)  # the next commit starts the WAL over: it holds that commit's frames only
+    assert wal_frames(path) < 10
+    writer.close()
+
+
+class FetchedRows:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def fetchone(self):
+        return self.rows[0]
+
+    def fetchall(self):
+        return self.rows
+
+
+def test_a_short_wal_takes_no_write_turn(tmp_path):
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    writer = filler(path)
+    long_wal(writer, 10)
+    turn = RecordedTurn()
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn)
+    try:
+        checkpointer.request()
+        wait_until(lambda: checkpointer.checkpoints == 1)
+    finally:
+        checkpointer.close()
+        writer.close()
+    assert turn.asked == 0
+
+
+def test_a_held_write_turn_is_waited_for_a_while_then_left(tmp_path):
+    """A long transaction keeps the turn: the thread polls for it, gives up, and the cycle
+    ends; the WAL is copied as far as the passes got."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    writer = filler(path)
+    long_wal(writer, RESTART_FRAMES + 10)
+    turn = RecordedTurn()
+    with turn:
+        checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn)
+        try:
+            checkpointer.request()
+            wait_until(lambda: checkpointer.checkpoints == 1)
+            assert turn.asked == 1 + WRITE_TURN_POLLS  # the test's own acquire, then the polls
+        finally:
+            checkpointer.close()
+            writer.close()
+
+
+def test_closing_while_holding_the_write_turn_does_not_wait_for_the_thread_to_get_it(tmp_path):
+    """Gateway.close closes the store holding its lock: a thread polling for that lock must
+    see the store closing and stop, not wait for the lock."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    writer = filler(path)
+    long_wal(writer, RESTART_FRAMES + 10)
+    turn = RecordedTurn()
+    with turn:
+        checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn)
+        checkpointer.request()
+        wait_until(lambda: turn.asked >= 2)  # polling for the turn this test holds
+        began = time.monotonic()
+        checkpointer.close()
+        assert time.monotonic() - began < 5
+    writer.close()
+    assert not checkpointer.alive
+    assert turn.asked < 1 + WRITE_TURN_POLLS
