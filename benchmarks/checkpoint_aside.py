@@ -4,7 +4,7 @@ Run: ./dev run .venv/bin/python benchmarks/checkpoint_aside.py [--rounds 8] [--e
 
 Two gateways in one process, each on a file of its own set up as thread_scaling.py's (8 targets,
 three watchers each). ``thread`` is a gateway as opened (``store/sqlite_checkpoint.py``: a
-thread checkpoints after commits; the writer's autocheckpoint is a 4,000-page backstop);
+thread checkpoints after commits; the writer's autocheckpoint is an 8,000-page backstop);
 ``in_commit`` has that thread stopped and SQLite's default autocheckpoint (1,000 pages) back,
 so the commit that fills the WAL checkpoints it, as before this store had the thread. Each
 round runs, on both sides in turn (which side goes first alternates), N ``record_event`` calls
