@@ -209,6 +209,19 @@ def wal_frames(path) -> int:
         db.close()
 
 
+class FetchedRows:
+    """A checkpoint's rows, read before the test's writer commits after it."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def fetchone(self):
+        return self.rows[0]
+
+    def fetchall(self):
+        return self.rows
+
+
 @pytest.mark.parametrize("arriving, unlocked", [
     ([300, 50], 3),  # the third pass finds 50 new frames: settled, the next one takes the turn
     ([300, 300, 300, 300], 1 + SETTLING_PASSES),  # never settles: the turn after the last pass allowed
@@ -258,17 +271,6 @@ def test_a_long_wal_under_steady_commits_is_copied_to_its_end_under_the_write_tu
     writer.close()
 
 
-class FetchedRows:
-    def __init__(self, rows):
-        self.rows = rows
-
-    def fetchone(self):
-        return self.rows[0]
-
-    def fetchall(self):
-        return self.rows
-
-
 def test_a_short_wal_takes_no_write_turn(tmp_path):
     path = tmp_path / "state.db"
     open_store(path).close()
@@ -285,40 +287,46 @@ def test_a_short_wal_takes_no_write_turn(tmp_path):
     assert turn.asked == 0
 
 
-def test_a_held_write_turn_is_waited_for_a_while_then_left(tmp_path):
-    """A long transaction keeps the turn: the thread polls for it, gives up, and the cycle
-    ends; the WAL is copied as far as the passes got."""
+@pytest.fixture
+def long_wal_file(tmp_path):
+    """A database whose WAL is long enough that a checkpoint round asks for the write turn."""
     path = tmp_path / "state.db"
     open_store(path).close()
     writer = filler(path)
     long_wal(writer, RESTART_FRAMES + 10)
+    yield path
+    writer.close()
+
+
+def started(path, turn: RecordedTurn) -> WalCheckpointer:
+    """A checkpointer asked for one round (its next round an hour away)."""
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=3600.0, write_turn=turn)
+    checkpointer.request()
+    return checkpointer
+
+
+def test_a_held_write_turn_is_waited_for_a_while_then_left(long_wal_file):
+    """A long transaction keeps the turn: the thread polls for it, gives up, and the round
+    ends; the WAL is copied as far as the passes got."""
     turn = RecordedTurn()
     with turn:
-        checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn)
+        checkpointer = started(long_wal_file, turn)
         try:
-            checkpointer.request()
             wait_until(lambda: checkpointer.checkpoints == 1)
             assert turn.asked == 1 + WRITE_TURN_POLLS  # the test's own acquire, then the polls
         finally:
             checkpointer.close()
-            writer.close()
 
 
-def test_closing_while_holding_the_write_turn_does_not_wait_for_the_thread_to_get_it(tmp_path):
+def test_closing_while_holding_the_write_turn_does_not_wait_for_the_thread_to_get_it(long_wal_file):
     """Gateway.close closes the store holding its lock: a thread polling for that lock must
     see the store closing and stop, not wait for the lock."""
-    path = tmp_path / "state.db"
-    open_store(path).close()
-    writer = filler(path)
-    long_wal(writer, RESTART_FRAMES + 10)
     turn = RecordedTurn()
     with turn:
-        checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn)
-        checkpointer.request()
+        checkpointer = started(long_wal_file, turn)
         wait_until(lambda: turn.asked >= 2)  # polling for the turn this test holds
         began = time.monotonic()
         checkpointer.close()
         assert time.monotonic() - began < 5
-    writer.close()
     assert not checkpointer.alive
     assert turn.asked < 1 + WRITE_TURN_POLLS
