@@ -15,7 +15,7 @@ import pytest
 from sessionstate import StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, SqliteStore
-from sessionstate.store.sqlite_checkpoint import BACKSTOP_PAGES, RESTART_FRAMES, SETTLED_FRAMES, SETTLING_PASSES, WRITE_TURN_POLLS, WalCheckpointer
+from sessionstate.store.sqlite_checkpoint import BACKSTOP_PAGES, RESTART_FRAMES, SETTLED_FRAMES, SETTLING_PASSES, THREAD_NAME, WRITE_TURN_POLLS, WalCheckpointer
 
 KEY, AGENT = "agent:a:one", "a"
 
@@ -133,6 +133,8 @@ def test_a_failing_checkpoint_is_logged_and_the_next_request_tries_again(tmp_pat
         wait_until(lambda: sum("background WAL checkpoint failed" in r.getMessage() for r in caplog.records) >= 2)
         assert checkpointer.alive
         assert checkpointer.checkpoints == 1
+        failed = [r.getMessage() for r in caplog.records if "background WAL checkpoint failed" in r.getMessage()]
+        assert failed[0] == f"{path}: background WAL checkpoint failed (disk I/O error)"
     finally:
         checkpointer.close()
 
@@ -151,7 +153,7 @@ def test_the_stores_own_checkpoint_copies_everything_and_refuses_unknown_modes(s
     busy, frames, copied = store.checkpoint()
     assert busy == 0 and frames > 0 and copied == frames
     assert store.checkpoint("TRUNCATE") == (0, 0, 0)  # the WAL emptied to nothing
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"checkpoint mode must be one of \('PASSIVE', 'FULL', 'RESTART', 'TRUNCATE'\)"):
         store.checkpoint("PASSIVE); DROP TABLE sessions; --")
     store.close()
     with pytest.raises(StorageUnavailable):
@@ -330,3 +332,50 @@ def test_closing_while_holding_the_write_turn_does_not_wait_for_the_thread_to_ge
         assert time.monotonic() - began < 5
     assert not checkpointer.alive
     assert turn.asked < 1 + WRITE_TURN_POLLS
+
+
+def test_the_thread_is_named_and_checkpoints_at_the_stores_durability(tmp_path):
+    """The thread's name is the one docs/operations.md gives; its connection syncs at the
+    store's own level (a checkpoint's syncs are the WAL's durability at NORMAL)."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    connections: list[sqlite3.Connection] = []
+
+    def connect(*args, **kwargs):
+        connections.append(sqlite3.connect(*args, check_same_thread=False, **kwargs))
+        return connections[-1]
+
+    checkpointer = WalCheckpointer(path, synchronous="FULL", busy_timeout=1.0, interval=3600.0, connect=connect)
+    try:
+        checkpointer.request()
+        wait_until(lambda: checkpointer.checkpoints == 1)
+        assert checkpointer._thread.name == THREAD_NAME == "sessionstate-wal-checkpoint"
+        assert connections[0].execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        checkpointer.close()
+
+
+def test_every_round_is_counted(tmp_path):
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=0.0)
+    try:
+        for rounds in (1, 2, 3):
+            checkpointer.request()
+            wait_until(lambda: checkpointer.checkpoints == rounds)
+    finally:
+        checkpointer.close()
+
+
+def test_without_a_write_turn_a_long_wal_gets_its_passes_alone(long_wal_file):
+    """A checkpointer given no write turn (nothing to hold commits back) runs its passes and
+    takes no last one; the round ends and the thread goes on."""
+    checkpointer = WalCheckpointer(long_wal_file, synchronous="NORMAL", busy_timeout=1.0, interval=0.0)
+    try:
+        checkpointer.request()
+        wait_until(lambda: checkpointer.checkpoints == 1)
+        checkpointer.request()
+        wait_until(lambda: checkpointer.checkpoints == 2)
+        assert checkpointer.alive
+    finally:
+        checkpointer.close()
