@@ -72,9 +72,9 @@ class WalCheckpointer:
         connect: Callable[..., sqlite3.Connection] = sqlite3.connect,
     ) -> None:
         self._path = path
-        self._write_turn = write_turn  # the store's lock: held, no commit of this process runs
+        self.write_turn = write_turn  # the store's lock: held, no commit of this process runs
+        self.synchronous = synchronous  # the level the thread's connection syncs at (the store's)
         self._connect = connect
-        self._synchronous = synchronous
         self._busy_timeout = busy_timeout
         self._interval = interval
         self._wanted = threading.Event()
@@ -109,7 +109,7 @@ class WalCheckpointer:
             log.warning("%s: no background WAL checkpoints (%s); commits checkpoint by themselves", self._path, exc)
             return
         try:
-            db.execute(f"PRAGMA synchronous = {self._synchronous}")
+            db.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.Error as exc:
             db.close()
             log.warning("%s: no background WAL checkpoints (%s); commits checkpoint by themselves", self._path, exc)
@@ -133,12 +133,12 @@ class WalCheckpointer:
             # The write turn before this thread's own turn, in the order a store's checkpoint
             # takes them (its caller may hold the write turn), so neither waits for the other.
             if frames >= RESTART_FRAMES and self._take_write_turn():
-                assert self._write_turn is not None  # taken
+                assert self.write_turn is not None  # taken
                 try:
                     with self.turn:
                         _passive(db)
                 finally:
-                    self._write_turn.release()
+                    self.write_turn.release()
         except sqlite3.Error as exc:
             # The next commit asks again; the writer's backstop bounds the WAL meanwhile.
             log.warning("%s: background WAL checkpoint failed (%s)", self._path, exc)
@@ -170,7 +170,7 @@ class WalCheckpointer:
         """The store's write turn, waiting at most 0.1 s (``WRITE_TURN_POLLS`` polls; a long
         transaction goes first; the next request tries again) and never once the store is
         closing (``close`` may be called holding that turn, and waits for this thread)."""
-        turn = self._write_turn
+        turn = self.write_turn
         if turn is None:
             return False
         for _ in range(WRITE_TURN_POLLS):

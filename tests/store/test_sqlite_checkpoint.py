@@ -141,11 +141,50 @@ def test_a_failing_checkpoint_is_logged_and_the_next_request_tries_again(tmp_pat
 
 def test_a_thread_that_cannot_connect_says_so_and_closes(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="sessionstate")
-    checkpointer = WalCheckpointer(tmp_path / "no" / "such" / "dir.db", synchronous="NORMAL", busy_timeout=0.1)
+    path = tmp_path / "no" / "such" / "dir.db"
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=0.1)
     wait_until(lambda: not checkpointer.alive)
-    assert any("no background WAL checkpoints" in r.getMessage() for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: no background WAL checkpoints (unable to open database file); commits checkpoint by themselves"
+    ]
     checkpointer.request()  # nobody listens: harmless
     checkpointer.close()
+
+
+def test_a_thread_whose_connection_refuses_its_durability_level_says_so_and_closes(tmp_path, caplog):
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    connections: list[sqlite3.Connection] = []
+
+    class Connection(sqlite3.Connection):
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA synchronous"):
+                raise sqlite3.OperationalError("disk I/O error")
+            return super().execute(sql, *args)
+
+    def connect(*args, **kwargs):
+        connections.append(sqlite3.connect(*args, factory=Connection, **kwargs))
+        return connections[-1]
+
+    caplog.set_level(logging.WARNING, logger="sessionstate")
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=0.1, connect=connect)
+    wait_until(lambda: not checkpointer.alive)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: no background WAL checkpoints (disk I/O error); commits checkpoint by themselves"
+    ]
+    with pytest.raises(sqlite3.ProgrammingError):  # its connection was closed
+        connections[0].total_changes
+    checkpointer.close()
+
+
+def test_the_stores_thread_syncs_at_the_stores_level_and_holds_its_write_turn(tmp_path):
+    store = SqliteStore(f"sqlite:///{tmp_path / 'state.db'}", notifying_kinds=NOTIFYING_KINDS, synchronous="FULL")
+    try:
+        assert store.checkpointer is not None
+        assert store.checkpointer.synchronous == "FULL"
+        assert store.checkpointer.write_turn is store.lock
+    finally:
+        store.close()
 
 
 def test_the_stores_own_checkpoint_copies_everything_and_refuses_unknown_modes(store):
@@ -350,6 +389,7 @@ def test_the_thread_is_named_and_checkpoints_at_the_stores_durability(tmp_path):
         checkpointer.request()
         wait_until(lambda: checkpointer.checkpoints == 1)
         assert checkpointer._thread.name == THREAD_NAME == "sessionstate-wal-checkpoint"
+        assert checkpointer._thread.daemon  # a store never closed does not keep the process alive
         assert connections[0].execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     finally:
         checkpointer.close()
