@@ -384,12 +384,14 @@ def test_the_thread_is_named_and_checkpoints_at_the_stores_durability(tmp_path):
         connections.append(sqlite3.connect(*args, check_same_thread=False, **kwargs))
         return connections[-1]
 
+    before = set(threading.enumerate())
     checkpointer = WalCheckpointer(path, synchronous="FULL", busy_timeout=1.0, interval=3600.0, connect=connect)
     try:
         checkpointer.request()
         wait_until(lambda: checkpointer.checkpoints == 1)
-        assert checkpointer._thread.name == THREAD_NAME == "sessionstate-wal-checkpoint"
-        assert checkpointer._thread.daemon  # a store never closed does not keep the process alive
+        [thread] = set(threading.enumerate()) - before
+        assert thread.name == THREAD_NAME == "sessionstate-wal-checkpoint"
+        assert thread.daemon  # a store never closed does not keep the process alive
         assert connections[0].execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     finally:
         checkpointer.close()
