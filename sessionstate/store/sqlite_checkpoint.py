@@ -103,15 +103,13 @@ class WalCheckpointer:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        db: sqlite3.Connection | None = None
         try:
             db = self._connect(str(self._path), timeout=self._busy_timeout, isolation_level=None)
-        except sqlite3.Error as exc:
-            log.warning("%s: no background WAL checkpoints (%s); commits checkpoint by themselves", self._path, exc)
-            return
-        try:
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.Error as exc:
-            db.close()
+            if db is not None:
+                db.close()
             log.warning("%s: no background WAL checkpoints (%s); commits checkpoint by themselves", self._path, exc)
             return
         try:
