@@ -19,16 +19,25 @@ HERE = Path(__file__).resolve().parent
 PG_URL = os.environ.get("SESSIONSTATE_TEST_PG_URL")
 
 
+def run_script(script: str, *args: str, timeout: float = 300) -> str:
+    """``benchmarks/<script>`` with ``args`` in a process of its own: its output, once it
+    exited 0."""
+    done = subprocess.run(
+        [sys.executable, str(HERE / script), *args], capture_output=True, text=True, timeout=timeout, cwd=HERE.parent
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def script_report(script: str, *args: str, timeout: float = 300) -> dict:
+    """``run_script``'s output read as the JSON report it prints."""
+    return json.loads(run_script(script, *args, timeout=timeout))
+
+
 def test_pg_batch_script_reports_every_tree_and_size():
     if not PG_URL:
         pytest.skip("needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")
-    done = subprocess.run(
-        [sys.executable, str(HERE / "pg_batch.py"), "--rounds", "1", "--sizes", "1,4",
-         str(HERE.parent), str(HERE.parent)],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("pg_batch.py", "--rounds", "1", "--sizes", "1,4", str(HERE.parent), str(HERE.parent))
     assert [t["tree"] for t in report["trees"]] == [str(HERE.parent)] * 2
     for tree in report["trees"]:
         assert sorted(tree["sizes"]) == ["1", "4"]
@@ -41,13 +50,7 @@ def test_append_cost_script_reports_every_tree(backend):
     if backend == "postgresql" and not PG_URL:
         pytest.skip("needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")
     flags = ["--postgres"] if backend == "postgresql" else []
-    done = subprocess.run(
-        [sys.executable, str(HERE / "append_cost.py"), *flags, "--events", "20", "--runs", "2",
-         str(HERE.parent), str(HERE.parent)],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("append_cost.py", *flags, "--events", "20", "--runs", "2", str(HERE.parent), str(HERE.parent))
     assert report["backend"] == backend and report["events"] == 20
     assert [t["tree"] for t in report["trees"]] == [str(HERE.parent)] * 2
     for tree in report["trees"]:
@@ -56,36 +59,21 @@ def test_append_cost_script_reports_every_tree(backend):
 
 
 def test_owed_wakes_script_reports_cost_idle_cpu_and_lateness():
-    done = subprocess.run(
-        [sys.executable, str(HERE / "owed_wakes.py"), "10", "0.2"],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = run_script("owed_wakes.py", "10", "0.2").splitlines()
     assert lines[0].startswith("append, 10 pending main-style watchers: owed ")
     assert lines[1].startswith("wake timer idle CPU: 10 owed an hour ahead ")
     assert lines[2].startswith("lateness of 10 owed at once: p50 ")
 
 
 def test_thread_scaling_script_reports_both_sides_per_thread_count():
-    done = subprocess.run(
-        [sys.executable, str(HERE / "thread_scaling.py"), "--rounds", "1", "--events", "16", "--threads", "1,2"],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("thread_scaling.py", "--rounds", "1", "--events", "16", "--threads", "1,2")
     assert [p["threads"] for p in report["points"]] == [1, 2]
     for point in report["points"]:
         assert point["serial"]["events_per_s"] > 0 and point["group"]["events_per_s"] > 0
 
 
 def test_checkpoint_aside_script_reports_both_sides():
-    done = subprocess.run(
-        [sys.executable, str(HERE / "checkpoint_aside.py"), "--rounds", "2", "--events", "16"],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("checkpoint_aside.py", "--rounds", "2", "--events", "16")
     for side in ("thread", "in_commit"):
         point = report[side]
         assert point["record_event_us"] > 0 and point["burst8_us_per_event"] > 0
@@ -96,12 +84,7 @@ def test_checkpoint_aside_script_reports_both_sides():
 
 
 def test_handover_floor_script_reports_both_primitives():
-    done = subprocess.run(
-        [sys.executable, str(HERE / "handover_floor.py"), "--trips", "200", "--rounds", "1"],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("handover_floor.py", "--trips", "200", "--rounds", "1")
     for primitive in ("event", "lock"):
         point = report[primitive]
         assert point["wall_us"] > 0
@@ -109,25 +92,16 @@ def test_handover_floor_script_reports_both_primitives():
 
 
 def test_handover_script_reports_cpu_per_side():
-    done = subprocess.run(
-        [sys.executable, str(HERE / "handover.py"), "--rounds", "1", "--events", "16", "--threads", "2"],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("handover.py", "--rounds", "1", "--events", "16", "--threads", "2")
     for side in ("raw", "one", "burst8", "burst8_one_target", "t2"):
         assert report[side]["us_per_event"] > 0
-        assert set(report[side]["cpu_us_per_event"]) == {"user", "system"}
+        cpu = report[side]["cpu_us_per_event"]
+        assert set(cpu) == {"user", "system"} and min(cpu.values()) >= 0
     assert report["t2"]["switches_per_event"] >= 0 and report["t2"]["vs_burst8"] > 0
 
 
 def test_batch_ceiling_script_sets_the_ceiling_against_the_target():
-    done = subprocess.run(
-        [sys.executable, str(HERE / "batch_ceiling.py"), "--rounds", "1", "--events", "16"],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("batch_ceiling.py", "--rounds", "1", "--events", "16")
     assert set(report["one_thread_us_per_event"]) == {"singles", "bursts_of_8"}
     # the printed figures are rounded: the ceiling is one burst event's cost inverted, the target 3x serial
     ceiling = 1e6 / report["one_thread_us_per_event"]["bursts_of_8"]
@@ -138,12 +112,7 @@ def test_batch_ceiling_script_sets_the_ceiling_against_the_target():
 def test_writer_scaling_script_reports_both_sides():
     if not PG_URL:
         pytest.skip("needs SESSIONSTATE_TEST_PG_URL (scripts/pg-test-server)")
-    done = subprocess.run(
-        [sys.executable, str(HERE / "writer_scaling.py"), "--writers", "1", "--seconds", "0.2", "--layout", "shared"],
-        capture_output=True, text=True, timeout=300, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("writer_scaling.py", "--writers", "1", "--seconds", "0.2", "--layout", "shared")
     assert [(p["layout"], p["writers"]) for p in report["points"]] == [("shared", 1)]
     for point in report["points"]:
         for side in ("raw", "project"):
@@ -159,11 +128,6 @@ def test_instructions_script_counts_every_tree():
         "/usr/include/valgrind/callgrind.h"
     ).exists():
         pytest.skip("needs valgrind with its headers, and gcc")
-    done = subprocess.run(
-        [sys.executable, str(HERE / "instructions.py"), "--events", "5", "--warm-up", "5", str(HERE.parent)],
-        capture_output=True, text=True, timeout=600, cwd=HERE.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = script_report("instructions.py", "--events", "5", "--warm-up", "5", str(HERE.parent), timeout=600)
     assert report["events"] == 5 and [t["tree"] for t in report["trees"]] == [str(HERE.parent)]
     assert report["trees"][0]["instructions_per_event"] > 10_000 and report["trees"][0]["vs_first"] == 1.0
