@@ -83,9 +83,9 @@ def test_checkpoint_aside_script_reports_both_sides():
     assert report["record_event_in_commit_over_thread"] > 0 and report["burst8_in_commit_over_thread"] > 0
 
 
-def test_handover_floor_script_reports_both_primitives():
+def test_handover_floor_script_reports_every_primitive():
     report = script_report("handover_floor.py", "--trips", "200", "--rounds", "1")
-    for primitive in ("event", "lock"):
+    for primitive in ("event", "signal", "lock"):
         point = report[primitive]
         assert point["wall_us"] > 0
         assert point["cpu_us"] == pytest.approx(point["user_us"] + point["system_us"], abs=0.15)
@@ -139,7 +139,8 @@ def test_one_core_script_reports_both_placements():
     assert report["threads"] == 4 and report["invocations"] == 1
     assert sorted(report["placements"]) == ["all_cpus", "one_cpu"]
     for rows in report["placements"].values():
-        for key in ("event_hand_over_wall_us", "lock_hand_over_cpu_us", "raw_us_per_event", "t4_us_per_event"):
+        for key in ("event_hand_over_wall_us", "signal_hand_over_wall_us", "lock_hand_over_cpu_us", "raw_us_per_event",
+                    "t4_us_per_event"):
             assert rows[key]["min"] <= rows[key]["median"] <= rows[key]["max"] and rows[key]["median"] > 0
         assert rows["t4_vs_raw"]["median"] > 0
     assert report["t4_one_cpu_over_all_cpus"]["median"] > 0

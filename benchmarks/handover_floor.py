@@ -3,8 +3,9 @@
 Run: ./dev run .venv/bin/python benchmarks/handover_floor.py [--trips 20000] [--rounds 3]
 
 Two threads pass the turn back and forth ``trips`` times, each waking the other and going to
-sleep until woken: once on ``threading.Event`` (what ``GroupCommit``'s waiters sleep on) and once
-on bare ``_thread`` locks (the cheapest wake CPython has). Printed per primitive, the median
+sleep until woken: on ``threading.Event`` (what ``GroupCommit``'s waiters slept on until
+2026-12-04), on ``group_commit.Signal`` (what they sleep on now: Event's set, clear and wait on
+one bare lock) and on bare ``_thread`` locks (the cheapest wake CPython has). Printed per primitive, the median
 over rounds of the wall time and the process's CPU time (user and system, both threads) per
 hand-over, i.e. per round trip halved. A caller of ``record_event`` that waits for another
 thread's commit is put to sleep once and woken once: one round trip of this kind is the least
@@ -20,8 +21,15 @@ import json
 import resource
 import statistics
 import threading
+import os
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, os.environ.get("SESSIONSTATE_TREE", str(Path(__file__).resolve().parent.parent)))
+
+from sessionstate.services.notice.group_commit import Signal  # noqa: E402
 
 
 def _cpu() -> tuple[float, float]:
@@ -31,6 +39,24 @@ def _cpu() -> tuple[float, float]:
 
 def with_events(trips: int) -> None:
     ping, pong = threading.Event(), threading.Event()
+
+    def other() -> None:
+        for _ in range(trips):
+            ping.wait()
+            ping.clear()
+            pong.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    for _ in range(trips):
+        ping.set()
+        pong.wait()
+        pong.clear()
+    thread.join()
+
+
+def with_signals(trips: int) -> None:
+    ping, pong = Signal(), Signal()
 
     def other() -> None:
         for _ in range(trips):
@@ -82,9 +108,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     options = parser.parse_args()
     report: dict[str, object] = {"trips": options.trips, "rounds": options.rounds}
-    samples: dict[str, list[tuple[float, float, float]]] = {"event": [], "lock": []}
+    samples: dict[str, list[tuple[float, float, float]]] = {"event": [], "signal": [], "lock": []}
     for _ in range(options.rounds):
         samples["event"].append(measure(with_events, options.trips))
+        samples["signal"].append(measure(with_signals, options.trips))
         samples["lock"].append(measure(with_locks, options.trips))
     for name, rows in samples.items():
         wall, user, system = (statistics.median(column) for column in zip(*rows))

@@ -66,7 +66,7 @@ def main() -> None:
         for name, cpus in placements.items():  # in turn, so a slow phase falls on both
             rows = samples[name]
             floor = run_child("handover_floor.py", floor_args, cpus)
-            for primitive in ("event", "lock"):
+            for primitive in ("event", "signal", "lock"):
                 rows.setdefault(f"{primitive}_hand_over_wall_us", []).append(floor[primitive]["wall_us"])
                 rows.setdefault(f"{primitive}_hand_over_cpu_us", []).append(floor[primitive]["cpu_us"])
             record = run_child("handover.py", record_args, cpus)

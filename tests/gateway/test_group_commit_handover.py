@@ -55,7 +55,7 @@ def _queued_behind_the_turn(fake: Fake, count: int, outcomes: dict[int, Any]) ->
     for _ in range(int(WAIT * 1000)):
         if fake.group.queued() == count:
             break
-        time.sleep(0.001)  # (not an Event: one test replaces group_commit's)
+        time.sleep(0.001)  # (not a Signal: one test replaces group_commit's)
     assert fake.group.queued() == count
     return threads
 
@@ -76,26 +76,20 @@ def test_one_batch_wakes_every_caller_through_the_chain_after_the_commit():
 def test_a_caller_interrupted_in_its_wait_breaks_no_chain(monkeypatch):
     """The third caller's wait raises: it is left out of (or passes on) the chain, so every
     other caller still returns, with its events committed; nothing is left draining."""
-    made: list[threading.Event] = []
-    real = threading.Event
+    made: list[group_commit.Signal] = []
+    real = group_commit.Signal
 
     class Raising(real):  # type: ignore[misc, valid-type]
         def wait(self, timeout: float | None = None) -> bool:
             raise Interrupted
 
-    def event() -> threading.Event:
+    def signal() -> group_commit.Signal:
         made.append(Raising() if len(made) == 2 else real())
         return made[-1]
 
     fake = Fake()
     outcomes: dict[int, Any] = {}
-    class Module:  # the module's ``threading`` with Event replaced (Thread.start needs the real one)
-        Event = staticmethod(event)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(threading, name)
-
-    monkeypatch.setattr(group_commit, "threading", Module())
+    monkeypatch.setattr(group_commit, "Signal", signal)
     with fake.lock:
         threads = _queued_behind_the_turn(fake, 5, outcomes)
     monkeypatch.undo()
@@ -158,3 +152,38 @@ def test_the_gather_waits_only_for_the_callers_the_batch_woke_not_for_its_draine
     assert sorted(fake.batches[0]) == [0, 1, 2, 3]
     assert expected[0] == 3, "the gather counted the drainer among the callers it woke"
     assert fake.group.idle()
+
+
+def test_a_signal_starts_unset_and_a_wait_on_it_times_out():
+    signal = group_commit.Signal()
+    assert not signal.is_set()
+    assert signal.wait(0.01) is False
+    assert not signal.is_set()
+
+
+def test_a_signal_stays_set_through_waits_and_a_second_set_until_cleared():
+    signal = group_commit.Signal()
+    signal.set()
+    signal.set()  # setting a set signal is no error
+    assert signal.is_set()
+    assert signal.wait() is True and signal.wait(0.01) is True, "a wait must not unset it"
+    signal.clear()
+    assert not signal.is_set() and signal.wait(0.01) is False
+    signal.clear()  # clearing an unset signal is no error
+    assert not signal.is_set()
+
+
+def test_a_signal_set_by_another_thread_wakes_its_waiter():
+    signal, returned = group_commit.Signal(), threading.Event()
+
+    def waiter() -> None:
+        if signal.wait(WAIT):
+            returned.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.01)
+    assert not returned.is_set(), "the waiter returned before the signal was set"
+    signal.set()
+    thread.join(WAIT)
+    assert returned.is_set() and signal.is_set()

@@ -219,11 +219,11 @@ class Interrupted(BaseException):
 def test_a_caller_that_finds_the_next_one_gone_skips_it_and_wakes_nobody_twice(monkeypatch):
     """Chain P -> X -> N: X is interrupted after the commit and, leaving, wakes N itself; when
     P then passes the turn on it finds X gone, skips it, and returns its own result."""
-    real_event = threading.Event
-    made: list[threading.Event] = []
+    real_event, real_signal = threading.Event, group_commit.Signal
+    made: list[group_commit.Signal] = []
     x_left = real_event()
 
-    class SlowToWake(real_event):  # type: ignore[misc, valid-type]
+    class SlowToWake(real_signal):  # type: ignore[misc, valid-type]
         """P's wake-up: it goes on only once X has left."""
 
         def wait(self, timeout: float | None = None) -> bool:
@@ -231,25 +231,20 @@ def test_a_caller_that_finds_the_next_one_gone_skips_it_and_wakes_nobody_twice(m
             assert x_left.wait(WAIT), "X never left"
             return woken
 
-    class InterruptedAfterTheCommit(real_event):  # type: ignore[misc, valid-type]
+    class InterruptedAfterTheCommit(real_signal):  # type: ignore[misc, valid-type]
         """X's wait: interrupted once its batch committed (P, first of the chain, was woken)."""
 
         def wait(self, timeout: float | None = None) -> bool:
-            assert real_event.wait(made[1], WAIT), "the batch was never committed"
+            assert real_signal.wait(made[1], WAIT), "the batch was never committed"
             raise Interrupted
 
-    kinds = [real_event, SlowToWake, InterruptedAfterTheCommit, real_event]  # D, P, X, N in queue order
+    kinds = [real_signal, SlowToWake, InterruptedAfterTheCommit, real_signal]  # D, P, X, N in queue order
 
-    class Module:  # group_commit's ``threading`` with the callers' events replaced
-        @staticmethod
-        def Event() -> threading.Event:
-            made.append(kinds[len(made)]())
-            return made[-1]
+    def signal() -> group_commit.Signal:  # the callers' wake-ups, in queue order
+        made.append(kinds[len(made)]())
+        return made[-1]
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(threading, name)
-
-    monkeypatch.setattr(group_commit, "threading", Module())
+    monkeypatch.setattr(group_commit, "Signal", signal)
     fake = Fake()
     outcomes = four_callers_in_queue_order(fake, lambda event: x_left.set() if event == 2 else None)
     monkeypatch.undo()
@@ -262,11 +257,11 @@ def test_a_caller_interrupted_while_the_one_before_it_passes_the_turn_on_still_r
     """Chain P -> X -> N, the other order: X is interrupted after the commit and has left the
     chain, but before it passes the turn on itself, P passes it on (skipping X, waking N).
     X then has nobody left to wake: it raises its own interrupt, and N is woken once."""
-    real_event, real_lock = threading.Event, threading.Lock
-    made: list[threading.Event] = []
+    real_event, real_lock, real_signal = threading.Event, threading.Lock, group_commit.Signal
+    made: list[group_commit.Signal] = []
     x_interrupted, x_out_of_the_chain, p_returned = real_event(), real_event(), real_event()
 
-    class SlowToWake(real_event):  # type: ignore[misc, valid-type]
+    class SlowToWake(real_signal):  # type: ignore[misc, valid-type]
         """P's wake-up: it goes on only once X is out of the chain."""
 
         def wait(self, timeout: float | None = None) -> bool:
@@ -274,9 +269,9 @@ def test_a_caller_interrupted_while_the_one_before_it_passes_the_turn_on_still_r
             assert x_out_of_the_chain.wait(WAIT), "X never left the chain"
             return woken
 
-    class InterruptedAfterTheCommit(real_event):  # type: ignore[misc, valid-type]
+    class InterruptedAfterTheCommit(real_signal):  # type: ignore[misc, valid-type]
         def wait(self, timeout: float | None = None) -> bool:
-            assert real_event.wait(made[1], WAIT), "the batch was never committed"
+            assert real_signal.wait(made[1], WAIT), "the batch was never committed"
             x_interrupted.set()
             raise Interrupted
 
@@ -301,19 +296,19 @@ def test_a_caller_interrupted_while_the_one_before_it_passes_the_turn_on_still_r
         def __exit__(self, *exc: object) -> None:
             self.release()
 
-    kinds = [real_event, SlowToWake, InterruptedAfterTheCommit, real_event]  # D, P, X, N in queue order
+    kinds = [real_signal, SlowToWake, InterruptedAfterTheCommit, real_signal]  # D, P, X, N in queue order
 
-    class Module:  # group_commit's ``threading`` with the callers' events and the state lock replaced
+    def signal() -> group_commit.Signal:  # the callers' wake-ups, in queue order
+        made.append(kinds[len(made)]())
+        return made[-1]
+
+    class Module:  # group_commit's ``threading`` with the state lock replaced
         Lock = PausingX
-
-        @staticmethod
-        def Event() -> threading.Event:
-            made.append(kinds[len(made)]())
-            return made[-1]
 
         def __getattr__(self, name: str) -> Any:
             return getattr(threading, name)
 
+    monkeypatch.setattr(group_commit, "Signal", signal)
     monkeypatch.setattr(group_commit, "threading", Module())
     fake = Fake()
     outcomes = four_callers_in_queue_order(fake, lambda event: p_returned.set() if event == 1 else None)
