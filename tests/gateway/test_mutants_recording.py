@@ -217,26 +217,20 @@ def test_an_interrupt_in_a_group_commit_answers_every_caller_by_what_was_committ
 def test_a_caller_interrupted_after_its_batch_committed_still_wakes_the_callers_behind_it(gw, monkeypatch):
     """Queued callers are woken as a chain, each by the one before; the third caller's wait is
     interrupted right after its wake-up, and the fourth must be woken all the same."""
-    real_event = threading.Event
-    made: list[threading.Event] = []
+    real_signal = group_commit.Signal
+    made: list[group_commit.Signal] = []
 
-    class InterruptedOnceWoken(real_event):  # type: ignore[misc, valid-type]
+    class InterruptedOnceWoken(real_signal):  # type: ignore[misc, valid-type]
         def wait(self, timeout: float | None = None) -> bool:
             super().wait(timeout)
             raise Interrupted
 
-    class ThreadingWithOneInterrupt:
-        """group_commit's ``threading``, whose third Event (the third caller's) is interrupted."""
+    def signal() -> group_commit.Signal:
+        """The callers' wake-ups, the third one (the third caller's) interrupted."""
+        made.append(InterruptedOnceWoken() if len(made) == 2 else real_signal())
+        return made[-1]
 
-        @staticmethod
-        def Event() -> threading.Event:
-            made.append(InterruptedOnceWoken() if len(made) == 2 else real_event())
-            return made[-1]
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(threading, name)
-
-    monkeypatch.setattr(group_commit, "threading", ThreadingWithOneInterrupt())
+    monkeypatch.setattr(group_commit, "Signal", signal)
     before = gw.ops.state_version(CHILD)
     outcomes = _queue_in_order(gw, {
         name: (lambda name=name: gw.record_event(CHILD, "goal_changed", actor_type="human", summary=name))
