@@ -137,10 +137,10 @@ def test_one_core_script_reports_both_placements():
     report = script_report("one_core.py", "--invocations", "1", "--trips", "200", "--rounds", "1", "--events", "48",
                            "--threads", "4")
     assert report["threads"] == 4 and report["invocations"] == 1
-    assert sorted(report["placements"]) == ["all_cpus", "one_cpu"]
+    assert sorted(report["placements"]) == ["all_cpus", "one_cpu", "one_cpu_batch"]
     for rows in report["placements"].values():
         for key in ("event_hand_over_wall_us", "signal_hand_over_wall_us", "lock_hand_over_cpu_us", "raw_us_per_event",
                     "t4_us_per_event"):
             assert rows[key]["min"] <= rows[key]["median"] <= rows[key]["max"] and rows[key]["median"] > 0
         assert rows["t4_vs_raw"]["median"] > 0
-    assert report["t4_one_cpu_over_all_cpus"]["median"] > 0
+    assert report["t4_one_cpu_over_all_cpus"]["median"] > 0 and report["t4_one_cpu_batch_over_all_cpus"]["median"] > 0
