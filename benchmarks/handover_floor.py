@@ -37,8 +37,10 @@ def _cpu() -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
-def with_events(trips: int) -> None:
-    ping, pong = threading.Event(), threading.Event()
+def with_wakes(make: Callable[[], threading.Event | Signal], trips: int) -> None:
+    """Ping-pong on two wakes that ``make`` builds, used as a queued caller uses its own: wait,
+    clear, set the other's."""
+    ping, pong = make(), make()
 
     def other() -> None:
         for _ in range(trips):
@@ -53,24 +55,14 @@ def with_events(trips: int) -> None:
         pong.wait()
         pong.clear()
     thread.join()
+
+
+def with_events(trips: int) -> None:
+    with_wakes(threading.Event, trips)
 
 
 def with_signals(trips: int) -> None:
-    ping, pong = Signal(), Signal()
-
-    def other() -> None:
-        for _ in range(trips):
-            ping.wait()
-            ping.clear()
-            pong.set()
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    for _ in range(trips):
-        ping.set()
-        pong.wait()
-        pong.clear()
-    thread.join()
+    with_wakes(Signal, trips)
 
 
 def with_locks(trips: int) -> None:

@@ -173,17 +173,15 @@ def test_a_signal_stays_set_through_waits_and_a_second_set_until_cleared():
     assert not signal.is_set()
 
 
-def test_a_signal_set_by_another_thread_wakes_its_waiter():
-    signal, returned = group_commit.Signal(), threading.Event()
-
-    def waiter() -> None:
-        if signal.wait(WAIT):
-            returned.set()
-
-    thread = threading.Thread(target=waiter)
+@pytest.mark.parametrize("timeout", [None, WAIT])
+def test_a_signal_set_by_another_thread_wakes_its_waiter_and_only_then(timeout):
+    """Without a timeout the wait has no end of its own (a queued caller's wait): still waiting
+    past a second, it returns True once another thread sets the signal."""
+    signal, outcomes = group_commit.Signal(), []
+    thread = threading.Thread(target=lambda: outcomes.append(signal.wait(timeout)))
     thread.start()
-    time.sleep(0.01)
-    assert not returned.is_set(), "the waiter returned before the signal was set"
+    thread.join(1.2)
+    assert thread.is_alive() and outcomes == [], "the waiter returned before the signal was set"
     signal.set()
     thread.join(WAIT)
-    assert returned.is_set() and signal.is_set()
+    assert outcomes == [True] and signal.is_set()
