@@ -133,7 +133,7 @@ def test_instructions_script_counts_every_tree():
     assert report["trees"][0]["instructions_per_event"] > 10_000 and report["trees"][0]["vs_first"] == 1.0
 
 
-def test_one_core_script_reports_both_placements():
+def test_one_core_script_reports_every_placement():
     report = script_report("one_core.py", "--invocations", "1", "--trips", "200", "--rounds", "1", "--events", "48",
                            "--threads", "4")
     assert report["threads"] == 4 and report["invocations"] == 1

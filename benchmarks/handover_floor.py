@@ -5,12 +5,12 @@ Run: ./dev run .venv/bin/python benchmarks/handover_floor.py [--trips 20000] [--
 Two threads pass the turn back and forth ``trips`` times, each waking the other and going to
 sleep until woken: on ``threading.Event`` (what ``GroupCommit``'s waiters slept on until
 2026-12-04), on ``group_commit.Signal`` (what they sleep on now: Event's set, clear and wait on
-one bare lock) and on bare ``_thread`` locks (the cheapest wake CPython has). Printed per primitive, the median
-over rounds of the wall time and the process's CPU time (user and system, both threads) per
-hand-over, i.e. per round trip halved. A caller of ``record_event`` that waits for another
-thread's commit is put to sleep once and woken once: one round trip of this kind is the least
-its call can cost beyond the work of the event itself (docs/performance.md, "The floor of a
-hand-over").
+one bare lock) and on bare ``_thread`` locks (the cheapest wake CPython has). Printed per
+primitive, the median over rounds of the wall time and the process's CPU time (user and
+system, both threads) per hand-over, i.e. per round trip halved. A caller of ``record_event``
+that waits for another thread's commit is put to sleep once and woken once: one round trip of
+this kind is the least its call can cost beyond the work of the event itself
+(docs/performance.md, "The floor of a hand-over").
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 import _thread
 import argparse
 import json
+import os
 import resource
 import statistics
-import threading
-import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path

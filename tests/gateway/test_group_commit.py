@@ -63,7 +63,7 @@ class Outcomes:
                     self.results[name] = result
                     self.order.append(name)
 
-        thread = threading.Thread(target=body, name=name)
+        thread = threading.Thread(target=body, name=name, daemon=True)  # a caller never woken fails, not hangs
         thread.start()
         return thread
 

@@ -49,7 +49,8 @@ def _queued_behind_the_turn(fake: Fake, count: int, outcomes: dict[int, Any]) ->
         except BaseException as exc:  # the interrupted one
             outcomes[i] = exc
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(count)]
+    # daemons: a caller never woken fails its test instead of keeping the run alive
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:
         thread.start()
     for _ in range(int(WAIT * 1000)):
@@ -119,7 +120,7 @@ def test_free_running_threads_all_return_with_gathering_on_or_off(gather):
         for i in range(per_thread):
             assert fake.group.submit([base + i]) == [base + i]
 
-    threads = [threading.Thread(target=work, args=(t * per_thread,)) for t in range(count)]
+    threads = [threading.Thread(target=work, args=(t * per_thread,), daemon=True) for t in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -178,7 +179,7 @@ def test_a_signal_set_by_another_thread_wakes_its_waiter_and_only_then(timeout):
     """Without a timeout the wait has no end of its own (a queued caller's wait): still waiting
     past a second, it returns True once another thread sets the signal."""
     signal, outcomes = group_commit.Signal(), []
-    thread = threading.Thread(target=lambda: outcomes.append(signal.wait(timeout)))
+    thread = threading.Thread(target=lambda: outcomes.append(signal.wait(timeout)), daemon=True)
     thread.start()
     thread.join(1.2)
     assert thread.is_alive() and outcomes == [], "the waiter returned before the signal was set"
