@@ -16,6 +16,11 @@ reaches next (the same one restarted, or a promoted standby through a multi-host
   asked again after a pause.
 - no answer (the history was truncated), or no server within ``RESOLVE_SECONDS``: unknown.
 
+A transaction that asked for a witness (a drain) is not left unknown when a server answers:
+it wrote its number into its store's row of ``WITNESS_TABLE`` with its ``COMMIT``, and
+``witnessed`` reads that row back. Only the store that owns the row writes it, one transaction
+at a time, so the number found there is this transaction's exactly when it committed.
+
 Pure of the store's state: it takes a function that gives a fresh connection.
 """
 
@@ -49,6 +54,18 @@ TIMELINE_SQL = (
 )
 
 STATUS_SQL = "SELECT pg_xact_status(%s::xid8), " + TIMELINE_SQL[len("SELECT "):]
+
+# R29's commit witness: one row per open store (``owner``, a random name), holding the number
+# of its latest witnessed transaction. Backend bookkeeping like the schema stamp, so not one of
+# the SQLModel tables; created by every open (``postgres_schema.prepare``).
+WITNESS_TABLE = "sessionstate_commit_witness"
+WITNESS_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {WITNESS_TABLE}"
+    " (owner text PRIMARY KEY, witnessed bigint NOT NULL, written_at timestamptz NOT NULL DEFAULT now())"
+)
+# A witness is read within seconds of its write; rows a day old belong to stores long gone.
+WITNESS_PRUNE_SQL = f"DELETE FROM {WITNESS_TABLE} WHERE written_at < now() - interval '1 day'"
+WITNESS_READ_SQL = f"SELECT witnessed FROM {WITNESS_TABLE} WHERE owner = %s"
 
 _IN_THE_FUTURE = "22023"  # invalid_parameter_value: "transaction ID ... is in the future"
 
@@ -91,3 +108,25 @@ def resolve(
         if clock() >= deadline:
             return UNKNOWN
         sleep(PAUSE_SECONDS)
+
+
+def witness_statement(owner: str, number: int) -> str:
+    """The statement a witnessed transaction sends with its ``COMMIT`` (in the same simple
+    query, so no round trip is added). ``owner`` is the store's own hex name, never input."""
+    if not owner.isalnum():
+        raise ValueError(f"a witness owner is a plain name, not {owner!r}")
+    return (
+        f"INSERT INTO {WITNESS_TABLE} (owner, witnessed) VALUES ('{owner}', {int(number)})"
+        " ON CONFLICT (owner) DO UPDATE SET witnessed = excluded.witnessed, written_at = now()"
+    )
+
+
+def witnessed(connect: Callable[[], "psycopg.Connection[Any]"], owner: str, number: int) -> str:
+    """``COMMITTED`` when the owner's row holds ``number``, ``ABORTED`` when it holds an older
+    one or there is no row, ``UNKNOWN`` when no server answers (one attempt: the resolution
+    before it already waited for a server)."""
+    try:
+        row = connect().execute(WITNESS_READ_SQL, (owner,)).fetchone()
+    except (psycopg.Error, StorageError):
+        return UNKNOWN
+    return COMMITTED if row is not None and int(row[0]) == number else ABORTED

@@ -99,6 +99,11 @@ class Transactions(Protocol):
 
     def after_commit(self, callback: Callable[[], object]) -> None: ...
 
+    def witness_commit(self) -> None:
+        """R29: the open transaction's commit carries a witness, so a commit whose answer is
+        lost is resolved whenever a server answers. A no-op where the commit is local."""
+        ...
+
     def observe_transactions(self, observer: TransactionObserver) -> None:
         """Tell ``observer`` of every transaction from now on (``TransactionObserver``)."""
         ...

@@ -29,6 +29,7 @@ the ``unnest`` batch forms), ``postgres_trace.py`` (the statements sent, from li
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
@@ -107,6 +108,11 @@ class PostgresStore(PostgresConnected, SqlStore):
         self._start_units_of_work()
         self._locked: set[Target] = set()  # head rows this transaction holds
         self._txid: str | None = None  # R29: this transaction's id, once an append returned it
+        # R29's commit witness: this store's row (a random owner name), the number of its
+        # latest witnessed transaction, and whether the open transaction asked for one.
+        self._witness_owner = uuid.uuid4().hex
+        self._witness_number = 0
+        self._witness_wanted = False
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
         self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
@@ -211,12 +217,20 @@ class PostgresStore(PostgresConnected, SqlStore):
             except psycopg.Error as exc:
                 raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on = self._timeline
+        witness = ""
+        if self._witness_wanted and txid is not None:
+            self._witness_number += 1
+            witness = commit_outcome.witness_statement(self._witness_owner, self._witness_number) + "; "
         try:
-            self._control(self._take_notifications() + "COMMIT", committing=True)
+            self._control(witness + self._take_notifications() + "COMMIT", committing=True)
         except CommitOutcomeUnknown:
             outcome = commit_outcome.COMMITTED if txid is None else commit_outcome.resolve(
                 self._resolving_connection, txid, began_on
             )
+            if outcome == commit_outcome.UNKNOWN and witness:
+                outcome = commit_outcome.witnessed(
+                    self._resolving_connection, self._witness_owner, self._witness_number
+                )
             self.commit_resolutions[outcome] += 1
             if outcome == commit_outcome.COMMITTED:
                 return  # as if the answer had arrived
@@ -226,6 +240,11 @@ class PostgresStore(PostgresConnected, SqlStore):
                     retry_safe=True,
                 ) from None
             raise
+
+    def witness_commit(self) -> None:
+        """R29: this transaction's commit carries a witness, so a lost answer is resolved
+        whenever a server answers (the drain asks for it)."""
+        self._witness_wanted = True
 
     def _resolving_connection(self) -> "psycopg.Connection[Any]":
         self._reconnect_if_broken()
@@ -261,6 +280,7 @@ class PostgresStore(PostgresConnected, SqlStore):
 
     def _forget_transaction(self) -> None:
         self._txid = None
+        self._witness_wanted = False
         self._after_commit = []
         self._locked.clear()
         self._changed_watchers, self._notified_events = [], []

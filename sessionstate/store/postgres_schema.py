@@ -14,8 +14,8 @@ new or an older database at once neither collide nor migrate twice:
 3. Run the numbered migrations the database lacks (``migrations.MIGRATIONS``, the same list as
    SQLite's: its steps are written in SQL both backends speak), each logged.
 4. Check every existing table of ours against the declared columns (``SchemaMismatch``), create
-   the missing tables from the SQLModel declarations and the delete triggers, stamp the
-   version. A failure anywhere rolls all of it back.
+   the missing tables from the SQLModel declarations and the delete triggers, and R29's
+   commit-witness table (dropping its rows a day old), stamp the version. A failure anywhere rolls all of it back.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sqlalchemy import Connection, text
 from sqlmodel import SQLModel
 
 from ..errors import SchemaMismatch, SchemaVersionError, StorageUnavailable
-from . import migrations, schema, tables  # noqa: F401  (tables registers every table module)
+from . import commit_outcome, migrations, schema, tables  # noqa: F401  (tables registers every table module)
 
 log = logging.getLogger("sessionstate")
 
@@ -99,8 +99,19 @@ def prepare(conn: Connection, where: str, *, create: bool) -> None:
         log.warning("%s: migrating schema version %d -> %d: %s", where, step.version - 1, step.version, step.summary)
     SQLModel.metadata.create_all(conn)
     _create_delete_triggers(conn)
+    _prepare_witnesses(editor)
     if stamped != target:
         _stamp(editor, target)
+
+
+def _prepare_witnesses(editor: PostgresSchemaEditor) -> None:
+    """R29's commit-witness table: created when missing, its day-old rows deleted; neither on
+    a read-only open (which never writes a witness: its transactions write nothing)."""
+    if editor.execute("SELECT current_setting('transaction_read_only')").scalar() == "on":
+        return
+    if not editor.has_table(commit_outcome.WITNESS_TABLE):
+        editor.execute(commit_outcome.WITNESS_DDL)
+    editor.execute(commit_outcome.WITNESS_PRUNE_SQL)
 
 
 def stamped_version(editor: PostgresSchemaEditor) -> int | None:

@@ -79,6 +79,10 @@ class SqlStore:
         else:
             callback()
 
+    def witness_commit(self) -> None:
+        """R29's commit witness: nothing to do where the commit is local (a server backend
+        overrides it)."""
+
     def observe_transactions(self, observer: TransactionObserver) -> None:
         """Tell ``observer`` of every transaction from now on (contract ``Transactions``)."""
         self._observers.append(observer)

@@ -8,8 +8,9 @@ server takes writes. Mid-load an unknown commit outcome is injected (spec R29): 
 gateway, in this process, reaches the primary through ``pgproxy.CommitDroppingProxy``; its
 drain's COMMIT reaches the primary, the standby flushes it, and then, before the answer comes
 back, the primary is SIGKILLed. The standby is promoted ``pause`` seconds later; the injected
-drain's resolution can only ask the promoted server (another timeline: the outcome is
-*unknown*, and the drain must return its lines). The writers go on on the promoted server.
+drain's resolution can only ask the promoted server (another timeline: the transaction id's
+status is only *unknown*, so its commit witness decides; the standby had the commit, so it is
+*committed* and the drain must return its lines). The writers go on on the promoted server.
 
 Then, with raw SQL on the promoted server:
 
@@ -19,7 +20,9 @@ Then, with raw SQL on the promoted server:
 - no sequence was acknowledged twice, none was reissued to another event, and the promoted
   server's sequence is past every acknowledged one (asynchronous: counted, not asserted);
 - no notice was delivered twice (an episode twice), except once more for a line a drain
-  returned when its commit answer was lost and stayed unknown (R29: at least once; counted);
+  returned when its commit answer was lost and stayed unknown (R29: at least once; counted;
+  a synchronous standby allows none: with the drain's witness only a resolution that reached
+  no server stays unknown);
 - no notice was lost: every event the serving process's cursors acknowledged was shown to it
   by the reconciliation of a delivered notice (``session_status changesSince N``), the
   injected drain's pair included, and every pair is caught up.
@@ -472,11 +475,11 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
                         uncertain)
     event_failures, lost, reissued = check_events(observed, synchronous=mode == "sync")
     failures += event_failures
-    # A drain resolved as unknown returns its lines; if its commit never reached the standby,
-    # the next drain repeats them: R29's at least once, counted, not failed. Asynchronous: any
-    # commit in the lag. Synchronous: only one killed between the primary's own flush and the
-    # standby's receipt, whose id the promoted server then issued again (a committed answer on
-    # another timeline is unknown).
+    # A drain resolved as unknown returns its lines; if its commit never reached the promoted
+    # server, the next drain repeats them: R29's at least once, counted, not failed. With the
+    # drain's commit witness (R29) that takes a resolution that reached no server at all: a
+    # drain killed between the primary's own flush and the standby's receipt, whose id the
+    # promoted server issued again, is resolved as rolled back by its witness and runs again.
     failures += check_notices(observed, WATCHER, TARGETS)
     report.repeated += allowed_repeats(observed)
     if mode == "sync":  # the issue's bound for a synchronous standby: no episode twice at all

@@ -105,6 +105,47 @@ def test_an_id_the_answering_server_never_issued_is_aborted_at_once() -> None:
     assert (server.connects, server.sleeps) == (1, 0)
 
 
+# -- the commit witness (pure: a fake connection) ---------------------------------------------
+
+
+class _WitnessServer:
+    """``connect`` for ``witnessed``: the owner's row holds ``number`` (None: no row), or
+    the connection fails."""
+
+    def __init__(self, number: int | None, *, fails: bool = False) -> None:
+        self.number, self.fails, self.asked = number, fails, []
+
+    def connect(self) -> "_WitnessServer":
+        if self.fails:
+            raise psycopg.OperationalError("connection refused")
+        return self
+
+    def execute(self, sql: str, params: tuple[str]) -> "_WitnessServer":
+        assert sql == commit_outcome.WITNESS_READ_SQL
+        self.asked.append(params)
+        return self
+
+    def fetchone(self) -> tuple[int] | None:
+        return None if self.number is None else (self.number,)
+
+
+def test_a_witness_holding_the_transactions_number_says_committed_and_any_other_aborted() -> None:
+    own = _WitnessServer(7)
+    assert commit_outcome.witnessed(own.connect, "ab12", 7) == COMMITTED
+    assert own.asked == [("ab12",)]
+    assert commit_outcome.witnessed(_WitnessServer(6).connect, "ab12", 7) == ABORTED  # an earlier drain's
+    assert commit_outcome.witnessed(_WitnessServer(None).connect, "ab12", 7) == ABORTED  # never written
+    assert commit_outcome.witnessed(_WitnessServer(7, fails=True).connect, "ab12", 7) == UNKNOWN
+
+
+def test_a_witness_statement_names_its_owner_and_number_and_refuses_anything_but_a_plain_name() -> None:
+    sql = commit_outcome.witness_statement("ab12", 3)
+    assert sql.startswith(f"INSERT INTO {commit_outcome.WITNESS_TABLE} (owner, witnessed) VALUES ('ab12', 3)")
+    assert "ON CONFLICT (owner) DO UPDATE SET witnessed = excluded.witnessed" in sql
+    with pytest.raises(ValueError):
+        commit_outcome.witness_statement("x'; DROP TABLE sessions; --", 1)
+
+
 # -- the injected cases -----------------------------------------------------------------------
 
 
@@ -236,5 +277,50 @@ def test_a_rolled_back_append_does_not_lend_its_id_to_the_next_commit(proxied) -
         assert gw.store.commit_resolutions[COMMITTED] == 1  # type: ignore[attr-defined]
         assert gw.store.commit_resolutions[ABORTED] == 0  # type: ignore[attr-defined]
         assert gw.drain_system_events(W) == []
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_a_drain_whose_id_answers_only_unknown_is_resolved_by_its_witness(
+    proxied, monkeypatch, mode: str, outcome: str
+) -> None:
+    """The failover window (R29): ``pg_xact_status`` leaves the drain unknown (a `committed`
+    answer on another timeline, where the promoted server may have issued the id again). The
+    witness decides: committed, its lines are returned; rolled back, it drains again. Either
+    way the lines come once and the pair is acknowledged once: no repeat, none lost."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+    try:
+        expected = gw.pending_system_events(W)
+        proxy.arm(mode)
+        lines = gw.drain_system_events(W)
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
+            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
+        }
+        assert lines == expected
+        assert gw.drain_system_events(W) == []
+        assert raw(direct, "SELECT count(*) FROM session_watch_cursors WHERE notified_sequence <> last_seen_sequence") == [(0,)]
+    finally:
+        gw.close()
+
+
+def test_only_a_drain_writes_its_stores_witness_row_and_a_day_old_row_goes_at_the_next_open(proxied) -> None:
+    url, direct, proxy = proxied
+    table = commit_outcome.WITNESS_TABLE
+    Gateway.open(url).close()  # the first open creates the table
+    raw(direct, f"INSERT INTO {table} (owner, witnessed, written_at) VALUES"
+                " ('gone', 1, now() - interval '25 hours'), ('recent', 1, now() - interval '23 hours') RETURNING owner")
+    gw = world(url)  # opens (the day-old row goes), creates, watches and records: no drain yet
+    try:
+        owner = gw.store._witness_owner  # type: ignore[attr-defined]
+        assert raw(direct, f"SELECT owner FROM {table} ORDER BY owner") == [("recent",)]
+        assert gw.drain_system_events(W)
+        gw.record_event(T, "human_direct_message", actor_type="human", summary="again")
+        assert gw.drain_system_events(W)
+        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(2,)]
+        assert raw(direct, f"SELECT count(*) FROM {table}") == [(2,)]
     finally:
         gw.close()

@@ -80,6 +80,7 @@ class Turns(CursorLifecycle):
         lines: list[tuple[str, SessionRef | None]] = []
         try:
             with self.store.transaction():
+                self.store.witness_commit()  # R29: a lost answer is resolved, not left unknown
                 self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
                 # One read for every pending pair, effective positions included (R7): the
                 # acknowledgements fire on them without reading each cursor again.
