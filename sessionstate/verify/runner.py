@@ -13,7 +13,7 @@ from typing import TextIO
 
 from . import results as _results
 
-PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "ordering", "restart", "failover")
+PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "threads", "ordering", "restart", "failover")
 SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000,
         "restart_trials": 5, "failover_trials": 3, "failover_modes": "sync,async"}
 FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500,
@@ -21,6 +21,7 @@ FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_t
 # SPIN's bounds (--spin): per process count, events in a run and environment actions.
 SPIN_SLOW = {1: {"MAXSEQ": 3, "STEPS": 6}, 2: {"MAXSEQ": 2, "STEPS": 5}}
 ORDERING_WRITERS, ORDERING_READERS = 4, 2
+THREADS = 8  # the threads trial's recording threads on one gateway (LIV3)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crash-trials", type=int, default=None, metavar="N", help="SIGKILL trials (slow 50, fast 3)")
     parser.add_argument("--events", type=int, default=None, metavar="N",
                         help="events appended by each of the two concurrent processes (slow 10000, fast 500);"
-                             " each of the 4 ordering writers appends a tenth of it")
+                             " each of the 4 ordering writers appends a tenth of it, each of the 8 threads of"
+                             " the threads trial makes half of it calls")
     parser.add_argument("--restart-trials", type=int, default=None, metavar="N",
                         help="immediate restarts of a throwaway PostgreSQL server under load (slow 5, fast 1;"
                              " skipped without PostgreSQL's server binaries)")
@@ -52,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the standby modes of the failover trials: sync, async or sync,async"
                              " (slow sync,async, fast sync)")
     parser.add_argument("--db", default=None, metavar="URL",
-                        help="run the crash, concurrency and ordering trials on this database's backend:"
+                        help="run the crash, concurrency, threads and ordering trials on this database's backend:"
                              " a PostgreSQL URL gets a fresh schema per trial (dropped after), a SQLite"
                              " URL or path temporary files beside it (default: temporary SQLite files)")
     add_ci_arguments(parser)
@@ -108,7 +110,7 @@ def _run_parts(args: argparse.Namespace, profile: dict, parts: list[str], failur
                rec: _results.Results) -> int:
     say(f"sessionstate check ({'fast' if args.fast else 'slow'} profile, seed {args.seed})")
     database = getattr(args, "db", None)
-    if any(p in parts for p in ("crash", "concurrency", "ordering")):
+    if any(p in parts for p in ("crash", "concurrency", "threads", "ordering")):
         from .scratch import describe
 
         say(f"trials run on {describe(database)}")
@@ -123,6 +125,8 @@ def _run_parts(args: argparse.Namespace, profile: dict, parts: list[str], failur
         failures += rec.part("crash", lambda: _crash(profile, args.seed, say, database))
     if "concurrency" in parts:
         failures += rec.part("concurrency", lambda: _concurrency(profile, args.seed, say, database))
+    if "threads" in parts:
+        failures += rec.part("threads", lambda: _threads(profile, args.seed, say, database))
     if "ordering" in parts:
         failures += rec.part("ordering", lambda: _ordering(profile, args.seed, say, database))
     if "restart" in parts:
@@ -311,6 +315,18 @@ def _concurrency(profile: dict, seed: int, say, database: str | None) -> list[st
         f" {report.append_failures} append failures")
     return [f"concurrency: {f}\n  replay: sessionstate check --only concurrency --seed {seed}"
             f" --events {profile['events']}" for f in report.failures]
+
+
+def _threads(profile: dict, seed: int, say, database: str | None) -> list[str]:
+    from .threads import run_threads
+
+    calls = max(1, profile["events"] // 2)
+    report = run_threads(calls, threads=THREADS, seed=seed, database=database)
+    say(f"threads: {THREADS} threads x {calls} calls on one gateway, {report.recorded} events recorded,"
+        f" {report.read_back} read back at once by another connection, slowest call"
+        f" {report.slowest_call_ms:.1f} ms, {report.seconds:.1f}s")
+    return [f"threads: {f}\n  replay: sessionstate check --only threads --seed {seed} --events {profile['events']}"
+            for f in report.failures]
 
 
 def _ordering(profile: dict, seed: int, say, database: str | None) -> list[str]:

@@ -54,11 +54,12 @@ def test_a_two_process_failure_exits_non_zero_with_a_replay_command(monkeypatch)
 
 def test_the_trials_run_on_the_backend_of_db(db_url):
     # On PostgreSQL every trial gets a fresh schema in that database; on SQLite, files beside it.
-    code, text = run(["--fast", "--only", "crash", "--only", "concurrency", "--only", "ordering",
+    code, text = run(["--fast", "--only", "crash", "--only", "concurrency", "--only", "threads", "--only", "ordering",
                       "--crash-trials", "1", "--events", "60", "--db", db_url])
     assert code == 0, text
     where = "fresh schemas in postgresql+psycopg://" if db_url.startswith("postgresql") else "temporary SQLite files beside"
     for needle in (where, "crash: 1 SIGKILL trials", "concurrency: 2 processes x 60 events",
+                   "threads: 8 threads x 30 calls on one gateway",
                    "ordering: 4 writer processes x 6 events", "all checks passed"):
         assert needle in text, text
 
