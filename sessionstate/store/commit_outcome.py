@@ -27,6 +27,7 @@ Pure of the store's state: it takes a function that gives a fresh connection.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ import psycopg
 from ..errors import StorageError
 
 COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
+OUTCOMES = (COMMITTED, ABORTED, UNKNOWN)
 
 # How long a resolution may wait for a server to answer (a failover takes about a second).
 RESOLVE_SECONDS = 15.0
@@ -108,6 +110,28 @@ def resolve(
         if clock() >= deadline:
             return UNKNOWN
         sleep(PAUSE_SECONDS)
+
+
+class CommitWitness:
+    """One store's commit witness (R29): its owner name, the number of its latest witnessed
+    transaction, and whether the open transaction asked for one (``wanted``)."""
+
+    def __init__(self) -> None:
+        self.owner = uuid.uuid4().hex
+        self.number = 0
+        self.wanted = False
+
+    def statement(self, txid: str | None) -> str:
+        """What the commit sends before its ``COMMIT`` ('' unless wanted by a transaction that
+        wrote something); numbers the transaction."""
+        if not self.wanted or txid is None:
+            return ""
+        self.number += 1
+        return witness_statement(self.owner, self.number) + "; "
+
+    def read(self, connect: Callable[[], "psycopg.Connection[Any]"]) -> str:
+        """The outcome of the transaction numbered last (``witnessed``)."""
+        return witnessed(connect, self.owner, self.number)
 
 
 def witness_statement(owner: str, number: int) -> str:

@@ -29,7 +29,6 @@ the ``unnest`` batch forms), ``postgres_trace.py`` (the statements sent, from li
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
@@ -108,11 +107,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         self._start_units_of_work()
         self._locked: set[Target] = set()  # head rows this transaction holds
         self._txid: str | None = None  # R29: this transaction's id, once an append returned it
-        # R29's commit witness: this store's row (a random owner name), the number of its
-        # latest witnessed transaction, and whether the open transaction asked for one.
-        self._witness_owner = uuid.uuid4().hex
-        self._witness_number = 0
-        self._witness_wanted = False
+        self.witness = commit_outcome.CommitWitness()  # R29: read when an id's status is unknown
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
         self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
@@ -122,9 +117,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         self._changed_watchers: list[str] = []
         self._notified_events: list[NotifiedEvent] = []
         # R29: how the commits whose answer was lost were resolved (diagnostics, tests).
-        self.commit_resolutions: dict[str, int] = {
-            commit_outcome.COMMITTED: 0, commit_outcome.ABORTED: 0, commit_outcome.UNKNOWN: 0
-        }
+        self.commit_resolutions = dict.fromkeys(commit_outcome.OUTCOMES, 0)
         try:
             self._create_schema(create)
             self._connect()
@@ -217,10 +210,7 @@ class PostgresStore(PostgresConnected, SqlStore):
             except psycopg.Error as exc:
                 raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on = self._timeline
-        witness = ""
-        if self._witness_wanted and txid is not None:
-            self._witness_number += 1
-            witness = commit_outcome.witness_statement(self._witness_owner, self._witness_number) + "; "
+        witness = self.witness.statement(txid)
         try:
             self._control(witness + self._take_notifications() + "COMMIT", committing=True)
         except CommitOutcomeUnknown:
@@ -228,9 +218,7 @@ class PostgresStore(PostgresConnected, SqlStore):
                 self._resolving_connection, txid, began_on
             )
             if outcome == commit_outcome.UNKNOWN and witness:
-                outcome = commit_outcome.witnessed(
-                    self._resolving_connection, self._witness_owner, self._witness_number
-                )
+                outcome = self.witness.read(self._resolving_connection)
             self.commit_resolutions[outcome] += 1
             if outcome == commit_outcome.COMMITTED:
                 return  # as if the answer had arrived
@@ -242,9 +230,8 @@ class PostgresStore(PostgresConnected, SqlStore):
             raise
 
     def witness_commit(self) -> None:
-        """R29: this transaction's commit carries a witness, so a lost answer is resolved
-        whenever a server answers (the drain asks for it)."""
-        self._witness_wanted = True
+        """R29: this transaction's commit carries a witness (contract ``Transactions``)."""
+        self.witness.wanted = True
 
     def _resolving_connection(self) -> "psycopg.Connection[Any]":
         self._reconnect_if_broken()
@@ -280,7 +267,7 @@ class PostgresStore(PostgresConnected, SqlStore):
 
     def _forget_transaction(self) -> None:
         self._txid = None
-        self._witness_wanted = False
+        self.witness.wanted = False
         self._after_commit = []
         self._locked.clear()
         self._changed_watchers, self._notified_events = [], []

@@ -6,7 +6,8 @@ model check, the SPIN model and the process trials each run one thread per gatew
 of them can see a caller that is never woken. This trial can: ``threads`` threads share one
 gateway on a fresh database (scratch.py), each making ``calls`` seeded calls: a lone event
 (most), a burst, a burst inside the caller's own ``Gateway.transaction()`` (which never
-waits for a batch), or a drain. A watchdog fails the trial as soon as one call has not
+waits for a batch), a burst holding the write turn (``Gateway.locked()``: it commits the
+queue along with its own events), or a drain. A watchdog fails the trial as soon as one call has not
 returned after ``deadline`` seconds. After every call that returned sequences, with a
 seeded probability, a second gateway on its own connection reads the last of them back: a
 call that returned before its commit shows there as a missing event.
@@ -44,7 +45,7 @@ class Call:
     """One call a thread made: what it asked for and what it got."""
 
     thread: int
-    kind: str  # "event", "burst", "own_transaction", "drain"
+    kind: str  # "event", "burst", "own_transaction", "lock_holder", "drain"
     events: list[tuple[str, str, str | None, str]]  # (target, kind, actor_id, summary)
     sequences: list[int | None] = field(default_factory=list)
     error: str | None = None
@@ -98,7 +99,8 @@ class _Trial:
         roll = rng.random()
         if roll < 0.05:
             return Call(index, "drain", [(rng.choice(WATCHERS), "", None, "")])
-        kind = "event" if roll < 0.75 else "burst" if roll < 0.92 else "own_transaction"
+        kind = ("event" if roll < 0.7 else "burst" if roll < 0.85 else "own_transaction" if roll < 0.93
+                else "lock_holder")
         size = 1 if kind == "event" else rng.randint(2, 4)
         events = []
         for k in range(size):
@@ -112,16 +114,21 @@ class _Trial:
         if call.kind == "drain":
             gw.drain_system_events(call.events[0][0])
             return
-        items = [{"session_key": target, "kind": kind, "summary": summary,
-                  "actor_type": "human" if actor is None else "agent", "actor_id": actor}
-                 for target, kind, actor, summary in call.events]
+        items: list[dict[str, Any]] = [
+            {"session_key": target, "kind": kind, "summary": summary,
+             "actor_type": "human" if actor is None else "agent", "actor_id": actor}
+            for target, kind, actor, summary in call.events]
         if call.kind == "event":
-            (item,) = items
-            call.sequences = [gw.record_event(item.pop("session_key"), item.pop("kind"), **item)]
+            (target, kind, actor, summary), = call.events
+            call.sequences = [gw.record_event(target, kind, summary=summary, actor_id=actor,
+                                              actor_type="human" if actor is None else "agent")]
         elif call.kind == "burst":
             call.sequences = gw.record_events(items)
-        else:
+        elif call.kind == "own_transaction":
             with gw.transaction():
+                call.sequences = gw.record_events(items)
+        else:  # holding the write turn outside a transaction: commits the queue along with it
+            with gw.locked():
                 call.sequences = gw.record_events(items)
 
     def _read_back(self, call: Call) -> None:
@@ -210,7 +217,7 @@ def _check(gw: Gateway, calls: list[Call], seeded: dict[tuple[str, str], Any]) -
         failures.append(f"the log holds {sequence} {logged[sequence]}, which no call returned")
     order = sorted(logged)
     for call in calls:
-        if call.kind in ("burst", "own_transaction") and not call.error and None not in call.sequences:
+        if call.kind != "event" and call.sequences and not call.error and None not in call.sequences:
             span = order[order.index(call.sequences[0]):order.index(call.sequences[-1]) + 1] \
                 if call.sequences[0] in logged and call.sequences[-1] in logged else []
             if span != call.sequences:

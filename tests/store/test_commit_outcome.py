@@ -315,7 +315,7 @@ def test_only_a_drain_writes_its_stores_witness_row_and_a_day_old_row_goes_at_th
                 " ('gone', 1, now() - interval '25 hours'), ('recent', 1, now() - interval '23 hours') RETURNING owner")
     gw = world(url)  # opens (the day-old row goes), creates, watches and records: no drain yet
     try:
-        owner = gw.store._witness_owner  # type: ignore[attr-defined]
+        owner = gw.store.witness.owner  # type: ignore[attr-defined]
         assert raw(direct, f"SELECT owner FROM {table} ORDER BY owner") == [("recent",)]
         assert gw.drain_system_events(W)
         gw.record_event(T, "human_direct_message", actor_type="human", summary="again")

@@ -14,6 +14,7 @@ from sessionstate import Gateway, notice_text
 from sessionstate.errors import StorageConflict, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord
+from sessionstate.store.commit_outcome import WITNESS_TABLE
 from sessionstate.store.factory import open_store
 from tests.backends import admin_connection
 
@@ -289,8 +290,11 @@ def test_one_event_learns_its_transaction_id_from_its_append(pg_url):
         with gw.store.trace_round_trips() as drained:
             gw.drain_system_events(KEYS[0])  # writes a cursor, appends nothing
         txid_read = [i for i, trip in enumerate(drained) if any("pg_current_xact_id_if_assigned" in s for s in trip)]
-        # The last round trip is NOTIFY ...; COMMIT, one message (traced up to its first quote).
-        assert txid_read == [len(drained) - 2] and drained[-1][-1].startswith("NOTIFY"), drained
+        # The last round trip is the drain's commit witness, NOTIFY ...; COMMIT: one message
+        # (traced up to its first quote).
+        last = drained[-1][-1]
+        assert txid_read == [len(drained) - 2] and last.startswith(f"INSERT INTO {WITNESS_TABLE} "), drained
+        assert last.endswith("; NOTIFY "), drained
     finally:
         gw.close()
 
