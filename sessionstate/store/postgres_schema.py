@@ -109,8 +109,7 @@ def _prepare_witnesses(editor: PostgresSchemaEditor) -> None:
     a read-only open (which never writes a witness: its transactions write nothing)."""
     if editor.execute("SELECT current_setting('transaction_read_only')").scalar() == "on":
         return
-    if not editor.has_table(commit_outcome.WITNESS_TABLE):
-        editor.execute(commit_outcome.WITNESS_DDL)
+    editor.execute(commit_outcome.WITNESS_DDL)  # CREATE TABLE IF NOT EXISTS
     editor.execute(commit_outcome.WITNESS_PRUNE_SQL)
 
 

@@ -18,8 +18,11 @@ from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway
 from sessionstate.errors import StorageError
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import SessionRecord
 from sessionstate.store import commit_outcome
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN, classify
+from sessionstate.store.factory import open_store
 from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
 
 W = "agent:main:main"
@@ -142,7 +145,7 @@ def test_a_witness_statement_names_its_owner_and_number_and_refuses_anything_but
     sql = commit_outcome.witness_statement("ab12", 3)
     assert sql.startswith(f"INSERT INTO {commit_outcome.WITNESS_TABLE} (owner, witnessed) VALUES ('ab12', 3)")
     assert "ON CONFLICT (owner) DO UPDATE SET witnessed = excluded.witnessed" in sql
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a witness owner is a plain name, not \"x'; DROP"):
         commit_outcome.witness_statement("x'; DROP TABLE sessions; --", 1)
 
 
@@ -324,3 +327,37 @@ def test_only_a_drain_writes_its_stores_witness_row_and_a_day_old_row_goes_at_th
         assert raw(direct, f"SELECT count(*) FROM {table}") == [(2,)]
     finally:
         gw.close()
+
+
+def test_a_record_has_no_witness_so_an_earlier_drains_does_not_answer_for_it(proxied, monkeypatch) -> None:
+    """Only a transaction that wrote a witness is resolved by one: a record whose id answers
+    only unknown stays unknown (R15: no dedupe key, so ``None``, never acknowledged), even
+    though its store's row holds a number, an earlier drain's."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+    try:
+        assert gw.drain_system_events(W)  # the store's row now holds the drain's number
+        proxy.arm(BEFORE_COMMIT)
+        assert gw.record_event(T, "human_direct_message", actor_type="human", summary="lost") is None
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions == {COMMITTED: 0, ABORTED: 0, UNKNOWN: 1}  # type: ignore[attr-defined]
+        assert raw(direct, "SELECT count(*) FROM session_state_events WHERE summary = 'lost'") == [(0,)]
+    finally:
+        gw.close()
+
+
+def test_a_stores_first_write_carries_no_witness_unless_it_asks_for_one(pg_url) -> None:
+    store = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        owner = store.witness.owner  # type: ignore[attr-defined]
+        with store.transaction():
+            store.insert_session(SessionRecord("agent:a:main", "a", "main", None, None, None, 1.0, 1.0))
+        table = commit_outcome.WITNESS_TABLE
+        assert raw(pg_url, f"SELECT count(*) FROM {table} WHERE owner = '{owner}'") == [(0,)]
+        with store.transaction():
+            store.witness_commit()
+            store.insert_session(SessionRecord("agent:b:main", "b", "main", None, None, None, 1.0, 1.0))
+        assert raw(pg_url, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(1,)]
+    finally:
+        store.close()
