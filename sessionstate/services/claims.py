@@ -186,6 +186,7 @@ class Serving:
         if self.server_id is None:
             raise InvalidArgument("attach needs the change pump: open the gateway with pump=True")
         with sink.store.transaction():
+            sink.store.witness_commit()  # R29: a lost answer is resolved, not left unknown
             generation = sink.store.serving.claim(key, self.server_id, sink.clock())
             # In memory only once the claim is durable: inside a caller's transaction that
             # rolls back, this process must not go on serving the watcher.

@@ -361,3 +361,32 @@ def test_a_stores_first_write_carries_no_witness_unless_it_asks_for_one(pg_url) 
         assert raw(pg_url, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(1,)]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_an_attach_whose_id_answers_only_unknown_is_resolved_by_its_witness(
+    proxied, monkeypatch, mode: str, outcome: str
+) -> None:
+    """R29 for claims: committed, the process serves the watcher; rolled back, a retry-safe
+    error and no claim. Never the unknown outcome's ``retry_safe`` false."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+    try:
+        gw.cluster.register()
+        proxy.arm(mode)
+        if outcome == COMMITTED:
+            assert gw.cluster.attach(W) >= 1
+        else:
+            with pytest.raises(StorageError) as raised:
+                gw.cluster.attach(W)
+            assert raised.value.retry_safe
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
+            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
+        }
+        assert (W in gw.cluster.attached()) is (outcome == COMMITTED)
+        claimed = raw(direct, f"SELECT count(*) FROM session_claims WHERE session_key = '{W}'")
+        assert claimed == [(1 if outcome == COMMITTED else 0,)]
+    finally:
+        gw.close()
