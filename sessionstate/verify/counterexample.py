@@ -10,9 +10,7 @@ Mermaid's sequence-diagram grammar the report uses.
 
 Seeded bugs: ``SESSIONSTATE_CHECK_MUTATION`` names one of :data:`MUTATIONS`, options of the
 model check's machine path that break a rule on purpose (the probes of the model check's own
-tests), or of the threads trial (:data:`THREADS_MUTATIONS`: group commit losing wakes).
-``sessionstate check`` applies it to the part it names, so a CI pipeline can show that its
-checks fail.
+tests). ``sessionstate check`` applies it, so a CI pipeline can show that its checks fail.
 """
 
 from __future__ import annotations
@@ -32,25 +30,18 @@ MUTATIONS: dict[str, tuple[dict[str, Any], str]] = {
     "no-owed-wakes": ({"owed_wakes": False}, "LIV1"),  # a wake inside the window is dropped
     "no-write-back": ({"write_back_on_prune": False}, "AGREE"),  # prune forgets pending material (R7)
 }
-# name -> (run_threads options, the rule it breaks): the trial drops one wake in a hundred
-THREADS_MUTATIONS: dict[str, tuple[dict[str, Any], str]] = {
-    "lost-wake": ({"lose_wakes": 0.01, "deadline": 2.0}, "LIV3"),
-}
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.md"
 STORE, WAKES, DRAINS, HUMAN = "Store", "Wakes", "Drains", "Human"
 
 
-def mutation(part: str = "modelcheck") -> tuple[str, dict[str, Any]] | None:
-    """The seeded bug the environment selects for ``part`` (``modelcheck`` or ``threads``), or
-    None (none selected, or one of the other part's); an unknown name raises."""
+def mutation() -> tuple[str, dict[str, Any]] | None:
+    """The seeded bug the environment selects, or None; an unknown name raises."""
     name = os.environ.get(ENV_MUTATION, "").strip()
     if not name:
         return None
-    known = {**MUTATIONS, **THREADS_MUTATIONS}
-    if name not in known:
-        raise ValueError(f"{ENV_MUTATION}={name!r}: known mutations are {', '.join(known)}")
-    mine = THREADS_MUTATIONS if part == "threads" else MUTATIONS
-    return (name, mine[name][0]) if name in mine else None
+    if name not in MUTATIONS:
+        raise ValueError(f"{ENV_MUTATION}={name!r}: known mutations are {', '.join(MUTATIONS)}")
+    return name, MUTATIONS[name][0]
 
 
 def quote_rule(rule: str, spec: Path = SPEC) -> str | None:

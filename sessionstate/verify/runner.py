@@ -318,19 +318,15 @@ def _concurrency(profile: dict, seed: int, say, database: str | None) -> list[st
 
 
 def _threads(profile: dict, seed: int, say, database: str | None) -> list[str]:
-    from . import counterexample
     from .threads import run_threads
 
-    seeded = counterexample.mutation("threads")
-    if seeded:
-        say(f"seeded bug: {counterexample.ENV_MUTATION}={seeded[0]} ({seeded[1]})")
     calls = max(1, profile["events"] // 2)
-    report = run_threads(calls, threads=THREADS, seed=seed, database=database, **(seeded[1] if seeded else {}))
+    report = run_threads(calls, threads=THREADS, seed=seed, database=database)
     say(f"threads: {THREADS} threads x {calls} calls on one gateway, {report.recorded} events recorded,"
         f" {report.read_back} read back at once by another connection, slowest call"
         f" {report.slowest_call_ms:.1f} ms, {report.seconds:.1f}s")
-    return [f"threads: {f}\n  replay: {_seeded_prefix(seeded)}sessionstate check --only threads --seed {seed}"
-            f" --events {profile['events']}" for f in report.failures]
+    return [f"threads: {f}\n  replay: sessionstate check --only threads --seed {seed} --events {profile['events']}"
+            for f in report.failures]
 
 
 def _ordering(profile: dict, seed: int, say, database: str | None) -> list[str]:

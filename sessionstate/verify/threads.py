@@ -27,8 +27,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,14 +154,10 @@ def _ref(target: str) -> tuple[str, str]:
 
 
 def run_threads(calls: int, *, threads: int = 8, seed: int = 0, database: str | None = None,
-                deadline: float = DEADLINE_SECONDS, lose_wakes: float = 0.0) -> ThreadsReport:
-    """``threads`` threads making ``calls`` calls each on one gateway (see the module).
-
-    ``lose_wakes`` seeds a bug for a pipeline to see the trial fail (``sessionstate check``'s
-    ``SESSIONSTATE_CHECK_MUTATION=lost-wake``): that share of the group commit's wakes is
-    dropped for the run."""
+                deadline: float = DEADLINE_SECONDS) -> ThreadsReport:
+    """``threads`` threads making ``calls`` calls each on one gateway (see the module)."""
     report = ThreadsReport(threads, calls)
-    with scratch_database(database) as url, _losing_wakes(lose_wakes, seed):
+    with scratch_database(database) as url:
         gw = Gateway.open(url, record_created=False, notify_on_create=False)
         reader = Gateway.open(url, serve=[], record_created=False, notify_on_create=False)
         stuck: list[str] = []
@@ -196,27 +190,6 @@ def run_threads(calls: int, *, threads: int = 8, seed: int = 0, database: str | 
             if not stuck:  # a stuck caller's gateway is left to the process's end
                 gw.close()
     return report
-
-
-@contextmanager
-def _losing_wakes(share: float, seed: int) -> Iterator[None]:
-    """With ``share`` > 0, ``group_commit.Signal.set`` drops that share of its calls."""
-    if share <= 0:
-        yield
-        return
-    from ..services.notice import group_commit
-
-    real, losing = group_commit.Signal.set, random.Random(seed)
-
-    def sometimes_lost(signal: group_commit.Signal) -> None:
-        if losing.random() >= share:
-            real(signal)
-
-    group_commit.Signal.set = sometimes_lost  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        group_commit.Signal.set = real  # type: ignore[method-assign]
 
 
 def _check(gw: Gateway, calls: list[Call], seeded: dict[tuple[str, str], Any]) -> list[str]:

@@ -157,23 +157,3 @@ def test_replay_junit_names_the_broken_rule(tmp_path):
     assert status == 1
     failing = [c.get("name") for c in ET.parse(tmp_path / "r.xml").iter("testcase") if c.find("failure") is not None]
     assert "T1" in failing and str(bad) in failing
-
-
-def test_a_seeded_lost_wake_fails_the_threads_part_and_only_it(tmp_path, monkeypatch):
-    status, out = _check(tmp_path, monkeypatch, "--fast", "--only", "threads", "--events", "200",
-                         "--junit-xml", "junit.xml", mutation="lost-wake")
-    assert status == 1, out
-    assert "seeded bug: SESSIONSTATE_CHECK_MUTATION=lost-wake" in out
-    assert "LIV3: " in out and "never woken" in out
-    assert "replay: SESSIONSTATE_CHECK_MUTATION=lost-wake sessionstate check --only threads --seed 0" in out
-    failing = [c.get("name") for c in ET.parse(tmp_path / "junit.xml").iter("testcase") if c.find("failure") is not None]
-    assert failing == ["threads"], failing
-    # The model check takes no threads mutation: it runs unseeded and passes.
-    status, out = _check(tmp_path, monkeypatch, "--only", "modelcheck", "--depth", "2", "--processes-depth", "0",
-                         "--replay", "1", mutation="lost-wake")
-    assert status == 0 and "seeded bug" not in out, out
-
-
-def test_an_unknown_mutation_names_every_known_one(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="ambient-wakes, no-owed-wakes, no-write-back, lost-wake"):
-        _check(tmp_path, monkeypatch, "--only", "threads", "--events", "16", mutation="no-such-bug")
