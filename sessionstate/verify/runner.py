@@ -318,11 +318,12 @@ def _concurrency(profile: dict, seed: int, say, database: str | None) -> list[st
 
 
 def _threads(profile: dict, seed: int, say, database: str | None) -> list[str]:
-    from .threads import run_threads
+    from .threads import ASYNC_TASKS, run_threads
 
     calls = max(1, profile["events"] // 2)
     report = run_threads(calls, threads=THREADS, seed=seed, database=database)
-    say(f"threads: {THREADS} threads x {calls} calls on one gateway, {report.recorded} events recorded,"
+    say(f"threads: {THREADS} threads and {ASYNC_TASKS} coroutines x {calls} calls on one gateway,"
+        f" {report.recorded} events recorded,"
         f" {report.read_back} read back at once by another connection, slowest call"
         f" {report.slowest_call_ms:.1f} ms, {report.seconds:.1f}s")
     return [f"threads: {f}\n  replay: sessionstate check --only threads --seed {seed} --events {profile['events']}"

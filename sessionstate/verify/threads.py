@@ -7,7 +7,9 @@ of them can see a caller that is never woken. This trial can: ``threads`` thread
 gateway on a fresh database (scratch.py), each making ``calls`` seeded calls: a lone event
 (most), a burst, a burst inside the caller's own ``Gateway.transaction()`` (which never
 waits for a batch), a burst holding the write turn (``Gateway.locked()``: it commits the
-queue along with its own events), or a drain. A watchdog fails the trial as soon as one call has not
+queue along with its own events), or a drain. One more thread runs an event loop whose
+coroutines make the same calls (but the transaction and the lock) through an ``AsyncGateway``
+over the same gateway: its worker thread joins the group commit as a ninth caller. A watchdog fails the trial as soon as one call has not
 returned after ``deadline`` seconds. After every call that returned sequences, with a
 seeded probability, a second gateway on its own connection reads the last of them back: a
 call that returned before its commit shows there as a missing event.
@@ -30,6 +32,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
+from ..facade.aio import AsyncGateway
 from ..facade.gateway import Gateway
 from .scratch import scratch_database
 
@@ -38,6 +43,7 @@ WATCHERS = ("agent:w:main", "agent:w:subagent:helper")  # one main-style, one su
 NOTIFYING, LOG_ONLY = "human_direct_message", "run_completed"
 DEADLINE_SECONDS = 30.0  # a call queued behind the others returns in milliseconds
 VERIFY_SHARE = 0.125  # calls whose last sequence is read back at once by another connection
+ASYNC_TASKS = 4  # coroutines calling through an AsyncGateway, on one more thread's event loop
 
 
 @dataclass
@@ -45,7 +51,7 @@ class Call:
     """One call a thread made: what it asked for and what it got."""
 
     thread: int
-    kind: str  # "event", "burst", "own_transaction", "lock_holder", "drain"
+    kind: str  # "event", "burst", "own_transaction", "lock_holder", "drain", "async_event", "async_burst"
     events: list[tuple[str, str, str | None, str]]  # (target, kind, actor_id, summary)
     sequences: list[int | None] = field(default_factory=list)
     error: str | None = None
@@ -95,6 +101,42 @@ class _Trial:
             if call.sequences and call.sequences[-1] is not None and rng.random() < VERIFY_SHARE:
                 self._read_back(call)
 
+    def run_async(self, first: int, tasks: int, calls: int) -> None:
+        """The async API's callers: ``tasks`` coroutines on one event loop in this thread, each
+        making ``calls`` calls through an ``AsyncGateway`` over the same gateway (its worker
+        thread feeds the same group commit)."""
+        anyio.run(self._async_callers, first, tasks, calls)
+
+    async def _async_callers(self, first: int, tasks: int, calls: int) -> None:
+        agw = AsyncGateway(self.gw, owns_gateway=False)
+        try:
+            async with anyio.create_task_group() as group:
+                for index in range(first, first + tasks):
+                    group.start_soon(self._async_caller, agw, index, calls)
+        finally:
+            await agw.close()
+
+    async def _async_caller(self, agw: AsyncGateway, index: int, calls: int) -> None:
+        rng = random.Random(self.seed * 1000 + index)
+        for n in range(calls):
+            call = self._plan(rng, index, n)
+            if call.kind != "drain":  # a transaction or the lock is no coroutine's to hold
+                call.kind = "async_event" if len(call.events) == 1 else "async_burst"
+            self.started[index] = (time.monotonic(), call)
+            began = time.perf_counter()
+            try:
+                if call.kind == "drain":
+                    await agw.drain_system_events(call.events[0][0])  # type: ignore[attr-defined]
+                else:
+                    call.sequences = await agw.record_events(_items(call))
+            except Exception as exc:  # a finding, reported with the call
+                call.error = f"{type(exc).__name__}: {exc}"
+            call.seconds = time.perf_counter() - began
+            del self.started[index]
+            self.calls.append(call)
+            if call.sequences and call.sequences[-1] is not None and rng.random() < VERIFY_SHARE:
+                self._read_back(call)
+
     def _plan(self, rng: random.Random, index: int, n: int) -> Call:
         roll = rng.random()
         if roll < 0.05:
@@ -114,10 +156,7 @@ class _Trial:
         if call.kind == "drain":
             gw.drain_system_events(call.events[0][0])
             return
-        items: list[dict[str, Any]] = [
-            {"session_key": target, "kind": kind, "summary": summary,
-             "actor_type": "human" if actor is None else "agent", "actor_id": actor}
-            for target, kind, actor, summary in call.events]
+        items = _items(call)
         if call.kind == "event":
             (target, kind, actor, summary), = call.events
             call.sequences = [gw.record_event(target, kind, summary=summary, actor_id=actor,
@@ -143,9 +182,16 @@ class _Trial:
 
     def stuck(self, deadline: float) -> list[str]:
         now = time.monotonic()
-        return [f"LIV3: thread {index}'s {call.kind} call ({len(call.events)} event(s)) has not returned after"
+        return [f"LIV3: caller {index}'s {call.kind} call ({len(call.events)} event(s)) has not returned after"
                 f" {now - since:.1f} s: a queued caller was never woken"
                 for index, (since, call) in list(self.started.items()) if now - since > deadline]
+
+
+def _items(call: Call) -> list[dict[str, Any]]:
+    """``record_events``' items for the call's events."""
+    return [{"session_key": target, "kind": kind, "summary": summary,
+             "actor_type": "human" if actor is None else "agent", "actor_id": actor}
+            for target, kind, actor, summary in call.events]
 
 
 def _ref(target: str) -> tuple[str, str]:
@@ -154,8 +200,9 @@ def _ref(target: str) -> tuple[str, str]:
 
 
 def run_threads(calls: int, *, threads: int = 8, seed: int = 0, database: str | None = None,
-                deadline: float = DEADLINE_SECONDS) -> ThreadsReport:
-    """``threads`` threads making ``calls`` calls each on one gateway (see the module)."""
+                deadline: float = DEADLINE_SECONDS, async_tasks: int = ASYNC_TASKS) -> ThreadsReport:
+    """``threads`` threads, and ``async_tasks`` coroutines on one more thread's event loop,
+    making ``calls`` calls each on one gateway (see the module)."""
     report = ThreadsReport(threads, calls)
     with scratch_database(database) as url:
         gw = Gateway.open(url, record_created=False, notify_on_create=False)
@@ -171,6 +218,9 @@ def run_threads(calls: int, *, threads: int = 8, seed: int = 0, database: str | 
             trial = _Trial(gw, reader, seed)
             workers = [threading.Thread(target=trial.run_thread, args=(i, calls), daemon=True,
                                         name=f"threads-trial-{i}") for i in range(threads)]
+            if async_tasks:
+                workers.append(threading.Thread(target=trial.run_async, args=(threads, async_tasks, calls),
+                                                daemon=True, name="threads-trial-loop"))
             began = time.perf_counter()
             for worker in workers:
                 worker.start()

@@ -59,7 +59,7 @@ def test_the_trials_run_on_the_backend_of_db(db_url):
     assert code == 0, text
     where = "fresh schemas in postgresql+psycopg://" if db_url.startswith("postgresql") else "temporary SQLite files beside"
     for needle in (where, "crash: 1 SIGKILL trials", "concurrency: 2 processes x 60 events",
-                   "threads: 8 threads x 30 calls on one gateway",
+                   "threads: 8 threads and 4 coroutines x 30 calls on one gateway",
                    "ordering: 4 writer processes x 6 events", "all checks passed"):
         assert needle in text, text
 
