@@ -15,7 +15,8 @@ new or an older database at once neither collide nor migrate twice:
    SQLite's: its steps are written in SQL both backends speak), each logged.
 4. Check every existing table of ours against the declared columns (``SchemaMismatch``), create
    the missing tables from the SQLModel declarations and the delete triggers, and R29's
-   commit-witness table (dropping its rows a day old), stamp the version. A failure anywhere rolls all of it back.
+   commit-witness table (dropping its rows a day old), stamp the version. A failure anywhere
+   rolls all of it back.
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,17 +91,24 @@ class _Trial:
         rng = random.Random(self.seed * 1000 + index)
         for n in range(calls):
             call = self._plan(rng, index, n)
-            self.started[index] = (time.monotonic(), call)
-            began = time.perf_counter()
-            try:
+            with self._timed(index, call, rng):
                 self._make(call)
-            except Exception as exc:  # a finding, reported with the call
-                call.error = f"{type(exc).__name__}: {exc}"
-            call.seconds = time.perf_counter() - began
-            del self.started[index]
-            self.calls.append(call)
-            if call.sequences and call.sequences[-1] is not None and rng.random() < VERIFY_SHARE:
-                self._read_back(call)
+
+    @contextmanager
+    def _timed(self, index: int, call: Call, rng: random.Random) -> Iterator[None]:
+        """Around one call of caller ``index``: the watchdog sees it while it runs; an error is
+        a finding, kept with the call; then, now and then, its last sequence is read back."""
+        self.started[index] = (time.monotonic(), call)
+        began = time.perf_counter()
+        try:
+            yield
+        except Exception as exc:
+            call.error = f"{type(exc).__name__}: {exc}"
+        call.seconds = time.perf_counter() - began
+        del self.started[index]
+        self.calls.append(call)
+        if call.sequences and call.sequences[-1] is not None and rng.random() < VERIFY_SHARE:
+            self._read_back(call)
 
     def run_async(self, first: int, tasks: int, calls: int) -> None:
         """The async API's callers: ``tasks`` coroutines on one event loop in this thread, each
@@ -122,20 +131,11 @@ class _Trial:
             call = self._plan(rng, index, n)
             if call.kind != "drain":  # a transaction or the lock is no coroutine's to hold
                 call.kind = "async_event" if len(call.events) == 1 else "async_burst"
-            self.started[index] = (time.monotonic(), call)
-            began = time.perf_counter()
-            try:
+            with self._timed(index, call, rng):
                 if call.kind == "drain":
                     await agw.drain_system_events(call.events[0][0])  # type: ignore[attr-defined]
                 else:
                     call.sequences = await agw.record_events(_items(call))
-            except Exception as exc:  # a finding, reported with the call
-                call.error = f"{type(exc).__name__}: {exc}"
-            call.seconds = time.perf_counter() - began
-            del self.started[index]
-            self.calls.append(call)
-            if call.sequences and call.sequences[-1] is not None and rng.random() < VERIFY_SHARE:
-                self._read_back(call)
 
     def _plan(self, rng: random.Random, index: int, n: int) -> Call:
         roll = rng.random()
