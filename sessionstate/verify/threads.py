@@ -9,10 +9,11 @@ gateway on a fresh database (scratch.py), each making ``calls`` seeded calls: a 
 waits for a batch), a burst holding the write turn (``Gateway.locked()``: it commits the
 queue along with its own events), or a drain. One more thread runs an event loop whose
 coroutines make the same calls (but the transaction and the lock) through an ``AsyncGateway``
-over the same gateway: its worker thread joins the group commit as a ninth caller. A watchdog fails the trial as soon as one call has not
-returned after ``deadline`` seconds. After every call that returned sequences, with a
-seeded probability, a second gateway on its own connection reads the last of them back: a
-call that returned before its commit shows there as a missing event.
+over the same gateway: its worker thread joins the group commit as one more caller. A
+watchdog fails the trial as soon as one call has not returned after ``deadline`` seconds.
+After every call that returned sequences, with a seeded probability, a second gateway on its
+own connection reads the last of them back: a call that returned before its commit shows
+there as a missing event.
 
 Checks, after all threads returned: no sequence returned twice; every returned event is in
 the log with its session and summary, and the log holds no event of the trial that was not

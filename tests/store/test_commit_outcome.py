@@ -390,3 +390,34 @@ def test_an_attach_whose_id_answers_only_unknown_is_resolved_by_its_witness(
         assert claimed == [(1 if outcome == COMMITTED else 0,)]
     finally:
         gw.close()
+
+
+def test_after_a_witnessed_drain_rolled_back_the_next_lost_answer_is_resolved_by_its_own_number(
+    proxied, monkeypatch
+) -> None:
+    """The rollback promise with a later commit from the same gateway: the first drain's
+    COMMIT never arrives (its number is used, the row keeps the older one), it drains again;
+    then a new notice's drain loses only its answer and is found committed by its own number,
+    not taken for rolled back by the gap the first left."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+    table = commit_outcome.WITNESS_TABLE
+    owner = gw.store.witness.owner  # type: ignore[attr-defined]
+    try:
+        first = gw.pending_system_events(W)
+        proxy.arm(BEFORE_COMMIT)
+        assert gw.drain_system_events(W) == first  # rolled back (number 1), drained again (2)
+        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(2,)]
+        assert gw.record_event(T, "human_direct_message", actor_type="human", summary="later") is not None
+        second = gw.pending_system_events(W)
+        assert second and second != first
+        proxy.arm(AFTER_COMMIT)
+        assert gw.drain_system_events(W) == second  # number 3, committed
+        assert gw.store.commit_resolutions == {COMMITTED: 1, ABORTED: 1, UNKNOWN: 0}  # type: ignore[attr-defined]
+        assert proxy.dropped == 2
+        assert gw.drain_system_events(W) == []
+        # The drain that owed nothing wrote nothing: the row holds the last committed number.
+        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(3,)]
+    finally:
+        gw.close()
