@@ -93,11 +93,14 @@ def test_handover_floor_script_reports_every_primitive():
 
 def test_handover_script_reports_cpu_per_side():
     report = script_report("handover.py", "--rounds", "1", "--events", "16", "--threads", "2")
-    for side in ("raw", "one", "burst8", "burst8_one_target", "t2"):
+    for side in ("raw", "one", "burst8", "burst8_one_target", "t2", "bound2", "bound2_prepared"):
         assert report[side]["us_per_event"] > 0
         cpu = report[side]["cpu_us_per_event"]
         assert set(cpu) == {"user", "system"} and min(cpu.values()) >= 0
-    assert report["t2"]["switches_per_event"] >= 0 and report["t2"]["vs_burst8"] > 0
+    for side in ("t2", "bound2", "bound2_prepared"):
+        assert report[side]["switches_per_event"] >= 0 and report[side]["vs_burst8"] > 0
+    # the bound commits every call in a batch of exactly T: 16 events, one round, 2 threads
+    assert report["bound2"]["calls_by_batch_size"] == report["bound2_prepared"]["calls_by_batch_size"] == {"2": 16}
 
 
 def test_batch_ceiling_script_sets_the_ceiling_against_the_target():
@@ -140,7 +143,7 @@ def test_one_core_script_reports_every_placement():
     assert sorted(report["placements"]) == ["all_cpus", "one_cpu", "one_cpu_batch"]
     for rows in report["placements"].values():
         for key in ("event_hand_over_wall_us", "signal_hand_over_wall_us", "lock_hand_over_cpu_us", "raw_us_per_event",
-                    "t4_us_per_event"):
+                    "t4_us_per_event", "bound4_us_per_event"):
             assert rows[key]["min"] <= rows[key]["median"] <= rows[key]["max"] and rows[key]["median"] > 0
-        assert rows["t4_vs_raw"]["median"] > 0
+        assert min(rows[f"{side}_vs_raw"]["median"] for side in ("t4", "bound4", "bound4_prepared")) > 0
     assert report["t4_one_cpu_over_all_cpus"]["median"] > 0 and report["t4_one_cpu_batch_over_all_cpus"]["median"] > 0

@@ -15,7 +15,18 @@ after the other and in this order, N notifying events
   per 8, no thread hand-over at all: what 8 threads could reach at best);
 - ``burst8_one_target``: the same with all 8 events of a call on one target (what the
   issue's quiet-machine table measured; ``burst8`` is what ``batch_ceiling.py`` measures);
-- ``tT`` for each thread count T: T threads calling ``record_event`` together.
+- ``tT`` for each thread count T: T threads calling ``record_event`` together;
+- ``boundT`` for each T: about the best that any design can reach in which a caller sleeps
+  until the commit that holds its event. T threads do nothing but queue an event and sleep
+  on a bare lock of their own; one committer thread waits (on a bare lock, not polling) until
+  all T have queued, records the T events with one ``record_events`` call and wakes each
+  caller. So every batch holds exactly T events, a caller's Python is the least it can be, and
+  validation and SQL are the burst's; what it costs beyond ``burst8`` is the hand-over itself
+  (each caller put to sleep and woken once an event, the committer once a batch);
+- ``boundT_prepared``: the same, but each caller validates its event as ``record_event`` does
+  (``prepare_event``) and the committer hands the T events to the group commit as T callers
+  (``record_prepared``): what is left between it and ``tT`` is the callers' way through
+  ``record_event`` and the group commit's queue.
 
 Ratios are taken round by round (each side against the same round's ``raw``) and their
 median printed, so a slow phase of the shared machine falls on both sides of a ratio. For
@@ -30,8 +41,10 @@ core did all the work).
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import collections
+import itertools
 import json
 import os
 import resource
@@ -41,6 +54,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.environ.get("SESSIONSTATE_TREE", str(Path(__file__).resolve().parent.parent)))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -127,6 +141,68 @@ def threads_round(gw, threads: int, events: int) -> tuple[float, tuple[int, int]
     return elapsed, (v1 - v0, i1 - i0)
 
 
+def bound_round(gw, threads: int, events: int, prepared: bool = False) -> tuple[
+        float, tuple[int, int], collections.Counter[int]]:
+    """``threads_round`` for the bound (module docstring): its time, its context switches,
+    and the calls by the size of the commit that held them (all of them in batches of T).
+    ``prepared``: each caller validates its event (``prepare_event``) and the committer hands
+    the batch to the group commit as one caller each (``record_prepared``)."""
+    per_thread = events // threads
+    queue: collections.deque[tuple[dict, Any]] = collections.deque()
+    all_queued = _thread.allocate_lock()
+    all_queued.acquire()
+    counted = itertools.count(1)  # next() is one step for the interpreter: one caller gets each number
+    barrier = threading.Barrier(threads + 1)
+    sizes: collections.Counter[int] = collections.Counter()
+    failures: list[BaseException] = []
+
+    def record(batch: list) -> list:
+        if prepared:
+            return [waiter.outcome()[0] for waiter in gw.ops.record_prepared([[event] for event in batch])]
+        return gw.record_events(batch)
+
+    def committer() -> None:
+        for _ in range(per_thread):
+            all_queued.acquire()  # released by the T-th caller to queue
+            batch = [queue.popleft() for _ in range(threads)]
+            try:
+                if None in record([event for event, _ in batch]):
+                    raise RuntimeError("a bound batch was not recorded")
+                sizes[len(batch)] += len(batch)
+            except BaseException as exc:  # the callers are released all the same: no hang
+                failures.append(exc)
+            for _, woken in batch:
+                woken.release()
+
+    def caller(index: int) -> None:
+        event: Any = {"session_key": target(index), "kind": KIND, "actor_type": "human", "summary": "hello"}
+        prepare = gw.ops.prepare_event
+        woken = _thread.allocate_lock()
+        woken.acquire()
+        barrier.wait()
+        for _ in range(per_thread):
+            queue.append((prepare(**event) if prepared else event, woken))
+            if next(counted) % threads == 0:  # the batch's last to count: each counts after it queued
+                all_queued.release()
+            woken.acquire()
+
+    workers = [threading.Thread(target=committer)]
+    workers += [threading.Thread(target=caller, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    v0, i0 = _switches()
+    began = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - began
+    v1, i1 = _switches()
+    if failures:
+        raise failures[0]
+    drained(gw)
+    return elapsed, (v1 - v0, i1 - i0), sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="where the time of several recording threads goes, paired with raw sqlite3")
     parser.add_argument("--rounds", type=int, default=5)
@@ -180,6 +256,11 @@ def main() -> None:
                     for *_, size in log:
                         sizes[name][size] += 1
                 switches[name].append((voluntary + involuntary) / events)
+                for name, prepared in ((f"bound{threads}", False), (f"bound{threads}_prepared", True)):
+                    (sides[name], (voluntary, involuntary), held), cpu[name] = cpu_timed(
+                        bound_round, gw, threads, events, prepared)
+                    switches[name].append((voluntary + involuntary) / events)
+                    sizes[name].update(held)
             for name, elapsed in sides.items():
                 seconds[name].append(elapsed)
                 user[name].append(cpu[name][0])
@@ -197,10 +278,12 @@ def main() -> None:
                 "cpu_us_per_event": {"user": round(statistics.median(user[name]) / events * 1e6, 1),
                                      "system": round(statistics.median(system[name]) / events * 1e6, 1)},
             }
-            if name.startswith("t"):
+            if name.startswith(("t", "bound")):
                 point["vs_burst8"] = round(statistics.median(
                     b / s for b, s in zip(seconds["burst8"], seconds[name])), 2)
                 point["switches_per_event"] = round(statistics.median(switches[name]), 2)
+                if sizes[name] and name.startswith("bound"):
+                    point["calls_by_batch_size"] = dict(sorted(sizes[name].items()))
                 if timed and to_commit[name]:
                     point["queued_to_commit_us"] = round(statistics.median(to_commit[name]) * 1e6)
                     point["commit_to_running_us"] = round(statistics.median(to_wake[name]) * 1e6)

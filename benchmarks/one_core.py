@@ -4,8 +4,9 @@ Run: ./dev run .venv/bin/python benchmarks/one_core.py [--invocations 5] [--thre
          [--trips 20000] [--rounds 3] [--events 480]
 
 Runs ``handover_floor.py`` and ``handover.py`` (one gateway, raw sqlite3 beside it, T threads
-calling ``record_event``) as child processes, in turn in three placements: free to run on
-every CPU this process may use (``all_cpus``); held to the first of them (``one_cpu``:
+calling ``record_event``, and its bound: T callers that only queue, one committer) as child
+processes, in turn in three placements: free to run on every CPU this process may use
+(``all_cpus``); held to the first of them (``one_cpu``:
 ``os.sched_setaffinity`` in the child before it starts Python, as ``taskset -c`` does; every
 thread it starts inherits the mask); and held there under the ``SCHED_BATCH`` policy too
 (``one_cpu_batch``, as ``chrt -b 0`` does: a thread woken by another does not take the CPU from
@@ -69,7 +70,7 @@ def main() -> None:
         "all_cpus": (None, False), "one_cpu": ({allowed[0]}, False), "one_cpu_batch": ({allowed[0]}, True)}
     floor_args = ["--trips", str(options.trips), "--rounds", str(options.rounds)]
     record_args = ["--rounds", str(options.rounds), "--events", str(options.events), "--threads", str(options.threads)]
-    threads = f"t{options.threads}"
+    threads, bound = f"t{options.threads}", f"bound{options.threads}"
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in placements}
     for _ in range(options.invocations):
         for name, placement in placements.items():  # in turn, so a slow phase falls on each
@@ -80,10 +81,11 @@ def main() -> None:
                 rows.setdefault(f"{primitive}_hand_over_cpu_us", []).append(floor[primitive]["cpu_us"])
             record = run_child("handover.py", record_args, placement)
             rows.setdefault("raw_us_per_event", []).append(record["raw"]["us_per_event"])
-            for side in ("one", "burst8", threads):
+            for side in ("one", "burst8", threads, bound, f"{bound}_prepared"):
                 rows.setdefault(f"{side}_vs_raw", []).append(record[side]["throughput_vs_raw"])
             rows.setdefault(f"{threads}_us_per_event", []).append(record[threads]["us_per_event"])
             rows.setdefault(f"{threads}_switches_per_event", []).append(record[threads]["switches_per_event"])
+            rows.setdefault(f"{bound}_us_per_event", []).append(record[bound]["us_per_event"])
     report: dict[str, object] = {
         "cpus_allowed": allowed,
         "invocations": options.invocations,
