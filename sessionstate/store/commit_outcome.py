@@ -19,7 +19,9 @@ reaches next (the same one restarted, or a promoted standby through a multi-host
 A transaction that asked for a witness (a drain) is not left unknown when a server answers:
 it wrote its number into its store's row of ``WITNESS_TABLE`` with its ``COMMIT``, and
 ``witnessed`` reads that row back. Only the store that owns the row writes it, one transaction
-at a time, so the number found there is this transaction's exactly when it committed.
+at a time, so the number found there is this transaction's exactly when it committed. A
+transaction that appended events (a record) needs no such write: ``rows_found`` looks for the
+rows themselves, by sequence, session and recording time.
 
 Pure of the store's state: it takes a function that gives a fresh connection.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -68,6 +70,17 @@ WITNESS_DDL = (
 # A witness is read within seconds of its write; rows a day old belong to stores long gone.
 WITNESS_PRUNE_SQL = f"DELETE FROM {WITNESS_TABLE} WHERE written_at < now() - interval '1 day'"
 WITNESS_READ_SQL = f"SELECT witnessed FROM {WITNESS_TABLE} WHERE owner = %s"
+
+# A record's witness: how many of the rows it appended (sequence, session, recording time) the
+# answering server holds. The three together: a promoted server may reissue a sequence.
+ROWS_FOUND_SQL = (
+    "SELECT count(*) FROM session_state_events e"
+    " JOIN unnest(%s::bigint[], %s::text[], %s::float8[]) AS w(sequence, session_key, recorded_at)"
+    " ON e.sequence = w.sequence AND e.session_key = w.session_key AND e.recorded_at = w.recorded_at"
+)
+
+AppendedRow = tuple[int, str, float]
+"""An event row a transaction appended: its sequence, session key and recording time."""
 
 _IN_THE_FUTURE = "22023"  # invalid_parameter_value: "transaction ID ... is in the future"
 
@@ -154,3 +167,37 @@ def witnessed(connect: Callable[[], "psycopg.Connection[Any]"], owner: str, numb
     except (psycopg.Error, StorageError):
         return UNKNOWN
     return COMMITTED if row is not None and int(row[0]) == number else ABORTED
+
+
+def rows_found(connect: Callable[[], "psycopg.Connection[Any]"], rows: Sequence[AppendedRow]) -> str:
+    """``COMMITTED`` when the answering server holds every one of ``rows`` (the event rows a
+    transaction appended), ``ABORTED`` when it holds none, ``UNKNOWN`` when it holds some
+    (not one transaction's doing) or no server answers (one attempt, as ``witnessed``)."""
+    if not rows:
+        return UNKNOWN  # nothing to look for
+    sequences, sessions, times = (list(column) for column in zip(*rows))
+    try:
+        row = connect().execute(ROWS_FOUND_SQL, (sequences, sessions, times)).fetchone()
+    except (psycopg.Error, StorageError):
+        return UNKNOWN
+    assert row is not None  # count(*) always answers
+    found = int(row[0])
+    return COMMITTED if found == len(rows) else ABORTED if found == 0 else UNKNOWN
+
+
+def settle(
+    connect: Callable[[], "psycopg.Connection[Any]"],
+    txid: str | None,
+    began_on: str | None,
+    witness: CommitWitness | None,
+    appended: Sequence[AppendedRow],
+) -> str:
+    """The outcome of a commit whose answer was lost: its id's status (``resolve``); when that
+    is only unknown, the transaction's witness (``witness``: it wrote one) or else its own
+    appended rows decide."""
+    outcome = COMMITTED if txid is None else resolve(connect, txid, began_on)
+    if outcome != UNKNOWN:
+        return outcome
+    if witness is not None:
+        return witness.read(connect)
+    return rows_found(connect, appended)

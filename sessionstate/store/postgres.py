@@ -107,6 +107,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         self._start_units_of_work()
         self._locked: set[Target] = set()  # head rows this transaction holds
         self._txid: str | None = None  # R29: this transaction's id, once an append returned it
+        self._appended_rows: list[commit_outcome.AppendedRow] = []  # R29: a record's witness
         self.witness = commit_outcome.CommitWitness()  # R29: read when an id's status is unknown
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
@@ -209,16 +210,13 @@ class PostgresStore(PostgresConnected, SqlStore):
                 txid = self._send(self._cur, commit_outcome.TXID_SQL, None, prepare=False).fetchone()[0]  # type: ignore[index]
             except psycopg.Error as exc:
                 raise translate(exc) from exc  # before COMMIT: the server rolls it back
-        began_on = self._timeline
+        began_on, appended, self._appended_rows = self._timeline, self._appended_rows, []
         witness = self.witness.statement(txid)
         try:
             self._control(witness + self._take_notifications() + "COMMIT", committing=True)
         except CommitOutcomeUnknown:
-            outcome = commit_outcome.COMMITTED if txid is None else commit_outcome.resolve(
-                self._resolving_connection, txid, began_on
-            )
-            if outcome == commit_outcome.UNKNOWN and witness:
-                outcome = self.witness.read(self._resolving_connection)
+            outcome = commit_outcome.settle(
+                self._resolving_connection, txid, began_on, self.witness if witness else None, appended)
             self.commit_resolutions[outcome] += 1
             if outcome == commit_outcome.COMMITTED:
                 return  # as if the answer had arrived
@@ -257,16 +255,18 @@ class PostgresStore(PostgresConnected, SqlStore):
     # record of held head locks is restored with it, and so are its notifications.
 
     def _level_mark(self) -> Any:
-        return len(self._after_commit), set(self._locked), len(self._changed_watchers), len(self._notified_events)
+        return (len(self._after_commit), set(self._locked), len(self._changed_watchers), len(self._notified_events),
+                len(self._appended_rows))
 
     def _restore_level(self, mark: Any) -> None:
-        callbacks, self._locked, watchers, events = mark
+        callbacks, self._locked, watchers, events, appended = mark
         del self._after_commit[callbacks:]
         del self._changed_watchers[watchers:]
         del self._notified_events[events:]
+        del self._appended_rows[appended:]
 
     def _forget_transaction(self) -> None:
-        self._txid = None
+        self._txid, self._appended_rows = None, []
         self.witness.wanted = False
         self._after_commit = []
         self._locked.clear()
@@ -280,8 +280,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         lock. Without a dedupe key the first append to a session in a transaction locks and
         inserts in one statement (``LOCK_AND_APPEND_SQL``)."""
         cur = self._cur
-        key, agent_id, kind = row[0], row[1], row[2]
-        actor_id, recorded_at, dedupe_key = row[4], row[9], row[10]
+        key, agent_id, recorded_at, dedupe_key = row[0], row[1], row[9], row[10]
         target = (key, agent_id)
         append_args = row + (recorded_at, key, agent_id)
         if target not in self._locked and dedupe_key is None:
@@ -290,7 +289,7 @@ class PostgresStore(PostgresConnected, SqlStore):
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             self._locked.add(target)
             self._txid = first[1]
-            return self._appended(key, agent_id, kind, actor_id, int(first[0]))
+            return self._appended(row, int(first[0]))
         if target not in self._locked:
             if self._send(cur, LOCK_HEAD_SQL, target).fetchone() is None:
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
@@ -306,7 +305,7 @@ class PostgresStore(PostgresConnected, SqlStore):
                 raise UnknownSession(f"unknown session {key!r} (agent {agent_id!r})")
             return int(winner[0]), False
         self._txid = inserted[1]
-        return self._appended(key, agent_id, kind, actor_id, int(inserted[0]))
+        return self._appended(row, int(inserted[0]))
 
     def append_events(self, rows: Sequence[EventRow]) -> list[tuple[int, bool]]:
         """Several appends in one statement (``APPEND_MANY_SQL``): the batch's one round trip
@@ -364,9 +363,10 @@ class PostgresStore(PostgresConnected, SqlStore):
             raise UnknownSession(f"unknown session {row[0]!r} (agent {row[1]!r})")
         return int(winner[0])
 
-    def _appended(self, key: str, agent_id: str, kind: str, actor_id: str | None, sequence: int) -> tuple[int, bool]:
-        if kind in self._notifying_kinds:
-            self._notified_events.append((key, agent_id, actor_id, sequence))
+    def _appended(self, row: EventRow, sequence: int) -> tuple[int, bool]:
+        if row[2] in self._notifying_kinds:
+            self._notified_events.append((row[0], row[1], row[4], sequence))
+        self._appended_rows.append((sequence, row[0], row[9]))
         return sequence, True
 
     # -- cursors and head locks -------------------------------------------------------------
@@ -567,7 +567,7 @@ class _BatchPlan:
         self,
         answer: Sequence[tuple[Any, ...]],
         winner: Callable[[EventRow], int],
-        appended: Callable[[str, str, str, str | None, int], tuple[int, bool]],
+        appended: Callable[[EventRow, int], tuple[int, bool]],
     ) -> list[tuple[int, bool]]:
         """``(sequence, inserted)`` per row from the statement's answer (``winner``: the
         sequence of a dedupe key another session committed meanwhile)."""
@@ -581,7 +581,7 @@ class _BatchPlan:
             sequence, inserted = outcome[index]
             row = self.rows[position]
             if inserted and self.sent_from[index] == position:
-                results.append(appended(row[0], row[1], row[2], row[4], sequence))
+                results.append(appended(row, sequence))
             else:  # found by its dedupe key (in the log, or earlier in this batch)
                 results.append((sequence, False))
         return results

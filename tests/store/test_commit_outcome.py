@@ -149,6 +149,62 @@ def test_a_witness_statement_names_its_owner_and_number_and_refuses_anything_but
         commit_outcome.witness_statement("x'; DROP TABLE sessions; --", 1)
 
 
+# -- a record's own rows as its witness (pure: a fake connection) ------------------------------
+
+
+class _RowsServer:
+    """``connect`` for ``rows_found``: holds ``found`` of the rows asked for, or fails."""
+
+    def __init__(self, found: int, *, fails: bool = False) -> None:
+        self.found, self.fails, self.asked = found, fails, []
+
+    def connect(self) -> "_RowsServer":
+        if self.fails:
+            raise psycopg.OperationalError("connection refused")
+        return self
+
+    def execute(self, sql: str, params: tuple[list[object], ...]) -> "_RowsServer":
+        assert sql == commit_outcome.ROWS_FOUND_SQL
+        self.asked.append(params)
+        return self
+
+    def fetchone(self) -> tuple[int]:
+        return (self.found,)
+
+
+ROWS = [(41, T, 1700000000.25), (42, W, 1700000000.25)]
+
+
+def test_a_records_rows_all_found_say_committed_none_aborted_and_some_or_no_answer_unknown() -> None:
+    every = _RowsServer(2)
+    assert commit_outcome.rows_found(every.connect, ROWS) == COMMITTED
+    # one array per column, in the statement's order: sequences, sessions, recording times
+    assert every.asked == [([41, 42], [T, W], [1700000000.25, 1700000000.25])]
+    assert commit_outcome.rows_found(_RowsServer(0).connect, ROWS) == ABORTED
+    assert commit_outcome.rows_found(_RowsServer(1).connect, ROWS) == UNKNOWN  # not one transaction's
+    assert commit_outcome.rows_found(_RowsServer(2, fails=True).connect, ROWS) == UNKNOWN
+    nothing = _RowsServer(0)
+    assert commit_outcome.rows_found(nothing.connect, []) == UNKNOWN and nothing.asked == []
+
+
+def test_settle_asks_the_rows_only_when_the_id_is_unknown_and_no_witness_was_written(monkeypatch) -> None:
+    statuses = iter([COMMITTED, ABORTED, UNKNOWN, UNKNOWN, UNKNOWN])
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: next(statuses))
+    rows, written = _RowsServer(0), _WitnessServer(5)
+    witness = commit_outcome.CommitWitness()
+    witness.owner, witness.number = "ab12", 5
+    # the id's own answer stands: neither is asked
+    assert commit_outcome.settle(rows.connect, "741", "t", None, ROWS) == COMMITTED
+    assert commit_outcome.settle(rows.connect, "741", "t", None, ROWS) == ABORTED
+    assert rows.asked == []
+    # unknown: the witness decides when there is one (a drain), else the rows (a record)
+    assert commit_outcome.settle(written.connect, "741", "t", witness, ROWS) == COMMITTED
+    assert commit_outcome.settle(rows.connect, "741", "t", None, ROWS) == ABORTED and len(rows.asked) == 1
+    assert commit_outcome.settle(rows.connect, "741", "t", None, []) == UNKNOWN and len(rows.asked) == 1
+    # a transaction that wrote nothing has no id: committed without a question
+    assert commit_outcome.settle(rows.connect, None, "t", None, ROWS) == COMMITTED
+
+
 # -- the injected cases -----------------------------------------------------------------------
 
 
@@ -329,20 +385,82 @@ def test_only_a_drain_writes_its_stores_witness_row_and_a_day_old_row_goes_at_th
         gw.close()
 
 
-def test_a_record_has_no_witness_so_an_earlier_drains_does_not_answer_for_it(proxied, monkeypatch) -> None:
-    """Only a transaction that wrote a witness is resolved by one: a record whose id answers
-    only unknown stays unknown (R15: no dedupe key, so ``None``, never acknowledged), even
-    though its store's row holds a number, an earlier drain's."""
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_a_record_whose_id_answers_only_unknown_is_resolved_by_its_own_rows(
+    proxied, monkeypatch, mode: str, outcome: str
+) -> None:
+    """A record writes no witness: the rows it appended are looked for instead, by sequence,
+    session and recording time. Found, it returns its sequence; not found, it retries (R15).
+    Either way it is acknowledged once and stored once, and its store's witness row (an
+    earlier drain's number) is not what answered for it."""
     url, direct, proxy = proxied
     gw = world(url)
     monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     try:
-        assert gw.drain_system_events(W)  # the store's row now holds the drain's number
-        proxy.arm(BEFORE_COMMIT)
-        assert gw.record_event(T, "human_direct_message", actor_type="human", summary="lost") is None
+        assert gw.drain_system_events(W)  # the store's witness row now holds the drain's number
+        proxy.arm(mode)
+        sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="lost")
         assert proxy.dropped == 1
-        assert gw.store.commit_resolutions == {COMMITTED: 0, ABORTED: 0, UNKNOWN: 1}  # type: ignore[attr-defined]
-        assert raw(direct, "SELECT count(*) FROM session_state_events WHERE summary = 'lost'") == [(0,)]
+        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
+            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
+        }
+        assert sequence is not None
+        assert raw(direct, "SELECT sequence FROM session_state_events WHERE summary = 'lost'") == [(sequence,)]
+        assert gw.ops.stats["append_failures"] == 0
+    finally:
+        gw.close()
+
+
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_a_batchs_own_rows_resolve_it_and_a_row_found_by_its_dedupe_key_is_not_its_own(
+    proxied, monkeypatch, mode: str, outcome: str
+) -> None:
+    """A burst of three: one finds its dedupe key already in the log (an earlier event's row,
+    committed whatever this transaction did), two are appended. Only those two are looked
+    for, so a rolled-back burst is not taken for committed by the earlier row."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+    try:
+        earlier = gw.record_event(T, "goal_changed", actor_type="human", summary="earlier", dedupe_key="k-1")
+        assert earlier is not None
+        proxy.arm(mode)
+        burst = [
+            {"session_key": T, "kind": "goal_changed", "actor_type": "human", "summary": "earlier", "dedupe_key": "k-1"},
+            {"session_key": T, "kind": "human_direct_message", "actor_type": "human", "summary": "burst"},
+            {"session_key": W, "kind": "goal_changed", "actor_type": "human", "summary": "burst"},
+        ]
+        sequences = gw.record_events(burst)
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
+            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
+        }
+        assert sequences[0] == earlier and None not in sequences
+        stored = raw(direct, "SELECT sequence FROM session_state_events WHERE summary = 'burst' ORDER BY sequence")
+        assert stored == [(sequences[1],), (sequences[2],)]
+    finally:
+        gw.close()
+
+
+def test_a_row_of_a_savepoint_that_rolled_back_is_not_looked_for(proxied, monkeypatch) -> None:
+    """Inside one transaction an inner one (a savepoint) appends and rolls back; the outer
+    one appends, and its COMMIT's answer is lost. Its own row is there, the inner one's is not
+    (and was never to be): committed, not taken for a partial find."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+    try:
+        proxy.arm(AFTER_COMMIT)
+        with gw.transaction():
+            with pytest.raises(RuntimeError):
+                with gw.transaction():
+                    assert gw.record_event(T, "goal_changed", actor_type="human", summary="inner") is not None
+                    raise RuntimeError("the inner one gives up")
+            kept = gw.record_event(W, "goal_changed", actor_type="human", summary="outer")
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions == {COMMITTED: 1, ABORTED: 0, UNKNOWN: 0}  # type: ignore[attr-defined]
+        assert raw(direct, "SELECT sequence, summary FROM session_state_events WHERE summary IN ('inner', 'outer')") \
+            == [(kept, "outer")]
     finally:
         gw.close()
 
