@@ -117,6 +117,22 @@ def burst_round(gw, events: int, one_target: bool = False) -> float:
     return elapsed
 
 
+def run_together(workers: list[threading.Thread], barrier: threading.Barrier) -> tuple[float, tuple[int, int]]:
+    """Start ``workers`` and, once ``barrier`` lets this thread through with the ones that wait
+    there, time them until the last one ends: seconds, and the process's (voluntary,
+    involuntary) context switches meanwhile."""
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    v0, i0 = _switches()
+    began = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - began
+    v1, i1 = _switches()
+    return elapsed, (v1 - v0, i1 - i0)
+
+
 def threads_round(gw, threads: int, events: int) -> tuple[float, tuple[int, int]]:
     per_thread = events // threads
     barrier = threading.Barrier(threads + 1)
@@ -127,18 +143,9 @@ def threads_round(gw, threads: int, events: int) -> tuple[float, tuple[int, int]
         for _ in range(per_thread):
             record(key, KIND, actor_type="human", summary="hello")
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    v0, i0 = _switches()
-    began = time.perf_counter()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - began
-    v1, i1 = _switches()
+    elapsed, switches = run_together([threading.Thread(target=work, args=(i,)) for i in range(threads)], barrier)
     drained(gw)
-    return elapsed, (v1 - v0, i1 - i0)
+    return elapsed, switches
 
 
 def bound_round(gw, threads: int, events: int, prepared: bool = False) -> tuple[
@@ -187,20 +194,12 @@ def bound_round(gw, threads: int, events: int, prepared: bool = False) -> tuple[
             woken.acquire()
 
     workers = [threading.Thread(target=committer)]
-    workers += [threading.Thread(target=caller, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    v0, i0 = _switches()
-    began = time.perf_counter()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - began
-    v1, i1 = _switches()
+    elapsed, switches = run_together(workers + [threading.Thread(target=caller, args=(i,)) for i in range(threads)],
+                                     barrier)
     if failures:
         raise failures[0]
     drained(gw)
-    return elapsed, (v1 - v0, i1 - i0), sizes
+    return elapsed, switches, sizes
 
 
 def main() -> None:
