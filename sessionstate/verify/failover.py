@@ -10,7 +10,10 @@ drain's COMMIT reaches the primary, the standby flushes it, and then, before the
 back, the primary is SIGKILLed. The standby is promoted ``pause`` seconds later; the injected
 drain's resolution can only ask the promoted server (another timeline: the transaction id's
 status is only *unknown*, so its commit witness decides; the standby had the commit, so it is
-*committed* and the drain must return its lines). The writers go on on the promoted server.
+*committed* and the drain must return its lines). Every second trial injects a record instead
+of a drain: a record writes no witness, so its own rows decide, looked for on the promoted
+server; it must return its sequence, and its event must be there once, under that sequence.
+The writers go on on the promoted server.
 
 Then, with raw SQL on the promoted server:
 
@@ -40,7 +43,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from ..facade.gateway import Gateway
 from .pgpair import StreamingPair
@@ -49,6 +52,8 @@ from .pgproxy import AFTER_COMMIT, CommitDroppingProxy
 WATCHER = "agent:watcher:main"
 TARGETS = ("agent:target-one:main", "agent:target-two:main")
 INJECTED_WATCHER, INJECTED_TARGET = "agent:injected:main", "agent:injected-target:main"
+INJECTED_RECORD = "injected record"  # the summary of the injected record's event
+INJECTIONS = ("drain", "record")  # what the trials inject, in turn
 CATCH_UP_SECONDS = 30.0  # bounds for a stuck process, not measurements
 READY_SECONDS = 60.0
 
@@ -86,13 +91,16 @@ class Observed:
 
 @dataclass
 class Injected:
-    """The injected unknown outcome: what the drain returned and what it owed."""
+    """The injected unknown outcome: what the drain returned and what it owed, or what the
+    record (``kind``) returned."""
 
     expected: list[str]
     returned: list[str] | None = None
     again: list[str] | None = None  # a later drain's lines
     outcome: str | None = None  # how the store resolved the lost answer
     errors: list[str] = field(default_factory=list)
+    kind: str = "drain"
+    sequence: int | None = None  # the injected record's
 
 
 @dataclass
@@ -222,8 +230,17 @@ def check_notices(observed: Observed, watcher: str, targets: Iterable[str]) -> l
 
 
 def check_injected(injected: Injected, observed: Observed) -> list[str]:
-    """The injected unknown outcome: its lines returned once, its pair acknowledged."""
+    """The injected unknown outcome: a drain's lines returned once and its pair acknowledged; a
+    record's sequence returned and its event on the promoted server once, under it."""
     failures = list(injected.errors)
+    if injected.kind == "record":
+        stored = sorted(s for s, (session, summary) in observed.events.items()
+                        if (session, summary) == (INJECTED_TARGET, INJECTED_RECORD))
+        if injected.sequence is None:
+            failures.append("the record whose commit answer was lost returned None (R29: its own rows decide)")
+        if stored != ([] if injected.sequence is None else [injected.sequence]):
+            failures.append(f"the injected record is stored as {stored}, acknowledged as {injected.sequence}")
+        return failures
     if injected.returned != injected.expected:
         failures.append(f"the drain whose commit answer was lost returned {injected.returned!r},"
                         f" owed {injected.expected!r} (a notice lost to an unknown outcome)")
@@ -326,14 +343,19 @@ def _caught_up(gw: Gateway) -> bool:
 
 def _inject(pair: StreamingPair, injector: Gateway, proxy: CommitDroppingProxy, injected: Injected,
             pause: float) -> None:
-    """Drain the injected watcher with its COMMIT's answer cut off and the primary killed in
-    that moment (the proxy's ``on_drop``, set up by the caller, does the killing)."""
+    """Drain the injected watcher (or record, ``injected.kind``) with its COMMIT's answer cut
+    off and the primary killed in that moment (the proxy's ``on_drop``, set up by the caller,
+    does the killing)."""
     proxy.arm(AFTER_COMMIT)
     before = dict(injector.store.commit_resolutions)  # type: ignore[attr-defined]
     try:
-        injected.returned = injector.drain_system_events(INJECTED_WATCHER)
-    except Exception as exc:  # the spec says the drain returns: raising is a finding
-        injected.errors.append(f"the injected drain raised {type(exc).__name__}: {exc}")
+        if injected.kind == "record":
+            injected.sequence = injector.record_event(INJECTED_TARGET, "goal_changed", actor_type="human",
+                                                      summary=INJECTED_RECORD)
+        else:
+            injected.returned = injector.drain_system_events(INJECTED_WATCHER)
+    except Exception as exc:  # the spec says both return: raising is a finding
+        injected.errors.append(f"the injected {injected.kind} raised {type(exc).__name__}: {exc}")
     after = injector.store.commit_resolutions  # type: ignore[attr-defined]
     changed = [k for k, v in after.items() if v != before.get(k, 0)]
     injected.outcome = changed[0] if changed else "none"
@@ -349,13 +371,17 @@ def run_failover_trials(
     load_seconds: tuple[float, float] = (0.6, 1.2),
     pause: float = 0.5,
     progress: Callable[[int, int], object] | None = None,
+    injections: Sequence[str] = INJECTIONS,
 ) -> FailoverReport:
-    """``trials`` failovers, each on a fresh pair of servers under a fresh load."""
+    """``trials`` failovers, each on a fresh pair of servers under a fresh load; trial ``i``
+    injects ``injections[i % len(injections)]`` (a drain or a record)."""
+    if not injections or not set(injections) <= set(INJECTIONS):
+        raise ValueError(f"injections are drains and records, not {injections!r}")
     started = time.monotonic()
     report = FailoverReport(mode)
     rng = random.Random(seed)
     for trial in range(trials):
-        failures = _one_trial(mode, rng, load_seconds, pause, report)
+        failures = _one_trial(mode, rng, load_seconds, pause, report, injections[trial % len(injections)])
         report.trials += 1
         report.failures += [f"trial {trial}: {f}" for f in failures]
         if progress is not None:
@@ -367,7 +393,7 @@ def run_failover_trials(
 
 
 def _one_trial(mode: str, rng: random.Random, load_seconds: tuple[float, float], pause: float,
-               report: FailoverReport) -> list[str]:
+               report: FailoverReport, injection: str) -> list[str]:
     failures: list[str] = []
     mark = [time.monotonic()]
 
@@ -385,7 +411,7 @@ def _one_trial(mode: str, rng: random.Random, load_seconds: tuple[float, float],
         try:
             with StreamingPair(mode) as pair:
                 failures += _trial_on(pair, mode, rng, load_seconds, pause, report, phase,
-                                      serving, writers, acknowledged_log, serving_log)
+                                      serving, writers, acknowledged_log, serving_log, injection)
         finally:
             for child in (serving, *writers):  # a closed stdin ends a worker at any stage
                 if child.poll() is None:
@@ -402,7 +428,8 @@ def _one_trial(mode: str, rng: random.Random, load_seconds: tuple[float, float],
 
 def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: tuple[float, float], pause: float,
               report: FailoverReport, phase: Callable[[str], None], serving: subprocess.Popen[str],
-              writers: list[subprocess.Popen[str]], acknowledged_log: Path, serving_log: Path) -> list[str]:
+              writers: list[subprocess.Popen[str]], acknowledged_log: Path, serving_log: Path,
+              injection: str) -> list[str]:
     failures: list[str] = []
     phase("servers")
     with Gateway.open(pair.url) as gw:
@@ -436,7 +463,7 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
         injector.create_session(INJECTED_TARGET)
         injector.watch(INJECTED_WATCHER, INJECTED_TARGET)
         injector.record_event(INJECTED_TARGET, "human_direct_message", actor_type="human", summary="injected")
-        injected = Injected(expected=injector.pending_system_events(INJECTED_WATCHER))
+        injected = Injected(expected=injector.pending_system_events(INJECTED_WATCHER), kind=injection)
         if not injected.expected:
             failures.append("the injected watcher owes no notice before the drain")
         try:
@@ -447,7 +474,8 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
             time.sleep(rng.uniform(*load_seconds))
             report.lag_before_kill.append(pair.replication_lag())  # under load, just before
             _inject(pair, injector, proxy, injected, pause)
-            injected.again = injector.drain_system_events(INJECTED_WATCHER)
+            if injection == "drain":
+                injected.again = injector.drain_system_events(INJECTED_WATCHER)
             phase("failover")
             time.sleep(rng.uniform(*load_seconds))  # the writers go on on the promoted server
         finally:
@@ -491,7 +519,7 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
     report.reissued += reissued
     assert pair.killed_at is not None
     report.lost_before_kill_ms += [(pair.killed_at - a.at) * 1000 for a in lost]
-    report.injected_outcomes.append(injected.outcome or "none")
+    report.injected_outcomes.append(f"{injection} {injected.outcome or 'none'}")
     report.no_writes_seconds.append(longest_gap([a.at for a in acknowledged if a not in lost]))
     fed = [t for t in delivered_at if t > pair.promoted_at]
     if fed:

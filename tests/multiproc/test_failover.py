@@ -124,6 +124,40 @@ def test_the_injected_drain_must_return_its_lines_once_and_leave_its_pair_acknow
     assert len(check_injected(Injected(expected=["line"], returned=["line"], again=[]), behind)) == 1
 
 
+def test_the_injected_record_must_return_its_sequence_and_be_stored_once_under_it() -> None:
+    from sessionstate.verify.failover import INJECTED_RECORD
+
+    def stored(*sequences: int) -> Observed:
+        events = {1: (T, "created"), 2: (T, "e2"), 3: (T, "e3"), 4: (T, "e4")}
+        events.update({s: (INJECTED_TARGET, INJECTED_RECORD) for s in sequences})
+        return observed(events=events)
+
+    def record(sequence: int | None) -> Injected:
+        return Injected(expected=["line"], kind="record", sequence=sequence)
+
+    assert check_injected(record(6), stored(6)) == []
+    # the drain's checks do not apply: no lines returned, the pair left owing
+    assert check_injected(record(6), stored(6)) == check_injected(record(6), observed(
+        events={**stored(6).events}, cursors={(INJECTED_WATCHER, INJECTED_TARGET): (0, 5, 5)})) == []
+    assert check_injected(record(None), stored()) == [
+        "the record whose commit answer was lost returned None (R29: its own rows decide)"]
+    assert check_injected(record(6), stored()) == ["the injected record is stored as [], acknowledged as 6"]
+    assert check_injected(record(6), stored(6, 7)) == ["the injected record is stored as [6, 7], acknowledged as 6"]
+    assert check_injected(record(6), stored(8)) == ["the injected record is stored as [8], acknowledged as 6"]
+    assert check_injected(record(None), stored(6)) == [
+        "the record whose commit answer was lost returned None (R29: its own rows decide)",
+        "the injected record is stored as [6], acknowledged as None"]
+
+
+def test_the_trials_refuse_an_injection_they_do_not_know() -> None:
+    from sessionstate.verify.failover import run_failover_trials
+
+    with pytest.raises(ValueError, match="injections are drains and records"):
+        run_failover_trials(1, injections=("attach",))
+    with pytest.raises(ValueError, match="injections are drains and records"):
+        run_failover_trials(1, injections=())
+
+
 def test_longest_gap_is_the_writes_outage() -> None:
     assert longest_gap([3.0, 1.0, 1.5, 2.0]) == 1.0
     assert longest_gap([1.0]) == 0.0
@@ -155,7 +189,20 @@ def test_a_failover_to_a_synchronous_standby_under_load_loses_reissues_and_repea
     # The injected drain's commit is on the promoted server, on another timeline: its id's
     # status is only unknown there, its witness says committed (R29), and the drain returned
     # its lines (check_injected).
-    assert report.injected_outcomes == ["committed"]
+    assert report.injected_outcomes == ["drain committed"]
+
+
+def test_a_record_whose_commit_answer_is_lost_in_a_failover_is_found_by_its_own_rows() -> None:
+    """The injected transaction is a record: its id's status on the promoted server is only
+    unknown (another timeline) and it writes no witness, so its own rows decide (R29). The
+    standby had the commit: committed, the record returns its sequence, and the event is on
+    the promoted server once, under that sequence (check_injected)."""
+    from sessionstate.verify.failover import run_failover_trials
+
+    need_servers()
+    report = run_failover_trials(1, "sync", seed=33, injections=("record",))
+    assert report.failures == [], report.summary()
+    assert report.injected_outcomes == ["record committed"]
 
 
 def test_the_failover_script_starts_a_pair_kills_the_primary_and_promotes_the_standby() -> None:
