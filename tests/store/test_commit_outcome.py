@@ -442,6 +442,31 @@ def test_a_batchs_own_rows_resolve_it_and_a_row_found_by_its_dedupe_key_is_not_i
         gw.close()
 
 
+def test_a_rolled_back_records_rows_are_not_looked_for_in_the_next_commit(proxied, monkeypatch) -> None:
+    """The rollback promise with a later commit from the same gateway: a record in a
+    transaction its caller gives up is not in the log; the gateway's next record loses its
+    answer and its id answers only unknown. Only the next record's own row is looked for, and
+    it is found: committed (with the first one's row still kept, one of two would be found:
+    unknown, ``None``)."""
+    url, direct, proxy = proxied
+    gw = world(url)
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+    try:
+        with pytest.raises(RuntimeError):
+            with gw.transaction():
+                assert gw.record_event(T, "goal_changed", actor_type="human", summary="undone") is not None
+                raise RuntimeError("the caller gives up")
+        proxy.arm(AFTER_COMMIT)
+        sequence = gw.record_event(T, "goal_changed", actor_type="human", summary="kept")
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions == {COMMITTED: 1, ABORTED: 0, UNKNOWN: 0}  # type: ignore[attr-defined]
+        assert sequence is not None
+        assert raw(direct, "SELECT sequence, summary FROM session_state_events WHERE summary IN ('undone', 'kept')") \
+            == [(sequence, "kept")]
+    finally:
+        gw.close()
+
+
 def test_a_row_of_a_savepoint_that_rolled_back_is_not_looked_for(proxied, monkeypatch) -> None:
     """Inside one transaction an inner one (a savepoint) appends and rolls back; the outer
     one appends, and its COMMIT's answer is lost. Its own row is there, the inner one's is not
