@@ -221,6 +221,18 @@ def proxied(pg_url: str) -> Iterator[tuple[str, str, CommitDroppingProxy]]:
         proxy.close()
 
 
+@pytest.fixture
+def ids_unknown(monkeypatch) -> None:
+    """The failover window (R29) without a failover: every transaction id's status answers
+    only unknown, so a witness, or a record's own rows, must decide."""
+    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
+
+
+def resolved_once(outcome: str) -> dict[str, int]:
+    """A store's ``commit_resolutions`` after one lost answer resolved as ``outcome``."""
+    return {name: int(name == outcome) for name in (COMMITTED, ABORTED, UNKNOWN)}
+
+
 def raw(direct_url: str, sql: str) -> list[tuple]:
     url = make_url(direct_url)
     options = parse_qs(url.render_as_string(hide_password=False).split("?", 1)[1])
@@ -342,7 +354,7 @@ def test_a_rolled_back_append_does_not_lend_its_id_to_the_next_commit(proxied) -
 
 @pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
 def test_a_drain_whose_id_answers_only_unknown_is_resolved_by_its_witness(
-    proxied, monkeypatch, mode: str, outcome: str
+    proxied, ids_unknown, mode: str, outcome: str
 ) -> None:
     """The failover window (R29): ``pg_xact_status`` leaves the drain unknown (a `committed`
     answer on another timeline, where the promoted server may have issued the id again). The
@@ -350,15 +362,12 @@ def test_a_drain_whose_id_answers_only_unknown_is_resolved_by_its_witness(
     way the lines come once and the pair is acknowledged once: no repeat, none lost."""
     url, direct, proxy = proxied
     gw = world(url)
-    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     try:
         expected = gw.pending_system_events(W)
         proxy.arm(mode)
         lines = gw.drain_system_events(W)
         assert proxy.dropped == 1
-        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
-            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
-        }
+        assert gw.store.commit_resolutions == resolved_once(outcome)  # type: ignore[attr-defined]
         assert lines == expected
         assert gw.drain_system_events(W) == []
         assert raw(direct, "SELECT count(*) FROM session_watch_cursors WHERE notified_sequence <> last_seen_sequence") == [(0,)]
@@ -387,7 +396,7 @@ def test_only_a_drain_writes_its_stores_witness_row_and_a_day_old_row_goes_at_th
 
 @pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
 def test_a_record_whose_id_answers_only_unknown_is_resolved_by_its_own_rows(
-    proxied, monkeypatch, mode: str, outcome: str
+    proxied, ids_unknown, mode: str, outcome: str
 ) -> None:
     """A record writes no witness: the rows it appended are looked for instead, by sequence,
     session and recording time. Found, it returns its sequence; not found, it retries (R15).
@@ -395,15 +404,12 @@ def test_a_record_whose_id_answers_only_unknown_is_resolved_by_its_own_rows(
     earlier drain's number) is not what answered for it."""
     url, direct, proxy = proxied
     gw = world(url)
-    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     try:
         assert gw.drain_system_events(W)  # the store's witness row now holds the drain's number
         proxy.arm(mode)
         sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="lost")
         assert proxy.dropped == 1
-        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
-            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
-        }
+        assert gw.store.commit_resolutions == resolved_once(outcome)  # type: ignore[attr-defined]
         assert sequence is not None
         assert raw(direct, "SELECT sequence FROM session_state_events WHERE summary = 'lost'") == [(sequence,)]
         assert gw.ops.stats["append_failures"] == 0
@@ -413,14 +419,13 @@ def test_a_record_whose_id_answers_only_unknown_is_resolved_by_its_own_rows(
 
 @pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
 def test_a_batchs_own_rows_resolve_it_and_a_row_found_by_its_dedupe_key_is_not_its_own(
-    proxied, monkeypatch, mode: str, outcome: str
+    proxied, ids_unknown, mode: str, outcome: str
 ) -> None:
     """A burst of three: one finds its dedupe key already in the log (an earlier event's row,
     committed whatever this transaction did), two are appended. Only those two are looked
     for, so a rolled-back burst is not taken for committed by the earlier row."""
     url, direct, proxy = proxied
     gw = world(url)
-    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     try:
         earlier = gw.record_event(T, "goal_changed", actor_type="human", summary="earlier", dedupe_key="k-1")
         assert earlier is not None
@@ -432,9 +437,7 @@ def test_a_batchs_own_rows_resolve_it_and_a_row_found_by_its_dedupe_key_is_not_i
         ]
         sequences = gw.record_events(burst)
         assert proxy.dropped == 1
-        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
-            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
-        }
+        assert gw.store.commit_resolutions == resolved_once(outcome)  # type: ignore[attr-defined]
         assert sequences[0] == earlier and None not in sequences
         stored = raw(direct, "SELECT sequence FROM session_state_events WHERE summary = 'burst' ORDER BY sequence")
         assert stored == [(sequences[1],), (sequences[2],)]
@@ -442,7 +445,7 @@ def test_a_batchs_own_rows_resolve_it_and_a_row_found_by_its_dedupe_key_is_not_i
         gw.close()
 
 
-def test_a_rolled_back_records_rows_are_not_looked_for_in_the_next_commit(proxied, monkeypatch) -> None:
+def test_a_rolled_back_records_rows_are_not_looked_for_in_the_next_commit(proxied, ids_unknown) -> None:
     """The rollback promise with a later commit from the same gateway: a record in a
     transaction its caller gives up is not in the log; the gateway's next record loses its
     answer and its id answers only unknown. Only the next record's own row is looked for, and
@@ -450,7 +453,6 @@ def test_a_rolled_back_records_rows_are_not_looked_for_in_the_next_commit(proxie
     unknown, ``None``)."""
     url, direct, proxy = proxied
     gw = world(url)
-    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     try:
         with pytest.raises(RuntimeError):
             with gw.transaction():
@@ -467,13 +469,12 @@ def test_a_rolled_back_records_rows_are_not_looked_for_in_the_next_commit(proxie
         gw.close()
 
 
-def test_a_row_of_a_savepoint_that_rolled_back_is_not_looked_for(proxied, monkeypatch) -> None:
+def test_a_row_of_a_savepoint_that_rolled_back_is_not_looked_for(proxied, ids_unknown) -> None:
     """Inside one transaction an inner one (a savepoint) appends and rolls back; the outer
     one appends, and its COMMIT's answer is lost. Its own row is there, the inner one's is not
     (and was never to be): committed, not taken for a partial find."""
     url, direct, proxy = proxied
     gw = world(url)
-    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     try:
         proxy.arm(AFTER_COMMIT)
         with gw.transaction():
@@ -508,13 +509,12 @@ def test_a_stores_first_write_carries_no_witness_unless_it_asks_for_one(pg_url) 
 
 @pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
 def test_an_attach_whose_id_answers_only_unknown_is_resolved_by_its_witness(
-    proxied, monkeypatch, mode: str, outcome: str
+    proxied, ids_unknown, mode: str, outcome: str
 ) -> None:
     """R29 for claims: committed, the process serves the watcher; rolled back, a retry-safe
     error and no claim. Never the unknown outcome's ``retry_safe`` false."""
     url, direct, proxy = proxied
     gw = world(url)
-    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     try:
         gw.cluster.register()
         proxy.arm(mode)
@@ -525,9 +525,7 @@ def test_an_attach_whose_id_answers_only_unknown_is_resolved_by_its_witness(
                 gw.cluster.attach(W)
             assert raised.value.retry_safe
         assert proxy.dropped == 1
-        assert gw.store.commit_resolutions == {  # type: ignore[attr-defined]
-            COMMITTED: int(outcome == COMMITTED), ABORTED: int(outcome == ABORTED), UNKNOWN: 0
-        }
+        assert gw.store.commit_resolutions == resolved_once(outcome)  # type: ignore[attr-defined]
         assert (W in gw.cluster.attached()) is (outcome == COMMITTED)
         claimed = raw(direct, f"SELECT count(*) FROM session_claims WHERE session_key = '{W}'")
         assert claimed == [(1 if outcome == COMMITTED else 0,)]
@@ -536,7 +534,7 @@ def test_an_attach_whose_id_answers_only_unknown_is_resolved_by_its_witness(
 
 
 def test_after_a_witnessed_drain_rolled_back_the_next_lost_answer_is_resolved_by_its_own_number(
-    proxied, monkeypatch
+    proxied, ids_unknown
 ) -> None:
     """The rollback promise with a later commit from the same gateway: the first drain's
     COMMIT never arrives (its number is used, the row keeps the older one), it drains again;
@@ -544,7 +542,6 @@ def test_after_a_witnessed_drain_rolled_back_the_next_lost_answer_is_resolved_by
     not taken for rolled back by the gap the first left."""
     url, direct, proxy = proxied
     gw = world(url)
-    monkeypatch.setattr(commit_outcome, "resolve", lambda *args, **kwargs: UNKNOWN)
     table = commit_outcome.WITNESS_TABLE
     owner = gw.store.witness.owner  # type: ignore[attr-defined]
     try:
