@@ -25,7 +25,7 @@ def test_a_deprecation_in_a_test_module_is_an_error() -> None:
         warnings.warn("an old call in a test", DeprecationWarning)
 
 
-@pytest.mark.parametrize("module", ["sessionstate", "sessionstate.verify.spinworld", "tests.gateway.test_aio"])
+@pytest.mark.parametrize("module", ["sessionstate", "trials.spinworld", "tests.gateway.test_aio"])
 def test_a_deprecation_attributed_to_project_code_is_an_error(module: str) -> None:
     with pytest.raises(DeprecationWarning):
         warnings.warn_explicit("an old call", DeprecationWarning, "x.py", 1, module=module)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .world import Action, describe, process_of
+from .specfiles import PROTOCOL
 
 ENV_MUTATION = "SESSIONSTATE_CHECK_MUTATION"
 # name -> (run_modelcheck options, the rule it breaks)
@@ -30,7 +31,7 @@ MUTATIONS: dict[str, tuple[dict[str, Any], str]] = {
     "no-owed-wakes": ({"owed_wakes": False}, "LIV1"),  # a wake inside the window is dropped
     "no-write-back": ({"write_back_on_prune": False}, "AGREE"),  # prune forgets pending material (R7)
 }
-SPEC = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.md"
+SPEC = PROTOCOL
 STORE, WAKES, DRAINS, HUMAN = "Store", "Wakes", "Drains", "Human"
 
 

@@ -25,8 +25,9 @@ from ..statemachine.table import EFFECTS, EVENT_KINDS, STATES, TRANSITIONS, TRIG
 from .promela_kinds import kinds_section
 from .promela_world import WORLD
 from .world import AMBIENT, PAIRS, SESSIONS, WATCHERS
+from .specfiles import MODEL
 
-SPEC_PATH = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.pml"
+SPEC_PATH = MODEL
 DEFAULTS = {"PROCS": 1, "MAXSEQ": 3, "STEPS": 5}  # `sessionstate check --spin`'s one-process bounds
 MAIN_STYLE = {"A": True, "B": False}  # A is a main-style watcher; B a sub-agent (R12: never woken)
 NONE = 255

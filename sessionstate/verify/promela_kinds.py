@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Iterable
 
 from ..statemachine.table import EVENT_KINDS, KindPolicy
+from .specfiles import PROTOCOL
 
-SPEC_DOC = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.md"
+SPEC_DOC = PROTOCOL
 _YES = {"yes": True, "no": False}
 
 

@@ -1,7 +1,11 @@
-"""``sessionstate check``: run the verification suite and print one report.
+"""``sessionstate check``: verify the protocol and print one report.
 
-Profiles: the default is the maintainers' slow profile (the issue's sizes); ``--fast`` is the
-CI profile. Any explicit option overrides the profile's value. Exit status 1 on any failure.
+The parts run from the installed wheel, in one process: the model check (with its real-store
+replay), the stateful fuzz and SPIN over the generated model. The trials that fault real
+processes and servers live beside the package (``trials/``, ``./dev trials``).
+
+Profiles: the default is the maintainers' slow profile; ``--fast`` is the CI profile. Any
+explicit option overrides the profile's value. Exit status 1 on any failure.
 """
 
 from __future__ import annotations
@@ -13,19 +17,15 @@ from typing import TextIO
 
 from . import results as _results
 
-PARTS = ("modelcheck", "fuzz", "crash", "concurrency", "threads", "ordering", "restart", "failover")
-SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500", "crash_trials": 50, "events": 10_000,
-        "restart_trials": 5, "failover_trials": 3, "failover_modes": "sync,async"}
-FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10", "crash_trials": 3, "events": 500,
-        "restart_trials": 1, "failover_trials": 1, "failover_modes": "sync"}
+PARTS = ("modelcheck", "fuzz")
+SLOW = {"depth": 10, "processes_depth": 5, "replay": 1000, "budget": "500"}
+FAST = {"depth": 5, "processes_depth": 4, "replay": 30, "budget": "10"}
 # SPIN's bounds (--spin): per process count, events in a run and environment actions.
 SPIN_SLOW = {1: {"MAXSEQ": 3, "STEPS": 6}, 2: {"MAXSEQ": 2, "STEPS": 5}}
-ORDERING_WRITERS, ORDERING_READERS = 4, 2
-THREADS = 8  # the threads trial's recording threads on one gateway (LIV3)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fast", action="store_true", help="the CI profile (small sizes, about a minute)")
+    parser.add_argument("--fast", action="store_true", help="the CI profile (small sizes, under a minute)")
     parser.add_argument("--only", action="append", choices=PARTS + ("spin",), default=None, metavar="PART",
                         help=f"run only this part (repeatable): {', '.join(PARTS)}, spin")
     parser.add_argument("--depth", type=int, default=None, help="model-check BFS depth (slow 10, fast 5)")
@@ -38,25 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spin", action="store_true",
                         help="also verify the generated Promela model with SPIN, one and two processes"
                              " (needs spin and gcc; after the parts --only selects)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the fuzz, trace sampling and crash timing")
-    parser.add_argument("--crash-trials", type=int, default=None, metavar="N", help="SIGKILL trials (slow 50, fast 3)")
-    parser.add_argument("--events", type=int, default=None, metavar="N",
-                        help="events appended by each of the two concurrent processes (slow 10000, fast 500);"
-                             " each of the 4 ordering writers appends a tenth of it, each of the 8 threads of"
-                             " the threads trial makes half of it calls")
-    parser.add_argument("--restart-trials", type=int, default=None, metavar="N",
-                        help="immediate restarts of a throwaway PostgreSQL server under load (slow 5, fast 1;"
-                             " skipped without PostgreSQL's server binaries)")
-    parser.add_argument("--failover-trials", type=int, default=None, metavar="N",
-                        help="PostgreSQL failovers under load per standby mode (slow 3, fast 1; skipped without"
-                             " PostgreSQL's server binaries)")
-    parser.add_argument("--failover-modes", default=None, metavar="MODES",
-                        help="the standby modes of the failover trials: sync, async or sync,async"
-                             " (slow sync,async, fast sync)")
-    parser.add_argument("--db", default=None, metavar="URL",
-                        help="run the crash, concurrency, threads and ordering trials on this database's backend:"
-                             " a PostgreSQL URL gets a fresh schema per trial (dropped after), a SQLite"
-                             " URL or path temporary files beside it (default: temporary SQLite files)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the fuzz and the trace sampling")
     add_ci_arguments(parser)
 
 
@@ -109,11 +91,6 @@ def _write_results(args: argparse.Namespace, rec: _results.Results, say) -> None
 def _run_parts(args: argparse.Namespace, profile: dict, parts: list[str], failures: list[str], say,
                rec: _results.Results) -> int:
     say(f"sessionstate check ({'fast' if args.fast else 'slow'} profile, seed {args.seed})")
-    database = getattr(args, "db", None)
-    if any(p in parts for p in ("crash", "concurrency", "threads", "ordering")):
-        from .scratch import describe
-
-        say(f"trials run on {describe(database)}")
     report_dir = getattr(args, "report_dir", None) or Path("sessionstate-reports")
     example_db = getattr(args, "example_db", None)
     if "modelcheck" in parts:
@@ -121,18 +98,6 @@ def _run_parts(args: argparse.Namespace, profile: dict, parts: list[str], failur
                              _results.MODELCHECK_PROPERTIES)
     if "fuzz" in parts:
         failures += rec.part("fuzz", lambda: _fuzz(profile, args.seed, say, example_db))
-    if "crash" in parts:
-        failures += rec.part("crash", lambda: _crash(profile, args.seed, say, database))
-    if "concurrency" in parts:
-        failures += rec.part("concurrency", lambda: _concurrency(profile, args.seed, say, database))
-    if "threads" in parts:
-        failures += rec.part("threads", lambda: _threads(profile, args.seed, say, database))
-    if "ordering" in parts:
-        failures += rec.part("ordering", lambda: _ordering(profile, args.seed, say, database))
-    if "restart" in parts:
-        failures += rec.part("restart", lambda: _restart(profile, args.seed, say, required=args.only is not None))
-    if "failover" in parts:
-        failures += rec.part("failover", lambda: _failover(profile, args.seed, say, required=args.only is not None))
     if getattr(args, "spin", False) or "spin" in parts:
         failures += rec.part("spin", lambda: _spin(args.fast, say))
     say("FAILED: " + f"{len(failures)} failure(s)" if failures else "all checks passed")
@@ -294,118 +259,3 @@ def _fuzz(profile: dict, seed: int, say, example_db: Path | None = None) -> list
             + f"\n  replay: sessionstate check --only fuzz --seed {seed} --budget 1"
               f" (example {report.failing_example}: python -c 'from sessionstate.verify.fuzz import run_fuzz;"
               f" print(run_fuzz(\"1\", seed={seed}, first_example={report.failing_example}))')"]
-
-
-def _crash(profile: dict, seed: int, say, database: str | None) -> list[str]:
-    from .crash import run_trials
-
-    report = run_trials(profile["crash_trials"], seed=seed, database=database,
-                        progress=lambda d, n: sys.stderr.write(f"\rcrash trials: {d}/{n}"))
-    sys.stderr.write("\n")
-    say(f"crash: {report.trials} SIGKILL trials, {report.acknowledged} acknowledged appends, {report.seconds:.1f}s")
-    return [f"crash: {f}\n  replay: sessionstate check --only crash --seed {seed}" for f in report.failures]
-
-
-def _concurrency(profile: dict, seed: int, say, database: str | None) -> list[str]:
-    from .concurrency import run_concurrency
-
-    report = run_concurrency(profile["events"], seed=seed, database=database)
-    say(f"concurrency: 2 processes x {profile['events']} events, {report.appended} appended,"
-        f" {report.interleavings} interleavings, {report.throughput:.0f} appends/s,"
-        f" {report.append_failures} append failures")
-    return [f"concurrency: {f}\n  replay: sessionstate check --only concurrency --seed {seed}"
-            f" --events {profile['events']}" for f in report.failures]
-
-
-def _threads(profile: dict, seed: int, say, database: str | None) -> list[str]:
-    from .threads import ASYNC_TASKS, run_threads
-
-    calls = max(1, profile["events"] // 2)
-    report = run_threads(calls, threads=THREADS, seed=seed, database=database)
-    say(f"threads: {THREADS} threads and {ASYNC_TASKS} coroutines x {calls} calls on one gateway,"
-        f" {report.recorded} events recorded,"
-        f" {report.read_back} read back at once by another connection, slowest call"
-        f" {report.slowest_call_ms:.1f} ms, {report.seconds:.1f}s")
-    return [f"threads: {f}\n  replay: sessionstate check --only threads --seed {seed} --events {profile['events']}"
-            for f in report.failures]
-
-
-def _ordering(profile: dict, seed: int, say, database: str | None) -> list[str]:
-    from .ordering import run_ordering
-    from .scratch import scratch_database
-
-    events = max(1, profile["events"] // 10)
-    with scratch_database(database) as url:
-        report = run_ordering(url, writers=ORDERING_WRITERS, readers=ORDERING_READERS, events=events, seed=seed)
-    say(f"ordering: {ORDERING_WRITERS} writer processes x {events} events, {ORDERING_READERS} readers,"
-        f" {report.appended} appended, {report.polls} polls, {report.interleavings} interleavings,"
-        f" {report.seconds:.1f}s")
-    return [f"ordering: {f}\n  replay: sessionstate check --only ordering --seed {seed} --events {profile['events']}"
-            for f in report.failures]
-
-
-def _missing_postgres(part: str, say, *, required: bool, tools: tuple[str, ...] = ("initdb", "pg_ctl")) -> list[str] | None:
-    """``None`` when PostgreSQL's server binaries and psycopg are here; else the part's
-    failures (none when it was not asked for by ``--only``: skipped)."""
-    from .pgserver import server_binaries
-
-    binaries = server_binaries()
-    if binaries is None or not all((binaries / tool).exists() for tool in tools):
-        reason = f"no PostgreSQL server binaries ({', '.join(tools)}) on this machine"
-        say(f"{part}: skipped ({reason})")
-        return [f"{part}: {reason}"] if required else []
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        say(f"{part}: skipped (psycopg is not installed: pip install 'sessionstate[postgres]')")
-        return [f"{part}: psycopg is not installed"] if required else []
-    return None
-
-
-def _restart(profile: dict, seed: int, say, *, required: bool) -> list[str]:
-    """PostgreSQL's restart trials, on a server of their own (its binaries must be installed:
-    without them the part is skipped, or fails when asked for by ``--only``)."""
-    trials = profile["restart_trials"]
-    if trials <= 0:
-        return []
-    missing = _missing_postgres("restart", say, required=required)
-    if missing is not None:
-        return missing
-    from .restart import run_restart_trials
-
-    report = run_restart_trials(trials, seed=seed, progress=lambda d, n: sys.stderr.write(f"\rrestart trials: {d}/{n}"))
-    sys.stderr.write("\n")
-    slowest = max(report.catch_up_seconds, default=0.0)
-    say(f"restart: {report.trials} immediate restarts of PostgreSQL (synchronous_commit=off on the server) under"
-        f" 2 writer processes and a pumped serving process, {report.acknowledged} acknowledged appends,"
-        f" {report.delivered} notices delivered, watcher caught up within {slowest:.2f}s, {report.seconds:.1f}s")
-    return [f"restart: {f}\n  replay: sessionstate check --only restart --seed {seed}" for f in report.failures]
-
-
-def _failover(profile: dict, seed: int, say, *, required: bool) -> list[str]:
-    """PostgreSQL failover trials on a primary and a streaming standby of their own, per
-    standby mode; an asynchronous standby's loss is reported, not failed."""
-    trials = profile["failover_trials"]
-    modes = [m.strip() for m in str(profile["failover_modes"]).split(",") if m.strip()]
-    unknown = [m for m in modes if m not in ("sync", "async")]
-    if unknown:
-        return [f"failover: unknown standby mode(s) {unknown}: sync or async"]
-    if trials <= 0 or not modes:
-        return []
-    missing = _missing_postgres("failover", say, required=required, tools=("initdb", "pg_ctl", "pg_basebackup"))
-    if missing is not None:
-        return missing
-    from .failover import run_failover_trials
-
-    failures: list[str] = []
-    for mode in modes:
-        report = run_failover_trials(trials, mode, seed=seed,
-                                     progress=lambda d, n: sys.stderr.write(f"\rfailover trials ({mode}): {d}/{n}"))
-        sys.stderr.write("\n")
-        say(f"failover ({mode} standby): {report.summary()}")
-        _results.stat(**{f"failover_{mode}_acknowledged": report.acknowledged,
-                         f"failover_{mode}_lost": len(report.lost),
-                         f"failover_{mode}_loss_window_ms": report.loss_window_ms})
-        failures += [f"failover ({mode}): {f}\n  replay: sessionstate check --only failover --failover-modes {mode}"
-                     f" --seed {seed}" for f in report.failures]
-    return failures

@@ -1,6 +1,6 @@
 """Issue 32: a PostgreSQL primary is killed under load and its standby promoted.
 
-The trial (``sessionstate.verify.failover``) runs two writer processes and a pumped serving
+The trial (``trials.failover``) runs two writer processes and a pumped serving
 process on the multi-host URL, injects an unknown commit outcome through a proxy (a drain's
 COMMIT reaches the primary and the standby, the primary dies before the answer), promotes the
 standby, and checks the promoted server with raw SQL. The synchronous trial runs here; the
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sessionstate import notice_text
-from sessionstate.verify.failover import (
+from trials.failover import (
     INJECTED_TARGET,
     INJECTED_WATCHER,
     Acknowledged,
@@ -125,7 +125,7 @@ def test_the_injected_drain_must_return_its_lines_once_and_leave_its_pair_acknow
 
 
 def test_the_injected_record_must_return_its_sequence_and_be_stored_once_under_it() -> None:
-    from sessionstate.verify.failover import INJECTED_RECORD
+    from trials.failover import INJECTED_RECORD
 
     def stored(*sequences: int) -> Observed:
         events = {1: (T, "created"), 2: (T, "e2"), 3: (T, "e3"), 4: (T, "e4")}
@@ -150,7 +150,7 @@ def test_the_injected_record_must_return_its_sequence_and_be_stored_once_under_i
 
 
 def test_the_trials_refuse_an_injection_they_do_not_know() -> None:
-    from sessionstate.verify.failover import run_failover_trials
+    from trials.failover import run_failover_trials
 
     with pytest.raises(ValueError, match="injections are drains and records"):
         run_failover_trials(1, injections=("attach",))
@@ -167,7 +167,7 @@ def test_longest_gap_is_the_writes_outage() -> None:
 
 
 def need_servers() -> None:
-    from sessionstate.verify.pgpair import server_binaries
+    from trials.pgpair import server_binaries
     from tests.backends import need_psycopg, skip_or_fail_without_postgres
 
     if os.environ.get("SESSIONSTATE_TEST_PG") == "off":
@@ -179,7 +179,7 @@ def need_servers() -> None:
 
 
 def test_a_failover_to_a_synchronous_standby_under_load_loses_reissues_and_repeats_nothing() -> None:
-    from sessionstate.verify.failover import run_failover_trials
+    from trials.failover import run_failover_trials
 
     need_servers()
     report = run_failover_trials(1, "sync", seed=32)
@@ -197,7 +197,7 @@ def test_a_record_whose_commit_answer_is_lost_in_a_failover_is_found_by_its_own_
     unknown (another timeline) and it writes no witness, so its own rows decide (R29). The
     standby had the commit: committed, the record returns its sequence, and the event is on
     the promoted server once, under that sequence (check_injected)."""
-    from sessionstate.verify.failover import run_failover_trials
+    from trials.failover import run_failover_trials
 
     need_servers()
     report = run_failover_trials(1, "sync", seed=33, injections=("record",))
@@ -222,7 +222,7 @@ def test_the_failover_script_starts_a_pair_kills_the_primary_and_promotes_the_st
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("SESSIONSTATE_SLOW") != "1", reason="slow profile: SESSIONSTATE_SLOW=1")
 def test_a_failover_to_an_asynchronous_standby_reports_its_loss_window() -> None:
-    from sessionstate.verify.failover import run_failover_trials
+    from trials.failover import run_failover_trials
 
     need_servers()
     report = run_failover_trials(5, "async", seed=33)
@@ -241,7 +241,7 @@ def test_the_trial_finds_a_drain_that_loses_its_lines_to_a_lost_commit_answer(mo
     read wrongly; before R29, a drain that returned nothing) runs it again, and the second
     drain owes nothing: the lines are lost."""
     from sessionstate.store import commit_outcome
-    from sessionstate.verify.failover import run_failover_trials
+    from trials.failover import run_failover_trials
 
     need_servers()
     monkeypatch.setattr(commit_outcome, "witnessed", lambda *args: commit_outcome.ABORTED)
@@ -259,7 +259,7 @@ def test_a_lost_standby_stalls_synchronous_commits_and_not_asynchronous_ones(mod
     import threading
 
     from sessionstate import Gateway
-    from sessionstate.verify.pgpair import StreamingPair
+    from trials.pgpair import StreamingPair
 
     need_servers()
     with StreamingPair(mode) as pair:

@@ -2,7 +2,7 @@
 acknowledged is lost or reissued by default, whatever the server's ``synchronous_commit``,
 and a pumped gateway's feed is live again soon after the server is back.
 
-The server is the test's own (``sessionstate.verify.pgserver``), tuned ``fsync = off`` and
+The server is the test's own (``trials.pgserver``), tuned ``fsync = off`` and
 ``synchronous_commit = off`` as the project's test servers are: with those, the gateway's
 default used to lose acknowledged events and reissue their sequences on every restart.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from sessionstate import Gateway
 from sessionstate import notice_text
-from sessionstate.verify.pgserver import ThrowawayServer, server_binaries
+from trials.pgserver import ThrowawayServer, server_binaries
 from tests.backends import need_psycopg, skip_or_fail_without_postgres
 
 W, T = "agent:a:main", "agent:b:main"
@@ -35,7 +35,7 @@ def server() -> Iterator[ThrowawayServer]:
 
 
 def test_an_immediate_restart_under_load_loses_reissues_and_repeats_nothing(server):
-    from sessionstate.verify.restart import run_restart_trials
+    from trials.restart import run_restart_trials
 
     report = run_restart_trials(2, seed=20)
     assert report.failures == []

@@ -1,7 +1,7 @@
 """R29: a commit whose answer was lost is resolved, not guessed (PostgreSQL).
 
 The unknown outcome is injected deterministically by a proxy in front of the test server
-(sessionstate/verify/pgproxy.py): the COMMIT reaches the server and its answer is cut off
+(trials/pgproxy.py): the COMMIT reaches the server and its answer is cut off
 (the transaction committed), or the COMMIT is cut off (it rolled back), or, after the cut, no
 server answers the resolution (unknown). Each case checks the drained lines, the log (raw
 SQL) and what a later drain returns: no notice lost, no event acknowledged twice or dropped.
@@ -23,7 +23,7 @@ from sessionstate.store import SessionRecord
 from sessionstate.store import commit_outcome
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN, classify
 from sessionstate.store.factory import open_store
-from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
+from trials.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
 
 W = "agent:main:main"
 T = "agent:main:group:lobby"

@@ -33,7 +33,7 @@ from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, VERSION_TAB
 from tests.backends import admin_connection
 from tests.store.sessions import A
 from tests.store.test_commit_outcome import proxied  # noqa: F401  (a fixture)
-from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT
+from trials.pgproxy import AFTER_COMMIT, BEFORE_COMMIT
 from tests.store.test_postgres_schema import altered_database, make_database, raw, set_stamp, snapshot, stamp
 
 # -- opening: the schema ----------------------------------------------------------------------

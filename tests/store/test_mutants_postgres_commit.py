@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED
-from sessionstate.verify.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
+from trials.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
 
 KEYS = ("agent:main:one", "agent:main:two")
 

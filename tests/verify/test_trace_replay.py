@@ -19,7 +19,7 @@ from sessionstate.clients.demo.story import run_demo
 from sessionstate import notice_text
 from sessionstate.verify.trace_check import TraceChecker, Violation
 from sessionstate.verify.trace_read import read_trace
-from sessionstate.verify.workload import ensure_sessions
+from trials.workload import ensure_sessions
 from tests.verify.trace_support import (
     MAIN,
     PEER,
@@ -84,7 +84,7 @@ def test_a_two_process_run_replays_clean(tmp_path, shared_file):
     start = time.time() + 1.5
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "sessionstate.verify.concurrency_worker", url, str(tmp_path / f"out{i}.json"),
+            [sys.executable, "-m", "trials.concurrency_worker", url, str(tmp_path / f"out{i}.json"),
              str(i), "150", str(start), str(i), "2"],
             env={**os.environ, "SESSIONSTATE_TRACE": str(traces[1 + i])},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -435,7 +435,7 @@ def test_a_crash_then_a_restart_on_the_same_trace_file_replays_clean(tmp_path):
     with Gateway.open(url, trace=trace) as gw:
         ensure_sessions(gw)
     child = subprocess.Popen(
-        [sys.executable, "-m", "sessionstate.verify.concurrency_worker", url, str(tmp_path / "out.json"),
+        [sys.executable, "-m", "trials.concurrency_worker", url, str(tmp_path / "out.json"),
          "7", "100000", str(time.time()), "0", "1"],
         env={**os.environ, "SESSIONSTATE_TRACE": str(trace)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

@@ -1,4 +1,4 @@
-"""The child of the crash test: ``python -m sessionstate.verify.crash_worker DB SIDELOG SEED``.
+"""The child of the crash test: ``python -m trials.crash_worker DB SIDELOG SEED``.
 
 Works on the database DB (a URL or a file path) until it is killed. Every append that ``record_event`` acknowledged
 (it returned a sequence, so the transaction committed) is written to SIDELOG as
@@ -11,7 +11,7 @@ import os
 import random
 import sys
 
-from ..facade.gateway import Gateway
+from sessionstate.facade.gateway import Gateway
 from .workload import PAIRS, ensure_sessions, one_step
 
 MAX_ROWS = 300  # small, so prune really deletes; the parent accounts for it by the watermark

@@ -1,8 +1,7 @@
 """A throwaway PostgreSQL primary with a streaming standby, for the failover trials.
 
-The Python twin of ``scripts/pg-failover-server`` (the script serves shells and CI; this
-class serves ``sessionstate check``, which runs from an installed package without the
-repository's scripts). The standby is a ``pg_basebackup -R`` copy of the primary, streaming
+The Python twin of ``scripts/pg-failover-server`` (the script serves shells; this class
+serves the trials and the tests, which start and kill the servers themselves). The standby is a ``pg_basebackup -R`` copy of the primary, streaming
 from it. ``mode="sync"``: once the standby streams, the primary's ``synchronous_standby_names``
 is ``'*'``, so a commit with ``synchronous_commit = on`` (the store's default) returns only
 after the standby flushed it. ``mode="async"``: the primary does not wait.

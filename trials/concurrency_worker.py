@@ -1,4 +1,4 @@
-"""One concurrency process: ``python -m sessionstate.verify.concurrency_worker DB OUT SEED EVENTS START INDEX N``.
+"""One concurrency process: ``python -m trials.concurrency_worker DB OUT SEED EVENTS START INDEX N``.
 
 Waits until the wall clock reaches START (so both processes begin together), then appends
 EVENTS events to any session (plus watches and drains of the watchers process INDEX of N
@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-from ..facade.gateway import Gateway
+from sessionstate.facade.gateway import Gateway
 from .workload import ensure_sessions, one_step, owned_pairs
 
 

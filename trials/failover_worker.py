@@ -28,8 +28,8 @@ import time
 import traceback
 from typing import Any
 
-from ..errors import StorageError
-from ..facade.gateway import Gateway
+from sessionstate.errors import StorageError
+from sessionstate.facade.gateway import Gateway
 
 DRAIN_PAUSE_SECONDS = 0.02
 RECONCILE_SECONDS = 60.0  # a bound for a stuck server, not a measurement

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..facade.gateway import Gateway
+from sessionstate.facade.gateway import Gateway
+from . import worker, worker_env
 from .pgserver import ThrowawayServer
 
 WATCHER = "agent:watcher:main"
@@ -52,7 +53,7 @@ class RestartReport:
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
     child = subprocess.Popen(
-        [sys.executable, "-m", "sessionstate.verify.restart_worker", *args],
+        worker("restart_worker", *args), env=worker_env(),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     return child

@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from ..facade.gateway import Gateway
+from sessionstate.facade.gateway import Gateway
+from . import worker, worker_env
 from .pgpair import StreamingPair
 from .pgproxy import AFTER_COMMIT, CommitDroppingProxy
 
@@ -257,7 +258,7 @@ def check_injected(injected: Injected, observed: Observed) -> list[str]:
 
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "sessionstate.verify.failover_worker", *args],
+    return subprocess.Popen(worker("failover_worker", *args), env=worker_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -299,7 +300,7 @@ def read_server(url_dir: Path, dbname: str = "postgres") -> tuple[dict, set, dic
     server whose socket is in ``url_dir``."""
     import psycopg
 
-    from ..statemachine.table import NOTIFYING_KINDS
+    from sessionstate.statemachine.table import NOTIFYING_KINDS
 
     with psycopg.connect(host=str(url_dir), dbname=dbname, user="postgres", autocommit=True) as conn:
         rows = conn.execute("SELECT sequence, session_key, summary, kind FROM session_state_events").fetchall()

@@ -1,4 +1,4 @@
-"""LIV3's trial (sessionstate/verify/threads.py) on every backend, and the two defects it is
+"""LIV3's trial (trials/threads.py) on every backend, and the two defects it is
 there for, seeded: a lost wake and an answer before the commit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 import time
 
 from sessionstate.services.notice import group_commit, recording
-from sessionstate.verify.threads import run_threads
+from trials.threads import run_threads
 
 
 def test_eight_threads_and_an_event_loop_on_one_gateway_all_return_after_their_commits(db_url):

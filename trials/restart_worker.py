@@ -19,8 +19,8 @@ import threading
 import time
 import traceback
 
-from ..errors import StorageError
-from ..facade.gateway import Gateway
+from sessionstate.errors import StorageError
+from sessionstate.facade.gateway import Gateway
 
 DRAIN_PAUSE_SECONDS = 0.02
 

@@ -1,6 +1,6 @@
 """Two gateway processes on one database, appending to overlapping sessions.
 
-The database is a temporary SQLite file, or a fresh one on the backend ``sessionstate check
+The database is a temporary SQLite file, or a fresh one on the backend ``./dev trials
 --db URL`` names (scratch.py).
 
 Checks: no sequence handed to both processes; every acknowledged event present with its
@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..facade.gateway import Gateway
+from sessionstate.facade.gateway import Gateway
+from . import worker, worker_env
 from .scratch import scratch_database
 from .workload import SESSIONS, ensure_sessions
 
@@ -54,8 +55,8 @@ def run_concurrency(events: int, *, processes: int = 2, seed: int = 0, directory
         outs = [Path(tmp) / f"worker{i}.json" for i in range(processes)]
         children = [
             subprocess.Popen(
-                [sys.executable, "-m", "sessionstate.verify.concurrency_worker", url, str(out),
-                 str(seed * 1000 + i), str(events), str(start), str(i), str(processes)],
+                worker("concurrency_worker", url, str(out),
+                 str(seed * 1000 + i), str(events), str(start), str(i), str(processes)), env=worker_env(),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )
             for i, out in enumerate(outs)

@@ -1,25 +1,23 @@
-"""``sessionstate check --only failover``: the part's wiring (what it prints, that a finding
+"""``./dev trials --only failover``: the part's wiring (what it prints, that a finding
 fails the check, the modes it runs, a missing server) with the trial replaced by a recorded
 report, and the real trial end to end in the slow profile:
 
-    SESSIONSTATE_SLOW=1 ./dev test -q -m slow tests/verify/test_check_failover.py
+    SESSIONSTATE_SLOW=1 ./dev test -q -m slow tests/trials/test_failover_trial.py
 """
 
 from __future__ import annotations
 
 import io
 import os
-import tempfile
 
 import pytest
 
-from sessionstate.clients.cli import build_parser
-from sessionstate.verify import failover, pgserver, runner
+from trials import failover, pgserver, runner
 
 
 def run(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
-    code = runner.run_check(build_parser().parse_args(["check", "--report-dir", tempfile.mkdtemp(prefix="sessionstate-reports-"), *argv]), out)
+    code = runner.run_trials(runner.parser().parse_args(argv), out)
     return code, out.getvalue()
 
 
@@ -49,7 +47,7 @@ def test_the_failover_part_reports_each_mode_and_its_loss_window(recorded) -> No
     assert "failover (sync standby): 2 sync failover(s), 10 acknowledged appends (none lost)" in text
     assert "failover (async standby): 2 async failover(s), 10 acknowledged appends (1 lost, acknowledged up to" \
            " 4.5 ms before the kill)" in text
-    assert "all checks passed" in text
+    assert "all trials passed" in text
 
 
 def test_a_failover_finding_fails_the_check_with_its_replay_command(recorded, monkeypatch) -> None:
@@ -60,7 +58,7 @@ def test_a_failover_finding_fails_the_check_with_its_replay_command(recorded, mo
     code, text = run(["--fast", "--only", "failover"])
     assert code == 1, text
     assert "failover (sync): trial 0: acknowledged event 4 is lost" in text
-    assert "replay: sessionstate check --only failover --failover-modes sync --seed 0" in text
+    assert "replay: ./dev trials --only failover --failover-modes sync --seed 0" in text
 
 
 def test_the_profiles_choose_the_modes(recorded) -> None:

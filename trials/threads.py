@@ -37,8 +37,8 @@ from typing import Any
 
 import anyio
 
-from ..facade.aio import AsyncGateway
-from ..facade.gateway import Gateway
+from sessionstate.facade.aio import AsyncGateway
+from sessionstate.facade.gateway import Gateway
 from .scratch import scratch_database
 
 TARGETS = tuple(f"agent:t{i}:main" for i in range(4))

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionExists
-from ..facade.gateway import Gateway
-from ..statemachine import NOTIFYING_KINDS
+from sessionstate.errors import SessionExists
+from sessionstate.facade.gateway import Gateway
+from sessionstate.statemachine import NOTIFYING_KINDS
+from . import worker, worker_env
 
 SHARED = ("agent:t:shared0", "agent:t:shared1")
 
@@ -92,8 +93,8 @@ def run_ordering(url: str, *, writers: int = 4, readers: int = 2, events: int = 
         def spawn(role: str, index: int) -> tuple[subprocess.Popen[str], Path]:
             out = Path(tmp) / f"{role}{index}.json"
             child = subprocess.Popen(
-                [sys.executable, "-m", "sessionstate.verify.ordering_worker", role, url, str(out),
-                 str(seed * 1000 + index), str(events), str(index), str(writers), str(stop), str(start)],
+                worker("ordering_worker", role, url, str(out),
+                 str(seed * 1000 + index), str(events), str(index), str(writers), str(stop), str(start)), env=worker_env(),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )
             return child, out

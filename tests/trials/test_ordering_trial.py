@@ -1,11 +1,11 @@
-"""The multi-process ordering trial (sessionstate/verify/ordering.py) on every backend:
+"""The multi-process ordering trial (trials/ordering.py) on every backend:
 4 writer processes on shared and distinct targets, 2 readers polling changesSince."""
 
 from __future__ import annotations
 
 import copy
 
-from sessionstate.verify.ordering import OrderingReport, check_outcome, run_ordering
+from trials.ordering import OrderingReport, check_outcome, run_ordering
 
 
 def test_four_writers_and_two_readers_keep_order_and_cursors(db_url, tmp_path):
@@ -23,7 +23,7 @@ def test_the_checks_see_a_skipped_event_and_a_lost_one(db_url, tmp_path, monkeyp
         captured.update(url=url, writers=writers, writes=writes, reads=reads)
         return check_outcome(url, writers, writes, reads, report)
 
-    monkeypatch.setattr("sessionstate.verify.ordering.check_outcome", capture)
+    monkeypatch.setattr("trials.ordering.check_outcome", capture)
     assert run_ordering(db_url, writers=2, readers=1, events=20, seed=2, directory=tmp_path).ok
     reads = copy.deepcopy(captured["reads"])
     key, seen = next((k, v) for k, v in reads[0]["seen"].items() if len(v) >= 2)

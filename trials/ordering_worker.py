@@ -1,5 +1,5 @@
 """One process of the ordering trial (``ordering.py``):
-``python -m sessionstate.verify.ordering_worker ROLE DB OUT SEED EVENTS INDEX WRITERS STOP START``.
+``python -m trials.ordering_worker ROLE DB OUT SEED EVENTS INDEX WRITERS STOP START``.
 
 A writer appends EVENTS events (to the shared targets and its own), drains and sweeps its own
 watcher, and re-watches now and then; a reader polls ``changesSince`` on every target from
@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any
 
-from ..facade.gateway import Gateway
+from sessionstate.facade.gateway import Gateway
 from .ordering import SHARED, all_targets, own_target, watched_by, watcher
 
 NOTIFYING = ("human_direct_message", "goal_changed")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from ..errors import SessionExists
-from ..facade.gateway import Gateway
+from sessionstate.errors import SessionExists
+from sessionstate.facade.gateway import Gateway
 
 SESSIONS = tuple(f"agent:w{i}:main" for i in range(4))
 PAIRS = ((SESSIONS[0], SESSIONS[1]), (SESSIONS[0], SESSIONS[2]), (SESSIONS[1], SESSIONS[2]), (SESSIONS[3], SESSIONS[1]))

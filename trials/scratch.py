@@ -1,6 +1,6 @@
 """A fresh, empty database for one trial, on the backend the user named.
 
-``sessionstate check --db URL`` runs its trials against that database's backend without
+``./dev trials --db URL`` runs its trials against that database's backend without
 touching its data: a PostgreSQL URL gets a new schema in that database for each trial
 (reached through the URL's ``search_path``) that is dropped afterwards; a SQLite URL or path
 gets a new file in a temporary directory next to it; nothing (the default) a temporary file.
@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..shared.config import normalize_url
-from ..store.factory import is_postgres_url
-from ..store.sqlite import sqlite_path
+from sessionstate.shared.config import normalize_url
+from sessionstate.store.factory import is_postgres_url
+from sessionstate.store.sqlite import sqlite_path
 
 
 @contextmanager
@@ -34,7 +34,7 @@ def scratch_database(base: str | None, directory: Path | None = None) -> Iterato
 
 @contextmanager
 def _postgres_schema(base: str) -> Iterator[str]:
-    from ..store.postgres import postgres_url
+    from sessionstate.store.postgres import postgres_url
 
     schema = f"sessionstate_trial_{uuid.uuid4().hex[:12]}"
     _admin(base, f"CREATE SCHEMA {schema}")
@@ -50,7 +50,7 @@ def _admin(base: str, statement: str) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from ..store.postgres import postgres_url
+    from sessionstate.store.postgres import postgres_url
 
     engine = create_engine(postgres_url(base), poolclass=NullPool)
     try:
@@ -65,7 +65,7 @@ def describe(base: str | None) -> str:
         return "temporary SQLite files"
     url = normalize_url(base)
     if is_postgres_url(url):
-        from ..store.postgres import postgres_url
+        from sessionstate.store.postgres import postgres_url
 
         return f"fresh schemas in {postgres_url(url).render_as_string(hide_password=True)}"
     return f"temporary SQLite files beside {url}"

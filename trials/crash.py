@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..facade.gateway import Gateway
-from ..shared.formats import notice_text
+from sessionstate.facade.gateway import Gateway
+from sessionstate.shared.formats import notice_text
+from . import worker, worker_env
 from .scratch import scratch_database
 from .workload import SESSIONS
 
@@ -124,7 +125,7 @@ def run_trials(
         for trial in range(trials):
             child_seed = rng.randrange(2**32)
             child = subprocess.Popen(
-                [sys.executable, "-m", "sessionstate.verify.crash_worker", url, str(sidelog), str(child_seed)],
+                worker("crash_worker", url, str(sidelog), str(child_seed)), env=worker_env(),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )
             # Half the kills land while the child is still opening (sweep, watches).

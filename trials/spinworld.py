@@ -29,9 +29,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..shared.formats import notice_text
-from .spin import SpinMissing, spin_available, trail_actions
-from .world import PAIRS, Action, provenance_of
+from sessionstate.shared.formats import notice_text
+from sessionstate.verify.spin import SpinMissing, spin_available, trail_actions
+from sessionstate.verify.world import PAIRS, Action, provenance_of
 
 # The sessions' keys on the real gateways: the trail replay's, but B a sub-agent as in the
 # model (MAIN_STYLE in promela.py), so its wakes are compared too: none, for real and there.
@@ -147,8 +147,8 @@ class SimReplay:
 def replay_simulation(steps: list[SimStep], processes: int, directory: Path, seed: int = 0) -> SimReplay:
     """Run the model's steps on real gateways; every difference in positions, queues or A's
     wakes, step by step."""
-    from ..facade.gateway import Gateway
-    from . import replay
+    from sessionstate.facade.gateway import Gateway
+    from sessionstate.verify import replay
 
     directory.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{directory / 'world.db'}"
@@ -232,7 +232,7 @@ def replay_simulation(steps: list[SimStep], processes: int, directory: Path, see
 
 
 def _state_differences(gws: list, step: SimStep, label: str, processes: int) -> list[str]:
-    from . import replay
+    from sessionstate.verify import replay
 
     out: list[str] = []
     gw0 = gws[0]

@@ -1,5 +1,5 @@
 """SPIN's world held to the real gateway: random simulation runs of the generated model replayed
-on real gateways (sessionstate/verify/spinworld.py), comparing positions, every process's queue
+on real gateways (trials/spinworld.py), comparing positions, every process's queue
 and A's wakes after every step; and changes to the world the gateway does not share (heal,
 self-suppression, claims), seeded into the generated text, shown to make the replay differ.
 
@@ -13,9 +13,10 @@ import os
 
 import pytest
 
-from sessionstate.verify import promela, spinworld
+from sessionstate.verify import promela
+from trials import spinworld
 
-from .test_promela import need_spin
+from tests.verify.test_promela import need_spin
 
 BOUNDS = {"MAXSEQ": 4, "STEPS": 12}
 CI_SEEDS = 24  # per process count: about 10 s each on a loaded 2-core box
