@@ -4,6 +4,8 @@ A durable signal log of material changes per session, watcher cursors, one coale
 notice per (watcher, target) pair, and exact ``changesSince`` reconciliation.
 """
 
+from importlib.metadata import version as _version
+
 from .errors import (
     InvalidArgument,
     InvalidDatabaseUrl,
@@ -30,6 +32,8 @@ from .shared.provenance import PROVENANCES, CursorPositions
 from .statemachine import Positions
 from .facade.aio import AsyncGateway
 
+
+__version__ = _version("sessionstate")
 
 __all__ = [
     "AsyncGateway",

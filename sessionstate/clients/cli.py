@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_operator_parsers(commands)
 
-    check = commands.add_parser("check", help="model check, fuzz, crash and concurrency trials (exit 1 on failure)")
+    check = commands.add_parser("check", help="model check with real-store replay, fuzz, SPIN (exit 1 on failure)")
     from ..verify.runner import add_arguments as add_check_arguments
 
     add_check_arguments(check)
