@@ -39,7 +39,7 @@ TARGETS = {
                                             "tests/verify/test_mutation_killers.py"],
     "sessionstate/store/sqlite.py": ["tests/store", "tests/gateway/test_rules.py", "tests/gateway/test_bad_input.py",
                                      "tests/verify/test_modelcheck.py::test_sampled_traces_replay_equal_on_the_real_store",
-                                     "tests/verify/test_mutation_killers.py", "tests/verify/test_trials.py::test_two_processes_append_500_events_each"],
+                                     "tests/verify/test_mutation_killers.py", "tests/trials/test_crash_and_concurrency_trials.py::test_two_processes_append_500_events_each"],
     "sessionstate/store/schema.py": ["tests/store", "tests/gateway/test_rules.py", "tests/verify/test_mutation_killers.py"],
 }
 SWAPS: dict[type, type] = {
