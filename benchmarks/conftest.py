@@ -32,7 +32,8 @@ def _benchmarks_requested(config: pytest.Config) -> bool:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
     if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
-        if _benchmarks_requested(parent.config):
+        # A file named on the command line pytest collects itself (whatever its name): once.
+        if _benchmarks_requested(parent.config) and not parent.session.isinitpath(file_path):
             return pytest.Module.from_parent(parent, path=file_path)
     return None
 

@@ -69,6 +69,14 @@ def test_owed_wakes_script_reports_cost_idle_cpu_and_lateness():
     assert lines[2].startswith("lateness of 10 owed at once: p50 ")
 
 
+def test_watcher_styles_script_reports_both_sides_and_their_ratio():
+    lines = run_script("studies/watcher_styles.py", "--rounds", "1", "--events", "5").splitlines()
+    assert lines[0].startswith("1 rounds of 5 events, 3 watchers caught up before each")
+    assert any(line.lstrip().startswith("main ") for line in lines)
+    assert any(line.lstrip().startswith("sub-agent watchers:") for line in lines)
+    assert lines[-1].startswith("main ÷ sub-agent: ")
+
+
 def test_thread_scaling_script_reports_both_sides_per_thread_count():
     report = script_report("studies/thread_scaling.py", "--rounds", "1", "--events", "16", "--threads", "1,2")
     assert [p["threads"] for p in report["points"]] == [1, 2]
