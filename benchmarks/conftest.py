@@ -5,7 +5,8 @@
   ``benchmarks/`` (or a file in it) is named on the command line, so ``pytest`` and
   ``pytest .`` from the repository root run the tests alone.
 * ``SESSIONSTATE_BENCH_SMOKE=1`` (CI) runs every benchmark with minimal rounds and shrunken
-  setups so the whole suite finishes in well under a minute; nothing asserts timing, ever.
+  setups so the whole suite (the studies at their smallest included) finishes in a few
+  minutes; nothing asserts timing, ever.
 """
 
 from __future__ import annotations
