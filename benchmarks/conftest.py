@@ -5,7 +5,8 @@
   ``benchmarks/`` (or a file in it) is named on the command line, so ``pytest`` and
   ``pytest .`` from the repository root run the tests alone.
 * ``SESSIONSTATE_BENCH_SMOKE=1`` (CI) runs every benchmark with minimal rounds and shrunken
-  setups so the whole suite finishes in well under a minute; nothing asserts timing, ever.
+  setups so the whole suite (the studies at their smallest included) finishes in a few
+  minutes; nothing asserts timing, ever.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def _benchmarks_requested(config: pytest.Config) -> bool:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
     if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
-        if _benchmarks_requested(parent.config):
+        # A file named on the command line pytest collects itself (whatever its name): once.
+        if _benchmarks_requested(parent.config) and not parent.session.isinitpath(file_path):
             return pytest.Module.from_parent(parent, path=file_path)
     return None
 

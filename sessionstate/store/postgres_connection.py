@@ -57,7 +57,7 @@ class PostgresConnected:
     A transaction's ``BEGIN`` waits for its first statement (``_begin_unsent``): a batch's
     pipeline takes it along in its one round trip; any other statement sends it first, as
     its own round trip (two statements pipelined cost more here than the round trip they
-    save, docs/performance.md)."""
+    save, docs/performance-postgres.md)."""
 
     _engine: Engine
     _synchronous_commit: str

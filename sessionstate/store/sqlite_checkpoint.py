@@ -36,7 +36,7 @@ log = logging.getLogger("sessionstate")
 # The writer's autocheckpoint (SQLite's default is 1,000 pages), a backstop: about 32 MB of
 # WAL at 4 KB a page. Under steady commits one interval and one pass add about 3,500 frames
 # here (a commit of one event writes 5-6 pages): at 4,000 the writer's backstop still fired
-# now and then, a 15 ms commit; at 8,000 it does not (docs/performance.md).
+# now and then, a 15 ms commit; at 8,000 it does not (docs/performance-threads.md).
 BACKSTOP_PAGES = 8_000
 # At most one background checkpoint per interval: a checkpoint syncs the file, so one per
 # commit would trade a write for a sync.

@@ -67,7 +67,7 @@ def test_a_pair_write_of_two_pairs_writes_both(store):
     assert got == {("w1", "t1"): ((1, 1, 1), 2.0), ("w2", "t2"): ((0, 2, 2), 2.0)}
 
 
-# -- statements the batch paths promise (docs/performance.md) ----------------------------------
+# -- statements the batch paths promise (docs/performance-postgres.md) ----------------------------
 
 
 def writes_to(statements: list[str], table: str) -> list[str]:

@@ -49,8 +49,9 @@ MAX_ROUNDS = 32
 class Signal:
     """What a queued caller sleeps on: ``threading.Event``'s set, clear and wait, on one bare
     lock (held while unset). An Event waits through a Condition and a lock of its own, in
-    Python; this costs one lock operation (``benchmarks/handover_floor.py``: 3-6 µs less a
-    hand-over, and about a tenth more throughput at 8 threads in paired runs)."""
+    Python; this costs one lock operation (docs/performance-threads.md, "The floor of a
+    hand-over": 3-6 µs less a hand-over, and about a tenth more throughput at 8 threads in
+    paired runs)."""
 
     __slots__ = ("_unset",)
 

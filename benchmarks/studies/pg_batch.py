@@ -1,12 +1,14 @@
 """A ``record_events`` batch on PostgreSQL, one tree against another: µs per event and round
 trips per batch at 1, 8 and 32 events per call, the trees in lockstep.
 
-Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/pg_batch.py [--rounds R] [--sizes 1,8,32] [--latency MS] TREE...
+Backs docs/performance-postgres.md, "The batch pipelined" (also run as `benchmarks/compare.py pg-batch`).
+
+Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/studies/pg_batch.py [--rounds R] [--sizes 1,8,32] [--latency MS] TREE...
      e.g. TREE... = . /tmp/before   (git worktree add --detach /tmp/before REV)
 
 Each tree runs in a child process that puts it first on ``sys.path`` and opens a schema of
 its own on the server named by SESSIONSTATE_TEST_PG_URL, with one target and three watchers
-caught up on it (the shape of ``append_cost.py``). A round asks every child, in a shuffled
+caught up on it (the shape of ``compare.py wall``). A round asks every child, in a shuffled
 order, for one turn per batch size: 10 ``record_events`` calls of N notifying events each,
 each call timed; between two calls (untimed) every watcher drains until nothing is left, so
 each call finds its three watchers caught up and writes their cursors. The slow and fast phases

@@ -1,7 +1,10 @@
 """Several processes: commit-to-drainable latency across processes, the pump's idle CPU.
 
-Run: ./dev run .venv/bin/python benchmarks/multiproc_latency.py [episodes]
-     scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/multiproc_latency.py --postgres [episodes]
+Backs docs/performance.md, "Several processes", and docs/performance-postgres.md, "Several
+processes on PostgreSQL".
+
+Run: ./dev run .venv/bin/python benchmarks/studies/multiproc_latency.py [episodes]
+     scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/studies/multiproc_latency.py --postgres [episodes]
 
 Process A (a child process) records one material event per episode and reports the wall-clock
 time right after its commit; process B (this one) serves the watcher with the change pump and

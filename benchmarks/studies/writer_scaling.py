@@ -1,6 +1,8 @@
 """Writer scaling on one PostgreSQL primary: 1, 2, 4, 8, 16 writer processes (docs/scaling.md).
 
-Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/writer_scaling.py
+Backs docs/scaling.md, "Writer scaling on one primary".
+
+Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/studies/writer_scaling.py
          [--writers 1,2,4,8,16] [--seconds S] [--layout own,shared]
 
 Per writer count W and layout, W processes each open a gateway on a fresh schema and, from

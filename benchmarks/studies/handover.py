@@ -1,6 +1,9 @@
 """Where the time of several recording threads goes: the hand-over of group commit, paired.
 
-Run: ./dev run .venv/bin/python benchmarks/handover.py [--rounds R] [--events N] [--threads 2,4,8]
+Backs docs/performance-threads.md, "Where the time of several threads goes" and "The bound of a
+sleeping hand-over".
+
+Run: ./dev run .venv/bin/python benchmarks/studies/handover.py [--rounds R] [--events N] [--threads 2,4,8]
          [--synchronous NORMAL|FULL] [--no-gather]
 
 One gateway (SQLite, one target per thread slot, three watchers each, as thread_scaling.py)
@@ -14,7 +17,8 @@ after the other and in this order, N notifying events
 - ``burst8``: one thread calling ``record_events`` with 8 events per call (one transaction
   per 8, no thread hand-over at all: what 8 threads could reach at best);
 - ``burst8_one_target``: the same with all 8 events of a call on one target (what the
-  issue's quiet-machine table measured; ``burst8`` is what ``batch_ceiling.py`` measures);
+  issue's quiet-machine table measured; ``burst8`` is what docs/performance-threads.md's "The ceiling of group
+  commit" measured);
 - ``tT`` for each thread count T: T threads calling ``record_event`` together;
 - ``boundT`` for each T: about the best that any design can reach in which a caller sleeps
   until the commit that holds its event. T threads do nothing but queue an event and sleep
@@ -56,8 +60,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.environ.get("SESSIONSTATE_TREE", str(Path(__file__).resolve().parent.parent)))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, os.environ.get("SESSIONSTATE_TREE", str(HERE.parents[1])))  # the tree measured
+sys.path.insert(0, str(HERE.parent))  # _support
+sys.path.insert(0, str(HERE))  # thread_scaling
 
 from _support import RawLog  # noqa: E402
 from thread_scaling import KIND, WATCHERS, open_side, target  # noqa: E402

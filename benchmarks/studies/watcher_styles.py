@@ -1,6 +1,8 @@
 """What a main-style watcher adds to an event inside its wake window (issue #35, R12).
 
-Run: ./dev run .venv/bin/python benchmarks/watcher_styles.py [--rounds R] [--events N] [--watchers W]
+Backs docs/performance.md, "Main-style and sub-agent watchers inside a window".
+
+Run: ./dev run .venv/bin/python benchmarks/studies/watcher_styles.py [--rounds R] [--events N] [--watchers W]
 
 Two gateways, each on an SQLite file of its own, with one target (a main session) and ``--watchers`` watchers
 of it: main sessions (``agent:wI:main``, woken through ``on_wake``, R12) on one side,

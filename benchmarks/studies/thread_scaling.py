@@ -1,8 +1,10 @@
 """Thread scaling of ``record_event``: group commit against one commit per call, paired.
 
-Run: ./dev run .venv/bin/python benchmarks/thread_scaling.py [--postgres] [--rounds R] [--events N]
+Backs docs/performance-threads.md, "Group commit".
+
+Run: ./dev run .venv/bin/python benchmarks/studies/thread_scaling.py [--postgres] [--rounds R] [--events N]
          [--threads 1,2,4,8,16] [--switch-interval SECONDS] [--synchronous NORMAL|FULL]
-     scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/thread_scaling.py --postgres
+     scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/studies/thread_scaling.py --postgres
 
 Two gateways, each on a database of its own, with one target session per thread (each
 watched by three watchers) built through the public API. Per thread count, each round
@@ -31,8 +33,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
 
 from sessionstate import Gateway  # noqa: E402
 

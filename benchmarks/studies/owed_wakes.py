@@ -1,6 +1,8 @@
 """Owed wakes (R12, LIV1): what they cost an append, the wake timer's idle CPU, their lateness.
 
-Run: ./dev run .venv/bin/python benchmarks/owed_wakes.py [watchers [idle seconds]]
+Backs docs/performance.md, "Owed wakes".
+
+Run: ./dev run .venv/bin/python benchmarks/studies/owed_wakes.py [watchers [idle seconds]]
 
 1. Append cost. ``watchers`` (1,000) main-style watchers each watch two targets; a message on
    each target leaves every watcher pending on both and owed one wake (the second notice came
