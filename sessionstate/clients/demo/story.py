@@ -96,7 +96,7 @@ def _tools_step(gw: Gateway, number: int) -> None:
         Rule(MANAGER, "reply_back", ["REPLY_SKIP"]),
     ])
     gw.configure_tools(ToolPolicy(visibility="agent"), runner=runner, id_factory=lambda: next(ids))
-    gw.registry.register_session(peer, channel="slack")
+    gw.create_session(peer, channel="slack")
     gw.registry.set_route(MANAGER, "telegram", "ops-chat")
     survey = gw.call_tool(MANAGER, "sessions_spawn", {"task": "survey the logs", "label": "surveyor"})
     # The survey finishes before the second child starts: two runs recording at once would number
