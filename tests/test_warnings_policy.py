@@ -15,7 +15,7 @@ from sessionstate import Gateway
 def test_a_deprecated_gateway_name_outside_pytest_warns_is_an_error() -> None:
     with Gateway.open("sqlite://") as gw:
         with pytest.raises(DeprecationWarning, match="Gateway.session_exists is deprecated"):
-            gw.session_exists("agent:main:main")  # the deprecated flat name of ops.session_exists
+            gw.ops.session_exists("agent:main:main")  # the deprecated flat name of ops.session_exists
         assert gw.ops.session_exists("agent:main:main") is False  # the part's name: no warning
 
 
@@ -41,4 +41,4 @@ def test_a_deprecation_inside_a_library_only_warns() -> None:
 def test_pytest_warns_still_asserts_a_deprecated_name() -> None:
     with Gateway.open("sqlite://") as gw:
         with pytest.deprecated_call(match="use gateway.ops.session_exists"):
-            assert gw.session_exists("agent:main:main") is False
+            assert gw.ops.session_exists("agent:main:main") is False

@@ -10,7 +10,7 @@ import pytest
 
 from sessionstate import Gateway
 from sessionstate.facade.aio import AsyncGateway
-from sessionstate.facade.gateway import DEPRECATED, PUBLIC_NAMES, ProtocolMethod
+from sessionstate.facade.gateway import DEPRECATED, PUBLIC_NAMES, PartMethod
 from sessionstate.services.notice.protocol import NoticeProtocol
 from sessionstate.services.notice.recording import EventArgs
 
@@ -37,7 +37,7 @@ def test_the_shape_check_sees_an_added_name(tmp_path):
 def test_protocol_methods_are_the_protocols_own():
     # No second signature: each is a descriptor naming the protocol's function.
     for name, member in vars(Gateway).items():
-        if isinstance(member, ProtocolMethod):
+        if isinstance(member, PartMethod):
             assert member.method is getattr(NoticeProtocol, name)
             assert inspect.signature(member) == inspect.signature(getattr(NoticeProtocol, name))
 
@@ -78,12 +78,12 @@ def test_every_deprecated_name_warns_and_reaches_its_new_home(tmp_path):
 def test_deprecated_names_still_work(tmp_path):
     with Gateway.open(str(tmp_path / "g.db")) as gw:
         with pytest.warns(DeprecationWarning):
-            gw.register_session(W)  # type: ignore[attr-defined]
+            gw.create_session(W)  # type: ignore[attr-defined]
         gw.create_session(T)
         with pytest.warns(DeprecationWarning):
-            assert gw.session_exists(T)  # type: ignore[attr-defined]
+            assert gw.ops.session_exists(T)  # type: ignore[attr-defined]
         with pytest.warns(DeprecationWarning):
-            gw.retention_days = 3  # type: ignore[misc]
+            gw.ops.retention_days = 3  # type: ignore[misc]
         assert gw.ops.retention_days == 3
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -98,7 +98,7 @@ def test_async_gateway_mirrors_the_parts(tmp_path):
     async def main() -> None:
         agw = await AsyncGateway.open(str(tmp_path / "a.db"))
         try:
-            await agw.registry.register_session(W)
+            await agw.create_session(W)
             await agw.create_session(T)
             assert await agw.cluster.serves(W)
             assert (await agw.ops.diagnostics()).server_id is None

@@ -1,4 +1,4 @@
-"""The transcripts service's edges that mutmut over ``services/transcript_service.py`` found
+"""The transcripts service's edges that mutmut over ``services/transcripts.py`` found
 untested once its ``@locked`` methods were reached (scripts/mutmut_unwrap_locked.py): a human
 turn into one of two sessions sharing an unqualified key, what the turn stores, and the
 arguments refused under their own names."""

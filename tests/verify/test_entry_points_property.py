@@ -96,7 +96,7 @@ def kw(data: st.DataObject, **strategies: st.SearchStrategy[Any]) -> dict[str, A
 CALLS: dict[str, Call] = {
     "create_session": lambda gw, x: gw.create_session(d(x, key, "key"), **kw(
         x, agent_id=key, kind=st.one_of(st.sampled_from(["main", "subagent"]), junk), parent=key, label=junk, run_id=junk)),
-    "register_session": lambda gw, x: gw.registry.register_session(d(x, key, "key"), **kw(
+    "register_session": lambda gw, x: gw.create_session(d(x, key, "key"), **kw(
         x, agent_id=key, parent=key, label=junk, channel=junk, model=junk, thinking=junk, runtime=junk, sandboxed=junk)),
     "session_exists": lambda gw, x: gw.ops.session_exists(d(x, key, "key"), d(x, maybe(key), "agent")),
     "resolve": lambda gw, x: gw.ops.resolve(d(x, key, "key"), d(x, maybe(key), "agent")),
@@ -205,10 +205,10 @@ def make_world(path: Path) -> Gateway:
     gw = Gateway.open(f"sqlite:///{path}")
     runner = ScriptedRunner([Rule("agent:main:subagent:held*", "task", ["late"], delay=600)])
     gw.configure_tools(ToolPolicy(visibility="agent", profile="coding"), runner=runner)
-    gw.registry.register_session(MANAGER, channel="telegram")
-    gw.registry.register_session(PEER, label="peer")
-    gw.registry.register_session(CHILD, kind="subagent", parent=MANAGER)
-    gw.registry.register_session("global", agent_id="main")
+    gw.create_session(MANAGER, channel="telegram")
+    gw.create_session(PEER, label="peer")
+    gw.create_session(CHILD, kind="subagent", parent=MANAGER)
+    gw.create_session("global", agent_id="main")
     gw.transcripts.human_message(PEER, "hello", channel="telegram", sender="u1")
     gw.watch(MANAGER, PEER)
     gw.record_event(PEER, "goal_changed", actor_type="agent", summary="goal set")  # a pending notice
