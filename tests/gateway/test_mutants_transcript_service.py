@@ -34,7 +34,7 @@ def ticks() -> Ticks:
 @pytest.fixture
 def gw(db_url, ticks):
     gateway = Gateway.open(db_url, clock=ticks, notify_on_create=False)
-    gateway.create_session("worker", agent_id="ops")
+    gateway.ops.create_session("worker", agent_id="ops")
     try:
         yield gateway
     finally:

@@ -37,12 +37,12 @@ def test_a_route_names_its_optional_recipient_when_it_refuses_it(gw):
 
 
 def test_the_spawn_depth_read_from_the_parent_chain_stops_at_its_bound(gw):
-    # Plain create_session writes no metadata row, so the depth is counted up the chain; the
+    # The protocol's create_session (gw.ops) writes no metadata row, so the depth is counted up the chain; the
     # count stops at MAX_CHAIN however long the chain is (a guard against walking for ever).
     keys = [f"agent:main:subagent:s{n}" for n in range(MAX_CHAIN + 3)]
-    gw.create_session(keys[0])
+    gw.ops.create_session(keys[0])
     for parent, child in zip(keys, keys[1:]):
-        gw.create_session(child, kind="subagent", parent=parent)
+        gw.ops.create_session(child, kind="subagent", parent=parent)
     assert gw.registry.session_meta(keys[0]).spawn_depth == 0
     assert gw.registry.session_meta(keys[MAX_CHAIN - 1]).spawn_depth == MAX_CHAIN - 1
     assert gw.registry.session_meta(keys[MAX_CHAIN]).spawn_depth == MAX_CHAIN

@@ -15,7 +15,7 @@ from sessionstate import Gateway, InvalidArgument
 @pytest.fixture
 def gw(db_url):
     gateway = Gateway.open(db_url, notify_on_create=False)
-    gateway.create_session("worker", agent_id="ops")
+    gateway.ops.create_session("worker", agent_id="ops")
     gateway.create_session("worker", agent_id="dev")
     try:
         yield gateway
