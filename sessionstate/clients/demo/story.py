@@ -148,8 +148,10 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
             gw.ops.delete_session(key)
 
     heading(1, "A manager spawns a worker: the spawn edge seeds the manager's cursor")
-    gw.create_session(MANAGER)
-    gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
+    # The protocol's own create_session: no metadata row, so no random session id in the story
+    # the two runs of tests/test_demo.py compare.
+    gw.ops.create_session(MANAGER)
+    gw.ops.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
     spawn_version = gw.ops.state_version(WORKER)
     cursor = gw.ops.cursor_positions(MANAGER, WORKER)
     assert cursor is not None  # the spawn edge seeded it
