@@ -23,7 +23,7 @@ case "$module" in
     # the tools too, the cluster parts (claims, the change pump) through the serving and pump
     # trials, the trace through its replay tests.
     services/notice|services/notice/*.py) tests='"tests/gateway"' ;;
-    services/claims.py|services/change_pump.py) tests='"tests/gateway", "tests/multiproc/test_serving.py", "tests/multiproc/test_pump.py"' ;;
+    services/cluster.py|services/change_pump.py) tests='"tests/gateway", "tests/multiproc/test_serving.py", "tests/multiproc/test_pump.py"' ;;
     services/trace.py) tests='"tests/gateway", "tests/verify/test_trace_replay.py", "tests/verify/test_trace_provenance.py"' ;;
     services|services/*.py) tests='"tests/gateway", "tests/tools"' ;;
     *) echo "unknown module: $module" >&2; exit 2 ;;

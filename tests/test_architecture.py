@@ -179,10 +179,10 @@ def test_every_module_has_its_layer():
 
 def test_the_layer_check_can_fail():
     graph = import_graph()
-    graph["sessionstate.store.sqlite"] = graph["sessionstate.store.sqlite"] | {"sessionstate.services.claims"}
+    graph["sessionstate.store.sqlite"] = graph["sessionstate.store.sqlite"] | {"sessionstate.services.cluster"}
     graph["sessionstate.tools.dispatch"] = graph["sessionstate.tools.dispatch"] | {"sessionstate.services.registry"}
     assert layer_violations(graph) == [
-        "sessionstate.store.sqlite (store) imports sessionstate.services.claims (services)"]
+        "sessionstate.store.sqlite (store) imports sessionstate.services.cluster (services)"]
     assert door_violations(graph) == ["sessionstate.tools.dispatch imports sessionstate.services.registry"]
 
 

@@ -2,7 +2,7 @@
 
 Every public ``Gateway`` method is a coroutine here, ``call_tool`` included, with the same
 arguments, results and typed errors, and so is every method of its parts (``await
-agw.registry.register_session(...)``, ``await agw.cluster.attach(...)``, ``await
+agw.registry.set_route(...)``, ``await agw.cluster.attach(...)``, ``await
 agw.ops.diagnostics()``): generated from the sync ones, no signature written again. No store
 work runs on the event loop:
 
@@ -37,7 +37,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import StorageUnavailable
-from .gateway import Gateway, OpenOptions, ProtocolMethod
+from .gateway import Gateway, OpenOptions, PartMethod
 from ..services.notice.recording import EventArgs
 
 _T = TypeVar("_T")
@@ -177,14 +177,14 @@ class AsyncGateway:
     (settings and properties such as ``stats`` and ``queue`` are read there).
     """
 
-    def __init__(self, gateway: Gateway, *, owns_gateway: bool = True, _wakes: _WakeRelay | None = None) -> None:
+    def __init__(self, gateway: Gateway, *, owns_gateway: bool = True) -> None:
         """Wrap an open ``gateway``; call inside the loop. Without ``owns_gateway``,
         ``close()`` stops only this wrapper's worker and leaves the gateway open."""
         self.gateway = gateway
         self.owns_gateway = owns_gateway
         self._token = anyio.lowlevel.current_token()
         self._worker = _StoreWorker(gateway, self._token)
-        self._wakes = _wakes
+        self._wakes: _WakeRelay | None = None  # ``open`` sets it for a coroutine ``on_wake``
         self.closed = False
         # The gateway's parts, their methods as coroutines (``_AsyncPart``).
         self.registry = _AsyncPart(self, gateway.registry)
@@ -214,7 +214,9 @@ class AsyncGateway:
             if relay is not None:
                 await anyio.to_thread.run_sync(relay.stop)
             raise
-        return cls(gateway, _wakes=relay)
+        wrapper = cls(gateway)
+        wrapper._wakes = relay
+        return wrapper
 
     async def close(self) -> None:
         """Finish the queued store work, close the gateway, stop the threads (idempotent)."""
@@ -271,7 +273,7 @@ def _mirror(name: str, call: Callable[..., Awaitable[Any]], how: str) -> Callabl
     """``call`` as ``Gateway.<name>``'s coroutine: its name, its signature (read from the
     method, never written again here) and its doc, with ``how`` it runs."""
     method = vars(Gateway).get(name)
-    method = method.method if isinstance(method, ProtocolMethod) else getattr(Gateway, name)
+    method = method.method if isinstance(method, PartMethod) else getattr(Gateway, name)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"``Gateway.{name}`` {how}.\n\n{method.__doc__ or ''}"
     call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
@@ -336,7 +338,7 @@ def public_methods() -> list[str]:
     """The public methods of ``Gateway`` (properties excluded): what ``AsyncGateway`` mirrors."""
     return sorted(
         name for name, member in vars(Gateway).items()
-        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, (classmethod, ProtocolMethod)))
+        if not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, (classmethod, PartMethod)))
     )
 
 

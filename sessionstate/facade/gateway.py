@@ -3,27 +3,26 @@
 ``Gateway`` itself is the notice protocol as an application meets it: open and close, the unit
 of work (``locked``, ``transaction``), sessions, recording, watching, turns (drain, pending),
 ``session_status``, ``prune`` and the agent-facing tools. Everything else is one of its named
-parts, each a service whose methods are written once, where they live:
+parts, each a service whose methods are written once, where they live; each part has one name,
+its module's, its class's and its attribute's:
 
 - ``registry`` (``services.registry.Registry``): session metadata, routes, the parent chain;
-- ``transcripts`` (``services.transcript_service.Transcripts``): messages and human turns;
+- ``transcripts`` (``services.transcripts.Transcripts``): messages and human turns;
 - ``producers`` (``services.producers.Producers``): goal and compaction events;
-- ``runs`` (``services.child_runs.Runs``): child runs, the runner and the background executor;
-- ``cluster`` (``services.claims.Serving``): several processes on one database (R19-R22:
+- ``runs`` (``services.runs.Runs``): child runs, the runner and the background executor;
+- ``cluster`` (``services.cluster.Cluster``): several processes on one database (R19-R22:
   ``serve``, ``serves``, ``register``, ``heartbeat``, ``attach``, ``detach``, ``sweep``);
 - ``ops`` (``services.notice.protocol.NoticeProtocol``): the whole notice protocol, for
   operators, drills, replays and tests (``diagnostics``, ``queued_events``,
   ``forget_queued``, ``fire_due_wakes``, ``observe``, ``startup_sweep``, cursor inspection,
   ``reset_session``/``delete_session``, the prepared recording of ``facade.aio``).
 
-The protocol methods on ``Gateway`` are the protocol's own (``ProtocolMethod`` descriptors: no
-second signature). They share one store, whose ``transaction()`` is the one unit of work: it
-holds the one lock and releases every notice, queued line and wake only after the outermost
-commit (R9). The agent-facing tools (``sessionstate.tools``) are a layer below: they see the
+The session and protocol methods on ``Gateway`` are its parts' own (``PartMethod`` descriptors:
+no second signature): ``create_session`` is the registry's, the rest the protocol's. They
+share one store, whose ``transaction()`` is the one unit of work: it holds the one lock and
+releases every notice, queued line and wake only after the outermost commit (R9). The
+agent-facing tools (``sessionstate.tools``) are a layer below: they see the
 ``tools.host.ToolHost`` protocol, which ``GatewayToolHost`` fills with the same parts.
-
-The names this release moved into the parts still answer on ``Gateway`` for one release, with
-a ``DeprecationWarning`` (``DEPRECATED``); they are not listed by ``dir``.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overload
@@ -39,8 +37,8 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overlo
 from ..errors import InvalidArgument
 from ..runner.base import AgentRunner
 from ..services.change_pump import ChangePump, start_pump
-from ..services.child_runs import Runs
-from ..services.claims import Serving
+from ..services.cluster import Cluster
+from ..services.runs import Runs
 from ..services.notice.core import ProtocolOptions
 from ..services.notice.protocol import Clock, Diagnostics, NoticeProtocol
 from ..services.observing import GatewayObserver
@@ -48,20 +46,21 @@ from ..services.producers import Producers
 from ..services.registry import Registry
 from ..services.retention import AutoPrune
 from ..services.trace import trace_path
-from ..services.transcript_service import Transcripts
+from ..services.transcripts import Transcripts
 from ..shared.config import normalize_url
 from ..shared.policy import ToolPolicy
 from ..statemachine import NOTIFYING_KINDS
 from ..store import DEFAULT_SYNCHRONOUS, Store, open_store
 from ..tools.dispatch import allowed_tools as _allowed_tools, call_tool as _call_tool
 
-__all__ = ["DEPRECATED", "Diagnostics", "Gateway", "GatewayObserver", "GatewayToolHost", "OpenOptions", "PUBLIC_NAMES",
-           "ProtocolMethod"]
+__all__ = ["Diagnostics", "Gateway", "GatewayObserver", "GatewayToolHost", "OpenOptions", "PUBLIC_NAMES",
+           "PartMethod"]
 
 DEFAULT_POLICY = ToolPolicy()
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_S = TypeVar("_S")
 
 
 class OpenOptions(ProtocolOptions, total=False):
@@ -79,31 +78,36 @@ class OpenOptions(ProtocolOptions, total=False):
     auto_prune: bool  # R30: prune at open, then at most hourly (True)
 
 
-class ProtocolMethod(Generic[_P, _R]):
-    """A ``Gateway`` method that is the notice protocol's method of that name, with its
-    signature and doc, never written a second time. Each gateway binds it to its own protocol
-    when it is made (an instance attribute shadows this descriptor), so a call on the hot path
-    costs what the protocol's own does; through the class it is looked up at each call."""
+class PartMethod(Generic[_S, _P, _R]):
+    """A ``Gateway`` method that is one of its parts' methods of that name (``part``: the
+    attribute, ``ops`` or ``registry``), with its signature and doc, never written a second
+    time. Each gateway binds it to its own part when it is made (an instance attribute shadows
+    this descriptor), so a call on the hot path costs what the part's own does; through the
+    class it is looked up at each call."""
 
-    def __init__(self, method: Callable[Concatenate[NoticeProtocol, _P], _R]) -> None:
+    def __init__(self, part: str, method: Callable[Concatenate[_S, _P], _R]) -> None:
+        self.part = part
         self.method = method
         self.name = method.__name__
         self.__doc__ = method.__doc__
         self.__wrapped__ = method  # inspect.signature follows it (facade.aio mirrors it)
 
+    def bound(self, gateway: "Gateway") -> Callable[_P, _R]:
+        method: Callable[_P, _R] = getattr(getattr(gateway, self.part), self.name)
+        return method
+
     @overload
-    def __get__(self, gateway: None, owner: type | None = None) -> "ProtocolMethod[_P, _R]": ...
+    def __get__(self, gateway: None, owner: type | None = None) -> "PartMethod[_S, _P, _R]": ...
     @overload
     def __get__(self, gateway: "Gateway", owner: type | None = None) -> Callable[_P, _R]: ...
     def __get__(self, gateway: "Gateway | None", owner: type | None = None) -> Any:
         if gateway is None:
             return self
-        return getattr(gateway.ops, self.name)
+        return self.bound(gateway)
 
     def __call__(self, gateway: "Gateway", *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """``Gateway.<name>(gateway, ...)``, as a method called through its class."""
-        method: Callable[_P, _R] = getattr(gateway.ops, self.name)
-        return method(*args, **kwargs)
+        return self.bound(gateway)(*args, **kwargs)
 
 
 class Gateway:
@@ -115,14 +119,14 @@ class Gateway:
         self.store = store
         self.clock: Clock = clock or time.time
         self.ops = NoticeProtocol(store, clock=self.clock, **options)
-        for name, member in vars(Gateway).items():
-            if isinstance(member, ProtocolMethod):
-                object.__setattr__(self, name, getattr(self.ops, name))
-        self.cluster: Serving = self.ops.claims
+        self.cluster: Cluster = self.ops.cluster
         self.registry = Registry(store, self.clock, self.ops)
         self.transcripts = Transcripts(store, self.clock, self.ops, self.registry)
         self.runs = Runs(store, self.clock, self.ops, self.registry, self.transcripts)
         self.producers = Producers(self.ops)
+        for name, member in vars(Gateway).items():
+            if isinstance(member, PartMethod):
+                setattr(self, name, member.bound(self))
         self._tools = GatewayToolHost(self)
         self._pump: ChangePump | None = None
         self.closed = False
@@ -231,17 +235,17 @@ class Gateway:
         with self.store.transaction():
             yield self.store
 
-    # -- the notice protocol ----------------------------------------------------------------
+    # -- sessions and the notice protocol ---------------------------------------------------
 
-    create_session = ProtocolMethod(NoticeProtocol.create_session)
-    record_event = ProtocolMethod(NoticeProtocol.record_event)
-    record_events = ProtocolMethod(NoticeProtocol.record_events)
-    watch = ProtocolMethod(NoticeProtocol.watch)
-    unwatch = ProtocolMethod(NoticeProtocol.unwatch)
-    drain_system_events = ProtocolMethod(NoticeProtocol.drain_system_events)
-    pending_system_events = ProtocolMethod(NoticeProtocol.pending_system_events)
-    session_status = ProtocolMethod(NoticeProtocol.session_status)
-    prune = ProtocolMethod(NoticeProtocol.prune)
+    create_session = PartMethod("registry", Registry.create_session)
+    record_event = PartMethod("ops", NoticeProtocol.record_event)
+    record_events = PartMethod("ops", NoticeProtocol.record_events)
+    watch = PartMethod("ops", NoticeProtocol.watch)
+    unwatch = PartMethod("ops", NoticeProtocol.unwatch)
+    drain_system_events = PartMethod("ops", NoticeProtocol.drain_system_events)
+    pending_system_events = PartMethod("ops", NoticeProtocol.pending_system_events)
+    session_status = PartMethod("ops", NoticeProtocol.session_status)
+    prune = PartMethod("ops", NoticeProtocol.prune)
 
     # -- the agent-facing tools -------------------------------------------------------------
 
@@ -279,58 +283,6 @@ class Gateway:
         with self.store.lock:
             return _allowed_tools(self._tools, caller_key)
 
-    # -- the names of the previous release (deprecated) -------------------------------------
-
-    def __getattr__(self, name: str) -> Any:
-        where = DEPRECATED.get(name)
-        if where is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        warnings.warn(f"Gateway.{name} is deprecated; use gateway.{where}", DeprecationWarning, stacklevel=2)
-        value: Any = self
-        for part in where.split("."):
-            value = getattr(value, part)
-        return value
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _DEPRECATED_SETTABLE:
-            warnings.warn(f"Gateway.{name} is deprecated; set gateway.{DEPRECATED[name]}",
-                          DeprecationWarning, stacklevel=2)
-            setattr(self.ops, name, value)
-            return
-        object.__setattr__(self, name, value)
-
-
-# Every public name of the previous release that moved into a part -> where it lives now.
-DEPRECATED: dict[str, str] = {
-    **{name: f"ops.{name}" for name in (
-        "session_exists", "resolve", "prepare_event", "prepare_events", "record_prepared",
-        "queue_owed_notices", "enqueue_system_event", "reset_session", "delete_session",
-        "startup_sweep", "cursor_positions", "watchers_of", "state_version", "fire_due_wakes",
-        "stats", "retention_days", "max_rows", "wake_window", "observe", "diagnostics",
-        "queued_events", "forget_queued",
-    )},
-    "attach": "cluster.attach", "detach": "cluster.detach", "serves": "cluster.serves",
-    "sweep_changes": "cluster.sweep", "register_server": "cluster.register",
-    "heartbeat": "cluster.heartbeat", "serve": "cluster.serve",
-    "attached_sessions": "cluster.attached", "change_feed": "cluster.feed",
-    **{name: f"registry.{name}" for name in (
-        "register_session", "session_meta", "resolve_session_id", "set_model_override", "set_route",
-    )},
-    **{name: f"transcripts.{name}" for name in (
-        "append_message", "human_message", "recent_user_messages", "transcript",
-    )},
-    "goal_changed": "producers.goal_changed", "compacted": "producers.compacted",
-    **{name: f"runs.{name}" for name in (
-        "get_run", "runs_of", "runs_of_child", "active_runs", "start_run", "finish_run", "kill_run",
-        "steer_run", "wait_for_runs", "stop_runs", "runner",
-    )},
-    "run_executor": "runs.executor",
-    "tool_policy": "_tools.tool_policy", "new_id": "_tools.new_id",
-    # the private services of the previous release, which drills and other branches' tests reach
-    "_protocol": "ops", "_registry": "registry", "_transcripts": "transcripts", "_runs": "runs",
-    "_producers": "producers",
-}
-_DEPRECATED_SETTABLE = frozenset({"retention_days", "max_rows"})
 
 # What ``Gateway`` answers to (``tests/gateway/test_gateway_shape.py`` holds it to this list).
 PUBLIC_NAMES = (
@@ -367,7 +319,7 @@ class _Pumped:
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
         self.store = gateway.store
-        self.claims: Serving = gateway.cluster
+        self.cluster: Cluster = gateway.cluster
 
     @property
     def closed(self) -> bool:

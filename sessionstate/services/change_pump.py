@@ -5,7 +5,7 @@ data_version``, on PostgreSQL a listening connection. The pump asks it every 50 
 change, doubling the interval while nothing changes up to the feed's ``longest_wait``
 (SQLite: 250 ms; PostgreSQL: the 5 s heartbeat, as a notification ends its wait at once, so
 the interval only bounds how long it blocks), and no wait runs past the next heartbeat. On a
-change it takes the gateway lock and sweeps (``Serving.sweep``); every 5 s it refreshes this
+change it takes the gateway lock and sweeps (``Cluster.sweep``); every 5 s it refreshes this
 server's heartbeat and releases servers whose lease ran out.
 """
 
@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Protocol
 
-from .claims import HEARTBEAT_SECONDS, Serving
+from .cluster import HEARTBEAT_SECONDS, Cluster
 from ..store import ChangeFeed, Store
 
 
@@ -29,7 +29,7 @@ class Pumped(Protocol):
     def closed(self) -> bool: ...
 
     @property
-    def claims(self) -> Serving: ...
+    def cluster(self) -> Cluster: ...
 
 log = logging.getLogger("sessionstate")
 
@@ -75,7 +75,7 @@ class ChangePump:
         self.changes += 1
         with self._gateway.store.lock:
             if not self._gateway.closed:
-                self._gateway.claims.sweep(sync=False)
+                self._gateway.cluster.sweep(sync=False)
         return True
 
     def _run(self) -> None:
@@ -92,7 +92,7 @@ class ChangePump:
                     next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
                     with self._gateway.store.lock:
                         if not self._gateway.closed:
-                            self._gateway.claims.heartbeat()
+                            self._gateway.cluster.heartbeat()
                 if failures:
                     log.warning("change pump: sweeping again after %d failed attempt(s)", failures)
                     failures = 0
@@ -112,8 +112,8 @@ class ChangePump:
 def start_pump(gateway: Pumped) -> ChangePump:
     """Register ``gateway`` as a server (opening its change feed) and start its pump."""
     with gateway.store.lock:
-        gateway.claims.register()
-        feed = gateway.claims.feed
+        gateway.cluster.register()
+        feed = gateway.cluster.feed
     assert feed is not None
     pump = ChangePump(gateway, feed)
     pump.start()

@@ -1,9 +1,11 @@
 """The registry service: the session registry's runtime side (metadata, routes, model
 override, the parent chain the visibility rules walk).
 
-``register_session`` is ``create_session`` plus a metadata row, in one
-transaction; sessions made by plain ``create_session`` read as the defaults (no session id,
-not sandboxed, spawn depth from the parent chain) until something writes their metadata.
+``create_session`` (``Gateway.create_session``) is the notice protocol's ``create_session``
+plus a metadata row, in one transaction. Sessions made by the protocol's alone
+(``gw.ops.create_session``: drills, models, ``sessions_spawn``, which writes its own row) read
+as the defaults (no session id, not sandboxed, spawn depth from the parent chain) until
+something writes their metadata.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Registry:
         self.protocol = protocol
 
     @locked
-    def register_session(
+    def create_session(
         self,
         key: str,
         *,
@@ -51,7 +53,8 @@ class Registry:
         runtime: str | None = None,
         sandboxed: bool | None = None,
     ) -> str:
-        """``create_session`` plus runtime metadata; returns the new session id.
+        """Register a session and its runtime metadata; returns its new session id. With
+        ``parent``, a spawn edge (``child_spawned`` and the parent's seeded cursor, R4).
 
         ``sandboxed=None`` inherits the parent's sandbox; the spawn depth is the parent's + 1.
         """

@@ -228,7 +228,7 @@ class SharedMachWorld(MachWorld):
     """The machine path of several processes on one database (spec section 6a).
 
     The durable part is ``MachWorld``'s. Each process has its own queue and its own view of
-    the claims (what ``Serving`` holds in memory: refreshed by its sweep, its attach and its
+    the claims (what ``Cluster`` holds in memory: refreshed by its sweep, its attach and its
     restart). ``MachWorld.queue`` is used as the commit's outbox: the notices an action
     released, which enter the acting process's queue only for the watchers it serves (R19).
     The drain is R21's (by the durable cursors), the sweep R22's (the abstraction reconciles

@@ -10,7 +10,7 @@ from sessionstate import Gateway
 
 def test_a_gateway_closed_as_a_dead_process_closes_its_feed_and_leaves_its_row(db_url):
     gw = Gateway.open(db_url, serve=["agent:a:*"], pump=True)  # registered, its feed open
-    feed, server_id = gw.ops.claims.feed, gw.ops.diagnostics().server_id
+    feed, server_id = gw.cluster.feed, gw.ops.diagnostics().server_id
     assert feed is not None and server_id is not None
     closed: list[bool] = []
     close_feed = feed.close
@@ -24,6 +24,6 @@ def test_a_gateway_closed_as_a_dead_process_closes_its_feed_and_leaves_its_row(d
 
 def test_a_gateway_without_a_feed_closes_as_a_dead_process_without_error(db_url):
     gw = Gateway.open(db_url)
-    gw.ops.claims.feed = None
+    gw.cluster.feed = None
     gw.close(unregister=False)
     assert gw.closed

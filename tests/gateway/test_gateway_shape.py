@@ -1,5 +1,5 @@
-"""The facade's shape: ``Gateway`` answers to the protocol and its named parts, nothing more;
-every name of the previous release still works for one release, with a DeprecationWarning."""
+"""The facade's shape: ``Gateway`` answers to the protocol and its named parts, nothing more,
+and no name answers with a ``DeprecationWarning`` (1.0 is the first release)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from sessionstate import Gateway
 from sessionstate.facade.aio import AsyncGateway
-from sessionstate.facade.gateway import DEPRECATED, PUBLIC_NAMES, ProtocolMethod
+from sessionstate.facade.gateway import PUBLIC_NAMES, PartMethod
 from sessionstate.services.notice.protocol import NoticeProtocol
+from sessionstate.services.registry import Registry
 from sessionstate.services.notice.recording import EventArgs
 
 W, T = "agent:w:main", "agent:t:main"
@@ -34,12 +35,26 @@ def test_the_shape_check_sees_an_added_name(tmp_path):
         assert public_names(gw) != sorted(PUBLIC_NAMES)
 
 
-def test_protocol_methods_are_the_protocols_own():
-    # No second signature: each is a descriptor naming the protocol's function.
+def test_part_methods_are_the_parts_own():
+    # No second signature: each is a descriptor naming its part's function; create_session is
+    # the registry's (one verb: the session and its metadata row), the rest the protocol's.
+    parts = {"ops": NoticeProtocol, "registry": Registry}
+    found = {}
     for name, member in vars(Gateway).items():
-        if isinstance(member, ProtocolMethod):
-            assert member.method is getattr(NoticeProtocol, name)
-            assert inspect.signature(member) == inspect.signature(getattr(NoticeProtocol, name))
+        if isinstance(member, PartMethod):
+            assert member.method is getattr(parts[member.part], name)
+            assert inspect.signature(member) == inspect.signature(getattr(parts[member.part], name))
+            found[name] = member.part
+    assert found["create_session"] == "registry" and found["record_event"] == "ops"
+    assert not hasattr(Registry, "register_session")
+
+
+def test_create_session_is_the_registrys_and_bound_per_gateway(tmp_path):
+    with Gateway.open(str(tmp_path / "g.db")) as gw:
+        assert gw.create_session == gw.registry.create_session
+        session_id = gw.create_session(W, channel="slack")
+        assert gw.registry.session_meta(W).session_id == session_id
+        assert gw.registry.session_meta(W).channel == "slack"
 
 
 def test_record_event_keywords_are_written_once():
@@ -60,36 +75,18 @@ def test_record_event_refuses_unknown_and_missing_keywords(tmp_path):
         assert gw.ops.state_version(T) == 1  # only ``created``: nothing was recorded
 
 
-def test_every_deprecated_name_warns_and_reaches_its_new_home(tmp_path):
+def test_no_gateway_name_answers_with_a_deprecation_warning(tmp_path):
+    # Every public name and every name of the parts is an error-free lookup; a name the
+    # gateway does not have raises AttributeError, as on any object (no forwarding).
     with Gateway.open(str(tmp_path / "g.db")) as gw:
-        for old, new in DEPRECATED.items():
-            target: object = gw
-            for part in new.split("."):
-                target = getattr(target, part)
-            with pytest.warns(DeprecationWarning, match=f"Gateway.{old} is deprecated"):
-                value = getattr(gw, old)
-            if callable(target) and not isinstance(target, (dict, int, float)):
-                assert value == target, old  # the same bound method
-            else:
-                assert value == target, old
-            assert old not in dir(gw)
-
-
-def test_deprecated_names_still_work(tmp_path):
-    with Gateway.open(str(tmp_path / "g.db")) as gw:
-        with pytest.warns(DeprecationWarning):
-            gw.register_session(W)  # type: ignore[attr-defined]
-        gw.create_session(T)
-        with pytest.warns(DeprecationWarning):
-            assert gw.session_exists(T)  # type: ignore[attr-defined]
-        with pytest.warns(DeprecationWarning):
-            gw.retention_days = 3  # type: ignore[misc]
-        assert gw.ops.retention_days == 3
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert gw.registry.session_meta(W).session_id  # the new name: no warning
-        with pytest.raises(AttributeError):
-            gw.no_such_name  # type: ignore[attr-defined]
+            for name in dir(gw):
+                getattr(gw, name)
+            for old in ("session_exists", "register_session", "attach", "diagnostics", "retention_days", "_protocol"):
+                with pytest.raises(AttributeError):
+                    getattr(gw, old)
+        assert "__getattr__" not in vars(Gateway) and "__setattr__" not in vars(Gateway)
 
 
 def test_async_gateway_mirrors_the_parts(tmp_path):
@@ -98,7 +95,7 @@ def test_async_gateway_mirrors_the_parts(tmp_path):
     async def main() -> None:
         agw = await AsyncGateway.open(str(tmp_path / "a.db"))
         try:
-            await agw.registry.register_session(W)
+            await agw.create_session(W)
             await agw.create_session(T)
             assert await agw.cluster.serves(W)
             assert (await agw.ops.diagnostics()).server_id is None

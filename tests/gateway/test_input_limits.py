@@ -30,8 +30,8 @@ SPEC = Path(__file__).resolve().parents[2] / "spec" / "notice-protocol.md"
 @pytest.fixture
 def gw(db_url):
     gateway, _ = open_gateway(db_url)
-    gateway.registry.register_session(MANAGER, channel="telegram")
-    gateway.registry.register_session(PEER)
+    gateway.create_session(MANAGER, channel="telegram")
+    gateway.create_session(PEER)
     gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
     gateway.record_event(CHILD, "human_direct_message", actor_type="human", summary="hello")
     yield gateway
@@ -70,10 +70,10 @@ SURROGATE_CALLS: dict[str, Callable[[Gateway], Any]] = {
     "create_session parent": lambda gw: gw.create_session("agent:main:new", parent=BAD),
     "create_session label": lambda gw: gw.create_session("agent:main:new", label=BAD),
     "create_session run_id": lambda gw: gw.create_session("agent:main:new", parent=MANAGER, run_id=BAD),
-    "register_session channel": lambda gw: gw.registry.register_session("agent:main:new", channel=BAD),
-    "register_session model": lambda gw: gw.registry.register_session("agent:main:new", model=BAD),
-    "register_session thinking": lambda gw: gw.registry.register_session("agent:main:new", thinking=BAD),
-    "register_session runtime": lambda gw: gw.registry.register_session("agent:main:new", runtime=BAD),
+    "register_session channel": lambda gw: gw.create_session("agent:main:new", channel=BAD),
+    "register_session model": lambda gw: gw.create_session("agent:main:new", model=BAD),
+    "register_session thinking": lambda gw: gw.create_session("agent:main:new", thinking=BAD),
+    "register_session runtime": lambda gw: gw.create_session("agent:main:new", runtime=BAD),
     "record_event session_key": rec(session_key=BAD),
     "record_event kind": rec(kind=BAD),
     "record_event actor_type": rec(actor_type=BAD),

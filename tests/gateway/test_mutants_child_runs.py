@@ -1,4 +1,4 @@
-"""Tests written for mutmut's survivors over services/child_runs.py (tests/gateway and
+"""Tests written for mutmut's survivors over services/runs.py (tests/gateway and
 tests/tools as the selection). Each pins a behaviour those mutants changed unnoticed:
 
 - the run readers name what they refuse: ``get_run`` its run id; ``runs_of`` and

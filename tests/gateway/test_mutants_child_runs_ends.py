@@ -1,4 +1,4 @@
-"""Tests written for mutmut's survivors over services/child_runs.py (see
+"""Tests written for mutmut's survivors over services/runs.py (see
 test_mutants_child_runs.py): how a run's end is written. Each pins a behaviour those mutants
 changed unnoticed:
 

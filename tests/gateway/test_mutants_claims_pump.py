@@ -1,4 +1,4 @@
-"""Serving (services/claims.py) where the run's selection left it unchecked: the refusals' words,
+"""Cluster (services/cluster.py) where the run's selection left it unchecked: the refusals' words,
 ``serve`` and ``attached``, a claim's effect on this process's queue before any sweep, a
 server declared dead that heartbeats again, the sweep's counts, and the sweep's view of
 claims. Two gateways on one SQLite file, each registered by hand (``cluster.register``, as

@@ -73,7 +73,7 @@ def wait_for(condition) -> None:
 
 def test_one_poll_sweeps_only_on_a_change_and_only_while_the_gateway_is_open():
     gateway = GatewayStub()
-    gateway.claims = SweepSpy()
+    gateway.cluster = SweepSpy()
     silent = UnwaitingFeed()
     idle = ChangePump(gateway, silent)  # type: ignore[arg-type]
     assert (idle.polls, idle.changes) == (0, 0)
@@ -85,10 +85,10 @@ def test_one_poll_sweeps_only_on_a_change_and_only_while_the_gateway_is_open():
     assert changing.poll_once(0.5) is True
     assert changing.poll_once(0.5) is True
     assert (changing.polls, changing.changes) == (2, 2)
-    assert gateway.claims.syncs == [False, False]  # what the feed reported, without waiting
+    assert gateway.cluster.syncs == [False, False]  # what the feed reported, without waiting
     gateway.closed = True
     assert changing.poll_once(0.5) is True
-    assert gateway.claims.syncs == [False, False]  # a closed gateway is not swept
+    assert gateway.cluster.syncs == [False, False]  # a closed gateway is not swept
 
 
 def test_an_idle_pump_backs_off_to_the_longest_wait_it_was_given(no_heartbeat_due):
@@ -103,13 +103,13 @@ def test_an_idle_pump_backs_off_to_the_longest_wait_it_was_given(no_heartbeat_du
 def test_a_change_brings_the_wait_back_to_the_shortest(no_heartbeat_due):
     feed = ScriptedFeed(changes={3})
     gateway = GatewayStub()
-    gateway.claims = SweepSpy()
+    gateway.cluster = SweepSpy()
     pump = ChangePump(gateway, feed)  # type: ignore[arg-type]
     pump.start()
     wait_for(lambda: len(feed.timeouts) >= 5)
     pump.stop()
     assert feed.timeouts[:5] == pytest.approx([0.05, 0.1, 0.2, 0.05, 0.1], abs=1e-3)
-    assert gateway.claims.syncs == [False]
+    assert gateway.cluster.syncs == [False]
 
 
 def test_heartbeats_fall_due_one_interval_apart_not_at_every_step(monkeypatch):
@@ -121,7 +121,7 @@ def test_heartbeats_fall_due_one_interval_apart_not_at_every_step(monkeypatch):
     pump.start()
     time.sleep(heartbeat * 3.5)
     pump.stop()
-    beats = [began] + gateway.claims.heartbeats
+    beats = [began] + gateway.cluster.heartbeats
     gaps = [b - a for a, b in zip(beats, beats[1:])]
     assert 2 <= len(gaps) <= 4, gaps
     assert min(gaps) >= heartbeat - 0.01, gaps
@@ -149,23 +149,23 @@ def test_a_pump_stopped_from_its_own_thread_ends_without_a_failed_step(no_heartb
     feed = ChangingFeed()
     gateway = GatewayStub()
     pump = ChangePump(gateway, feed)  # type: ignore[arg-type]
-    gateway.claims = SweepSpy(on_sweep=pump.stop)
+    gateway.cluster = SweepSpy(on_sweep=pump.stop)
     pump.start()
-    wait_for(lambda: gateway.claims.syncs)
+    wait_for(lambda: gateway.cluster.syncs)
     pump.stop()
-    assert gateway.claims.syncs == [False] and feed.losses == 0
+    assert gateway.cluster.syncs == [False] and feed.losses == 0
 
 
 def test_failed_steps_are_logged_once_per_run_and_the_recovery_counts_them(no_heartbeat_due, caplog):
     feed = ChangingFeed()
     gateway = GatewayStub()
-    gateway.claims = SweepSpy(failing=frozenset({1, 2, 4}))
+    gateway.cluster = SweepSpy(failing=frozenset({1, 2, 4}))
     pump = ChangePump(gateway, feed)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="sessionstate"):
         pump.start()
-        wait_for(lambda: len(gateway.claims.syncs) >= 6)
+        wait_for(lambda: len(gateway.cluster.syncs) >= 6)
         pump.stop()
-    assert len(gateway.claims.syncs) >= 6 and feed.losses == 3
+    assert len(gateway.cluster.syncs) >= 6 and feed.losses == 3
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("ERROR", "change pump sweep failed; retrying every 0.25 s"),
         ("WARNING", "change pump: sweeping again after 2 failed attempt(s)"),

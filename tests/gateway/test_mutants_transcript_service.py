@@ -1,4 +1,4 @@
-"""What the transcripts service promises, written from the mutants of ``services/transcript_service.py``
+"""What the transcripts service promises, written from the mutants of ``services/transcripts.py``
 (docs/mutants/services-transcript-service.md): the refusals' texts, field names and token bound the
 run left unread; each role's default actor, a message read back whole, usage given on one side only;
 the reads the tool layer uses on a resolved session."""
@@ -34,7 +34,7 @@ def ticks() -> Ticks:
 @pytest.fixture
 def gw(db_url, ticks):
     gateway = Gateway.open(db_url, clock=ticks, notify_on_create=False)
-    gateway.create_session("worker", agent_id="ops")
+    gateway.ops.create_session("worker", agent_id="ops")
     try:
         yield gateway
     finally:

@@ -22,7 +22,7 @@ def gw(db_url):
 @pytest.mark.parametrize("field", ["channel", "model", "thinking", "runtime"])
 def test_an_optional_line_is_refused_by_its_own_name_and_nothing_is_created(gw, field):
     with pytest.raises(InvalidArgument) as refused:
-        gw.registry.register_session("agent:main:main", **{field: "x\ny"})
+        gw.create_session("agent:main:main", **{field: "x\ny"})
     assert str(refused.value) == f"{field} must be one line of printable text"
     assert gw.registry.list_sessions() == []
 
@@ -37,12 +37,12 @@ def test_a_route_names_its_optional_recipient_when_it_refuses_it(gw):
 
 
 def test_the_spawn_depth_read_from_the_parent_chain_stops_at_its_bound(gw):
-    # Plain create_session writes no metadata row, so the depth is counted up the chain; the
+    # The protocol's create_session (gw.ops) writes no metadata row, so the depth is counted up the chain; the
     # count stops at MAX_CHAIN however long the chain is (a guard against walking for ever).
     keys = [f"agent:main:subagent:s{n}" for n in range(MAX_CHAIN + 3)]
-    gw.create_session(keys[0])
+    gw.ops.create_session(keys[0])
     for parent, child in zip(keys, keys[1:]):
-        gw.create_session(child, kind="subagent", parent=parent)
+        gw.ops.create_session(child, kind="subagent", parent=parent)
     assert gw.registry.session_meta(keys[0]).spawn_depth == 0
     assert gw.registry.session_meta(keys[MAX_CHAIN - 1]).spawn_depth == MAX_CHAIN - 1
     assert gw.registry.session_meta(keys[MAX_CHAIN]).spawn_depth == MAX_CHAIN
@@ -55,19 +55,19 @@ def test_the_spawn_depth_read_from_the_parent_chain_stops_at_its_bound(gw):
 
 @pytest.mark.parametrize("field", ["thinking", "runtime"])
 def test_a_short_metadata_line_is_bounded_at_64_characters(gw, field):
-    gw.registry.register_session("agent:main:main", **{field: "x" * 64})
+    gw.create_session("agent:main:main", **{field: "x" * 64})
     assert getattr(gw.registry.session_meta("agent:main:main"), field) == "x" * 64
     with pytest.raises(InvalidArgument) as refused:
-        gw.registry.register_session("agent:main:other", **{field: "x" * 65})
+        gw.create_session("agent:main:other", **{field: "x" * 65})
     assert str(refused.value) == f"{field} is 65 characters; at most 64 allowed"
     assert [s.session_key for s in gw.registry.list_sessions()] == ["agent:main:main"]
 
 
 def test_sandboxed_is_a_boolean_or_inherited(gw):
-    gw.registry.register_session("agent:main:main", sandboxed=True)
+    gw.create_session("agent:main:main", sandboxed=True)
     assert gw.registry.session_meta("agent:main:main").sandboxed is True
     with pytest.raises(InvalidArgument) as refused:
-        gw.registry.register_session("agent:main:other", sandboxed="yes")
+        gw.create_session("agent:main:other", sandboxed="yes")
     assert str(refused.value) == "sandboxed must be a boolean"
     assert [s.session_key for s in gw.registry.list_sessions()] == ["agent:main:main"]
 
@@ -102,11 +102,11 @@ def test_the_setters_write_the_session_of_the_agent_id_given(gw):
 
 
 def test_a_registered_child_inherits_its_parents_sandbox_and_counts_its_depth(gw):
-    gw.registry.register_session("agent:main:main", sandboxed=True)
-    gw.registry.register_session("agent:main:subagent:c", kind="subagent", parent="agent:main:main", run_id="r1")
-    gw.registry.register_session("agent:main:subagent:g", kind="subagent", parent="agent:main:subagent:c",
+    gw.create_session("agent:main:main", sandboxed=True)
+    gw.create_session("agent:main:subagent:c", kind="subagent", parent="agent:main:main", run_id="r1")
+    gw.create_session("agent:main:subagent:g", kind="subagent", parent="agent:main:subagent:c",
                                  sandboxed=False)
-    gw.registry.register_session("agent:main:subagent:h", kind="subagent", parent="agent:main:subagent:g")
+    gw.create_session("agent:main:subagent:h", kind="subagent", parent="agent:main:subagent:g")
     depth_and_sandbox = {key: (meta.spawn_depth, meta.sandboxed) for key, meta in (
         (key, gw.registry.session_meta(key))
         for key in ("agent:main:main", "agent:main:subagent:c", "agent:main:subagent:g", "agent:main:subagent:h"))}
@@ -128,21 +128,21 @@ def test_a_registered_child_inherits_its_parents_sandbox_and_counts_its_depth(gw
 
 
 def test_a_session_registered_without_a_parent_is_not_sandboxed(gw):
-    gw.registry.register_session("agent:main:main")
+    gw.create_session("agent:main:main")
     meta = gw.registry.session_meta("agent:main:main")
     assert (meta.spawn_depth, meta.sandboxed) == (0, False)
 
 
 def test_register_session_keeps_the_agent_id_given_for_an_unqualified_key(gw):
-    gw.registry.register_session("worker", agent_id="ops")
-    gw.registry.register_session("worker", agent_id="dev")
+    gw.create_session("worker", agent_id="ops")
+    gw.create_session("worker", agent_id="dev")
     assert sorted((s.session_key, s.agent_id) for s in gw.registry.list_sessions()) == [
         ("worker", "dev"), ("worker", "ops")]
     assert gw.registry.session_meta("worker", "ops").session_id != gw.registry.session_meta("worker", "dev").session_id
 
 
 def test_an_unqualified_key_registered_without_an_agent_id_gets_its_sessions_agent(gw):
-    session_id = gw.registry.register_session("worker", thinking="high", runtime="acp")
+    session_id = gw.create_session("worker", thinking="high", runtime="acp")
     (record,) = gw.registry.list_sessions()
     meta = gw.registry.session_meta("worker")
     assert (meta.session_key, meta.agent_id, meta.session_id) == ("worker", record.agent_id, session_id)

@@ -9,7 +9,7 @@ import inspect
 from typing import Any
 
 from sessionstate import Gateway
-from sessionstate.facade.gateway import ProtocolMethod
+from sessionstate.facade.gateway import PartMethod
 
 PARTS = ["cluster", "ops", "producers", "registry", "runs", "transcripts"]
 
@@ -26,7 +26,7 @@ def service_doors(gateway: Gateway) -> list[str]:
     (descriptors of ``Gateway`` naming ``NoticeProtocol``'s own functions)."""
     return sorted(
         name for name in dir(gateway) if not name.startswith("_")
-        if not isinstance(inspect.getattr_static(type(gateway), name, None), ProtocolMethod)
+        if not isinstance(inspect.getattr_static(type(gateway), name, None), PartMethod)
         if _service_owner(getattr(gateway, name)) is not None
     )
 
@@ -41,7 +41,7 @@ class LeakyGateway(Gateway):
 
     @property
     def serving_table(self) -> object:
-        return self.ops.claims
+        return self.ops.cluster
 
 
 def test_the_gateway_shows_only_its_parts(db_url):

@@ -1,4 +1,4 @@
-"""The transcripts service's edges that mutmut over ``services/transcript_service.py`` found
+"""The transcripts service's edges that mutmut over ``services/transcripts.py`` found
 untested once its ``@locked`` methods were reached (scripts/mutmut_unwrap_locked.py): a human
 turn into one of two sessions sharing an unqualified key, what the turn stores, and the
 arguments refused under their own names."""
@@ -15,7 +15,7 @@ from sessionstate import Gateway, InvalidArgument
 @pytest.fixture
 def gw(db_url):
     gateway = Gateway.open(db_url, notify_on_create=False)
-    gateway.create_session("worker", agent_id="ops")
+    gateway.ops.create_session("worker", agent_id="ops")
     gateway.create_session("worker", agent_id="dev")
     try:
         yield gateway

@@ -45,8 +45,8 @@ def arguments_for(tool: str) -> st.SearchStrategy[dict[str, Any]]:
 def served(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('mcp-fuzz') / 'state.db'}"
     gw = deterministic_gateway(url, ToolPolicy(visibility="tree"))
-    gw.registry.register_session(MANAGER)
-    gw.registry.register_session(PEER)
+    gw.create_session(MANAGER)
+    gw.create_session(PEER)
     yield gw, SessionToolServer(gw, MANAGER)
     gw.runs.stop_runs()
     gw.close()

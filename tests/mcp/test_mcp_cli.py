@@ -31,7 +31,7 @@ def test_a_missing_database_is_not_created(tmp_path):
 def test_a_bad_policy_option_is_an_invalid_argument(tmp_path):
     db = tmp_path / "state.db"
     with Gateway.open(str(db)) as gw:
-        gw.registry.register_session("agent:main:main")
+        gw.create_session("agent:main:main")
     done = run_mcp("--db", str(db), "--session", "agent:main:main", "--max-spawn-depth", "9")
     assert done.returncode == 2 and "invalid_argument" in done.stderr
     done = run_mcp("--db", str(db), "--session", "agent:main:main", "--poll-interval", "0")

@@ -29,8 +29,8 @@ READ_ONLY = {"sessions_list", "sessions_history"}
 @pytest.fixture
 def server(tmp_path):
     gw = deterministic_gateway(f"sqlite:///{tmp_path / 'state.db'}", ToolPolicy(visibility="tree"))
-    gw.registry.register_session(MANAGER)
-    gw.registry.register_session(PEER)
+    gw.create_session(MANAGER)
+    gw.create_session(PEER)
     yield SessionToolServer(gw, MANAGER)
     gw.runs.stop_runs()
     gw.close()
@@ -82,7 +82,7 @@ def test_a_tool_marked_read_only_changes_nothing(server):
 def _database(tmp_path) -> str:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     with Gateway.open(url) as gw:
-        gw.registry.register_session(MANAGER)
+        gw.create_session(MANAGER)
     return url
 
 

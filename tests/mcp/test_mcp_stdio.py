@@ -28,7 +28,7 @@ WAIT_SECONDS = 60  # a bound for a hung server, never a timing assertion
 def test_stdio_subscribe_update_read_and_reconcile(tmp_path):
     url = f"sqlite:///{tmp_path / 'state.db'}"
     recorder = Gateway.open(url)
-    recorder.registry.register_session(MANAGER)
+    recorder.registry.create_session(MANAGER)
     recorder.create_session(CHILD, kind="subagent", parent=MANAGER)  # MANAGER watches CHILD
     since = recorder.ops.cursor_positions(MANAGER, CHILD).last_seen
     uri = notices_uri(MANAGER)
@@ -84,7 +84,7 @@ def test_garbage_on_stdin_never_stops_the_server(tmp_path):
     """Below any client: lines that are no JSON-RPC message are dropped; what follows is served."""
     url = f"sqlite:///{tmp_path / 'state.db'}"
     with Gateway.open(url) as gw:
-        gw.registry.register_session(MANAGER)
+        gw.create_session(MANAGER)
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}},

@@ -22,9 +22,9 @@ CHILD_TASK = "index the repository"
 
 
 def populate(gw):
-    gw.registry.register_session(MANAGER, channel="telegram", model="model-a")
-    gw.registry.register_session(PEER, label="peer desk")
-    gw.registry.register_session(OTHER)
+    gw.create_session(MANAGER, channel="telegram", model="model-a")
+    gw.create_session(PEER, label="peer desk")
+    gw.create_session(OTHER)
     gw.transcripts.human_message(MANAGER, "Plan the release", channel="telegram", sender="u1")
     gw.transcripts.human_message(PEER, "peer notes", channel="telegram", sender="u2")
 
@@ -203,9 +203,9 @@ def test_visibility_refusals_match_call_tool_and_change_nothing(gw):
 
 def test_a_sandboxed_caller_is_clamped_to_its_tree(tmp_path):
     gw = deterministic_gateway(f"sqlite:///{tmp_path / 's.db'}", ToolPolicy(visibility="agent"))
-    gw.registry.register_session(MANAGER)
-    gw.registry.register_session(PEER)
-    gw.registry.register_session("agent:main:boxed", sandboxed=True)
+    gw.create_session(MANAGER)
+    gw.create_session(PEER)
+    gw.create_session("agent:main:boxed", sandboxed=True)
     history = lambda key: structured(
         with_client(SessionToolServer(gw, key), lambda c: c.call_tool("sessions_history", {"sessionKey": PEER}))
     )

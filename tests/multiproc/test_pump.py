@@ -58,7 +58,7 @@ class GatewayStub:
 
     def __init__(self) -> None:
         self.store = StoreStub()
-        self.claims = ServingSpy()  # the pump's view of the gateway's claims (gw.cluster)
+        self.cluster = ServingSpy()  # the pump's view of the gateway's claims (gw.cluster)
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_an_idle_pump_heartbeats_on_time_however_long_its_feed_would_wait(short_
     pump.start()
     time.sleep(HEARTBEAT * 6.5)
     pump.stop()
-    beats = [began] + gateway.claims.heartbeats
+    beats = [began] + gateway.cluster.heartbeats
     assert len(beats) >= 6, beats
     gaps = [b - a for a, b in zip(beats, beats[1:])]
     # Each beat falls due HEARTBEAT after the previous one; it is late only by scheduling.
@@ -92,7 +92,7 @@ def test_an_idle_pump_backs_off_to_its_feeds_longest_wait(monkeypatch):
     # 50 ms, doubling, capped at the feed's longest wait; no heartbeat fell due.
     assert feed.timeouts[:4] == pytest.approx([0.05, 0.1, 0.2, 0.2], abs=1e-3)
     assert max(feed.timeouts) == pytest.approx(0.2, abs=1e-6)
-    assert gateway.claims.heartbeats == []
+    assert gateway.cluster.heartbeats == []
 
 
 class ChangingFeed(SilentFeed):
@@ -129,14 +129,14 @@ def test_a_failed_sweep_is_followed_soon_by_a_full_one(monkeypatch):
     failed sweep, and a failed step did not always make the next sweep a full one."""
     monkeypatch.setattr(pump_module, "HEARTBEAT_SECONDS", 60.0)
     gateway, feed = GatewayStub(), ChangingFeed()
-    gateway.claims = FlakyServing()
+    gateway.cluster = FlakyServing()
     pump = ChangePump(gateway, feed)  # type: ignore[arg-type]
     began = time.monotonic()
     pump.start()
-    while len(gateway.claims.sweeps) < 2 and time.monotonic() - began < 10:
+    while len(gateway.cluster.sweeps) < 2 and time.monotonic() - began < 10:
         time.sleep(0.01)
     pump.stop()
-    sweeps = gateway.claims.sweeps
+    sweeps = gateway.cluster.sweeps
     assert len(sweeps) >= 2 and feed.losses == 1
     # The retry pause, not the feed's 30 s longest wait (a bound with room for a loaded machine).
     assert sweeps[1] - sweeps[0] < pump_module.RETRY_SECONDS + 1.0

@@ -21,8 +21,8 @@ def kinds(gw, key, since=0):
 def test_manager_children_human_peers_kill_announce(db_url):
     wakes: list[tuple[str, str]] = []
     gw, runner = open_gateway(db_url, policy=ToolPolicy(visibility="agent"), on_wake=lambda w, r: wakes.append((w, r)))
-    gw.registry.register_session(MANAGER, channel="telegram")
-    gw.registry.register_session(PEER, channel="slack")
+    gw.create_session(MANAGER, channel="telegram")
+    gw.create_session(PEER, channel="slack")
     gw.registry.set_route(MANAGER, "telegram", "chat-7")
     # R27: the main session hears that PEER was created (one line, no wake); its turn reads it.
     assert gw.drain_system_events(MANAGER) == [created_line(PEER, "main", None)] and wakes == []

@@ -57,8 +57,8 @@ def assert_fenced_block(text: str, original: str, header_start: str) -> None:
 @pytest.fixture
 def world(db_url):
     gw, runner = open_gateway(db_url, policy=ToolPolicy(visibility="agent"))
-    gw.registry.register_session(MANAGER, channel="telegram")
-    gw.registry.register_session(PEER, label="peer desk")
+    gw.create_session(MANAGER, channel="telegram")
+    gw.create_session(PEER, label="peer desk")
     yield gw, runner
     gw.runs.stop_runs()
     gw.close()

@@ -61,9 +61,9 @@ BAD = {
 def world(module_db_url):
     gw, runner = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
     runner.add(Rule("*", "task", ["x"], delay=60))
-    gw.registry.register_session(MANAGER)
-    gw.registry.register_session(PEER)
-    gw.registry.register_session(OTHER)
+    gw.create_session(MANAGER)
+    gw.create_session(PEER)
+    gw.create_session(OTHER)
     spawned = ok(gw.call_tool(MANAGER, "sessions_spawn", CHILD_TASK))
     names = {"LEAF": spawned["childSessionKey"], "CHILD": spawned["childSessionKey"], "RUN": spawned["runId"]}
     yield gw, names

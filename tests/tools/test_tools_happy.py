@@ -19,10 +19,10 @@ from .support import MANAGER, OTHER, PEER, error_code, full_dump, ok, open_gatew
 @pytest.fixture
 def gw(db_url):
     gateway, _ = open_gateway(db_url, policy=ToolPolicy(visibility="agent"))
-    gateway.registry.register_session(MANAGER, channel="telegram", model="model-a")
-    gateway.registry.register_session(PEER, label="peer desk")
-    gateway.registry.register_session("agent:main:cron:nightly", kind="cron", label="nightly")
-    gateway.registry.register_session(OTHER)
+    gateway.create_session(MANAGER, channel="telegram", model="model-a")
+    gateway.create_session(PEER, label="peer desk")
+    gateway.create_session("agent:main:cron:nightly", kind="cron", label="nightly")
+    gateway.create_session(OTHER)
     gateway.watch(OTHER, MANAGER, ambient=True)  # R24: human turns are recorded for watched sessions
     gateway.transcripts.human_message(MANAGER, "Plan the release\nsecond line", channel="telegram", sender="u1")
     gateway.transcripts.append_message(MANAGER, "assistant", "<think>secret plan</think>Sure, planning now.")
@@ -74,8 +74,8 @@ def test_list_filters(gw, db_url):
 def test_list_active_minutes(db_url):
     now = [1_700_000_000.0]
     gw, _ = open_gateway(db_url, policy=ToolPolicy(visibility="agent"), clock=lambda: now[0])
-    gw.registry.register_session(MANAGER)
-    gw.registry.register_session(PEER)
+    gw.create_session(MANAGER)
+    gw.create_session(PEER)
     now[0] += 3600
     gw.transcripts.append_message(MANAGER, "user", "still here")
     assert keys(call(gw, "sessions_list", {"activeMinutes": 30})) == [MANAGER]
@@ -95,8 +95,8 @@ def test_list_title_preview_and_recent_messages(gw):
 
 def test_list_under_tree_visibility_shows_own_tree_only(db_url):
     gw, _ = open_gateway(db_url)
-    gw.registry.register_session(MANAGER)
-    gw.registry.register_session(PEER)
+    gw.create_session(MANAGER)
+    gw.create_session(PEER)
     child = ok(call(gw, "sessions_spawn", {"task": "work"}))["childSessionKey"]
     gw.runs.wait_for_runs()
     assert set(keys(call(gw, "sessions_list"))) == {MANAGER, child}
@@ -237,7 +237,7 @@ def test_send_with_watch_promotes_an_ambient_cursor_to_explicit(gw):
 
 
 def test_send_watch_false_for_a_non_agent_qualified_sender(gw):
-    gw.registry.register_session("global", agent_id="main")
+    gw.create_session("global", agent_id="main")
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": True}, caller="global"))
     assert result["watched"] is False
 
@@ -247,7 +247,7 @@ def test_send_reports_watched_false_whenever_watch_false_was_given(gw):
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": False}))
     assert result["watched"] is False
     assert gw.ops.cursor_positions(MANAGER, PEER) is None  # and watch: false registered nothing
-    gw.registry.register_session("global", agent_id="main")
+    gw.create_session("global", agent_id="main")
     result = ok(call(gw, "sessions_send", {"sessionKey": PEER, "message": "hi", "timeoutSeconds": 0, "watch": False}, caller="global"))
     assert result["watched"] is False
 
@@ -361,7 +361,7 @@ def test_kill_is_recorded_once(gw):
 def test_yield_reports_and_the_result_wakes(db_url):
     wakes = []
     gw, runner = open_gateway(db_url, on_wake=lambda w, r: wakes.append((w, r)))
-    gw.registry.register_session(MANAGER)
+    gw.create_session(MANAGER)
     runner.add(Rule("agent:main:subagent:*", "task", ["r"], delay=0.2))
     run = ok(call(gw, "sessions_spawn", {"task": "t"}))
     result = ok(call(gw, "sessions_yield", {"message": "waiting"}))
@@ -377,7 +377,7 @@ def test_yield_reports_and_the_result_wakes(db_url):
 
 def test_messaging_profile_and_also_allow_and_deny(db_url):
     gw, _ = open_gateway(db_url, policy=ToolPolicy(profile="messaging"))
-    gw.registry.register_session(MANAGER)
+    gw.create_session(MANAGER)
     assert error_code(call(gw, "sessions_spawn", {"task": "x"})) == "tool_not_allowed"
     assert ok(call(gw, "sessions_list"))["count"] == 1
     gw.configure_tools(ToolPolicy(profile="messaging", also_allow=frozenset({"sessions_spawn"})))
@@ -393,7 +393,7 @@ def test_messaging_profile_and_also_allow_and_deny(db_url):
 def test_spawn_depth_gates_leaves_and_orchestrators(db_url):
     gw, runner = open_gateway(db_url)
     runner.add(Rule("*", "task", ["x"], delay=30))
-    gw.registry.register_session(MANAGER)
+    gw.create_session(MANAGER)
     child = ok(call(gw, "sessions_spawn", {"task": "x"}))["childSessionKey"]
     assert error_code(call(gw, "sessions_list", caller=child)) == "tool_not_allowed"  # leaf at depth 1
     assert ok(call(gw, "session_status", caller=child))["spawnDepth"] == 1  # reconciliation stays

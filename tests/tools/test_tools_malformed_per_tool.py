@@ -42,8 +42,8 @@ def malformed_sets(tool: str) -> list[Any]:
 @pytest.fixture(scope="module")
 def gw(module_db_url):
     gateway, _ = open_gateway(module_db_url, policy=ToolPolicy(visibility="tree"))
-    gateway.registry.register_session(MANAGER)
-    gateway.registry.register_session(PEER)
+    gateway.create_session(MANAGER)
+    gateway.create_session(PEER)
     yield gateway
     gateway.runs.stop_runs()
     gateway.close()

@@ -64,7 +64,7 @@ def world():
         gw, _ = open_gateway(url, rules=[Rule("*", "reply", ["r"]), Rule("*", "task", ["t"])])
         for key in SESSIONS:
             kind = "subagent" if key in PARENT else "main"
-            gw.registry.register_session(key, kind=kind, parent=PARENT.get(key), sandboxed=key in SANDBOXED)
+            gw.create_session(key, kind=kind, parent=PARENT.get(key), sandboxed=key in SANDBOXED)
             gw.transcripts.append_message(key, "user", f"hello {key}")
         # No cursors: a watcher's read-only grant (session_status on its watched target) is
         # tested on its own; here visibility alone must decide.

@@ -96,7 +96,7 @@ def _tools_step(gw: Gateway, number: int) -> None:
         Rule(MANAGER, "reply_back", ["REPLY_SKIP"]),
     ])
     gw.configure_tools(ToolPolicy(visibility="agent"), runner=runner, id_factory=lambda: next(ids))
-    gw.registry.register_session(peer, channel="slack")
+    gw.create_session(peer, channel="slack")
     gw.registry.set_route(MANAGER, "telegram", "ops-chat")
     survey = gw.call_tool(MANAGER, "sessions_spawn", {"task": "survey the logs", "label": "surveyor"})
     # The survey finishes before the second child starts: two runs recording at once would number
@@ -148,8 +148,10 @@ def run_demo(db: str | None, *, reuse: bool = False) -> int:
             gw.ops.delete_session(key)
 
     heading(1, "A manager spawns a worker: the spawn edge seeds the manager's cursor")
-    gw.create_session(MANAGER)
-    gw.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
+    # The protocol's own create_session: no metadata row, so no random session id in the story
+    # the two runs of tests/test_demo.py compare.
+    gw.ops.create_session(MANAGER)
+    gw.ops.create_session(WORKER, kind="subagent", parent=MANAGER, run_id="demo-run-1")
     spawn_version = gw.ops.state_version(WORKER)
     cursor = gw.ops.cursor_positions(MANAGER, WORKER)
     assert cursor is not None  # the spawn edge seeded it

@@ -15,7 +15,7 @@ from ...shared.keys import SessionRef, check_key, resolve_agent_id
 from ...shared.clock_timer import ClockTimer
 from ...shared.timefmt import DAY_SECONDS
 from ...store import Store
-from ..claims import SERVE_ALL
+from ..cluster import SERVE_ALL
 from ..locking import locked
 from ..observing import Observers
 from ..retention import AutoPrune
@@ -77,7 +77,7 @@ class NoticeCore:
         self.observers = Observers(self.queue, self.wakes)  # services/observing.py
         self._wakes_stopped = False
         self.stats = {"append_failures": 0, "events_recorded": 0, "notices_enqueued": 0}
-        self.serve = serve  # section 6a: which watchers this process serves (claims, in release)
+        self.serve = serve  # section 6a: which watchers this process serves (``cluster``, in release)
         self.tracer: Tracer | None = None  # the protocol trace (spec section 15), when on
         # R27, both on by default (see Gateway.open): log `created` for every new session;
         # announce it to the agent's main session.

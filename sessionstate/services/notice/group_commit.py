@@ -84,12 +84,12 @@ class Waiter(Generic[_E]):
 
     __slots__ = ("events", "result", "error", "done", "wake", "promoted", "after", "queued_at", "committed_at", "batch")
 
-    def __init__(self, events: Sequence[_E], wake: Signal | None = None) -> None:
+    def __init__(self, events: Sequence[_E]) -> None:
         self.events = events
         self.result: list[Any] | None = None
         self.error: BaseException | None = None
         self.done = False
-        self.wake = wake  # set when done, or when handed the turn; only a queued caller has one
+        self.wake: Signal | None = None  # set when done, or when handed the turn; only a queued caller has one
         self.promoted = False  # a drainer that left with callers queued handed this one the turn
         self.after: Waiter[_E] | None = None  # the next caller of its batch, woken by this one
         self.queued_at = 0.0  # the three below only while GroupCommit.timings is on
@@ -271,7 +271,8 @@ class GroupCommit(Generic[_E]):
             self._leave()
 
     def _join(self, events: Sequence[_E]) -> list[Any]:
-        mine: Waiter[_E] = Waiter(events, Signal())
+        mine: Waiter[_E] = Waiter(events)
+        mine.wake = Signal()
         timings = self.timings
         if timings is not None:
             mine.queued_at = time.perf_counter()

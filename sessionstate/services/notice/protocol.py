@@ -80,9 +80,9 @@ class NoticeProtocol(Recording):
         """Give up this process's part, lock held: the claims (or, with ``unregister=False``,
         only the change feed, leaving the row as a dead process would) and the trace."""
         if unregister:
-            self.claims.unregister()
-        elif self.claims.feed is not None:
-            self.claims.feed.close()
+            self.cluster.unregister()
+        elif self.cluster.feed is not None:
+            self.cluster.feed.close()
         if self.tracer is not None:
             self.tracer.close()
 
@@ -105,7 +105,7 @@ class NoticeProtocol(Recording):
             unwoken=frozenset(w for w in queue.sessions() if wakes.holds_unwoken(w)),
             queued={s: n for s in queue.sessions() if (n := len(queue.peek(s)))},
             group_batches=group.batches, group_queued=group.queued(), group_idle=group.idle(),
-            server_id=self.claims.server_id, tracing=self.tracer is not None,
+            server_id=self.cluster.server_id, tracing=self.tracer is not None,
         )
 
     @locked

@@ -11,7 +11,7 @@ from ...shared.formats import notice_text
 from ...shared.keys import SessionRef, is_main_style_watcher
 from ...shared.provenance import Notice, is_queue_only
 from ...store import CursorRecord, Store
-from ..claims import Serving
+from ..cluster import Cluster
 from .core import NoticeCore
 from .rewake import Rewaker
 
@@ -21,8 +21,8 @@ class NoticeRelease(NoticeCore):
 
     def __init__(self, store: Store, **options: Any) -> None:
         super().__init__(store, **options)
-        self.claims = Serving(self, self.serve)  # section 6a: which watchers this process serves
-        self.wakes.take_slot = self.claims.take_wake_slot  # R23: the durable wake slot
+        self.cluster = Cluster(self, self.serve)  # section 6a: which watchers this process serves
+        self.wakes.take_slot = self.cluster.take_wake_slot  # R23: the durable wake slot
         # R26: a re-wake is a wake too, so it asks the same question (an ambient pair that
         # replaced a tracked one must not inherit its entry).
         self.rewaker = Rewaker(self.wakes, lambda w, t: self.queue.holds_notice(w, t) and self.wakes_for(w, t))
@@ -55,7 +55,7 @@ class NoticeRelease(NoticeCore):
             self.store.after_commit(lambda: self._release_notices(notices))
 
     def _release_notices(self, notices: list[Notice]) -> None:
-        serves = self.claims.serves_here
+        serves = self.cluster.serves_here
         trace = self.tracer
         handed: list[tuple[str, SessionRef, str, bool, bool]] | None = [] if trace is not None else None
         to_wake: dict[str, SessionRef] = {}  # one wake per watcher for lines queued together

@@ -24,7 +24,7 @@ from .registry import Registry
 from ..runner.executor import RunExecutor
 from ..runner.scripted import ScriptedRunner
 from ..store import COMPLETED, FAILED, RunRecord, Store
-from .transcript_service import Transcripts
+from .transcripts import Transcripts
 from ..shared.validation import (
     MAX_COUNT,
     MAX_ID_LENGTH,

@@ -1,7 +1,7 @@
 """Which sessions this gateway process serves, and keeping its queue in step with other
 processes' commits (spec section 6a, R18-R22).
 
-A ``Serving`` belongs to one notice protocol service (``NoticeProtocol.claims``) and is the
+A ``Cluster`` belongs to one notice protocol service (``NoticeProtocol.cluster``) and is the
 gateway's public ``cluster`` part: ``serve``, ``serves``, ``register``, ``heartbeat``,
 ``attach``, ``detach``, ``attached``, ``sweep`` and ``feed`` (R19-R22). Each public method takes
 the gateway's one (reentrant) lock itself; ``serves_here`` answers ``serves(W)`` from memory
@@ -61,7 +61,7 @@ def check_patterns(patterns: object) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-class Serving:
+class Cluster:
     """R19-R20 for one gateway; the sweep of R22."""
 
     def __init__(self, sink: NoticeSink, patterns: Sequence[str] = SERVE_ALL) -> None:
