@@ -8,6 +8,7 @@ from pathlib import Path
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import open_store
 from sessionstate.store.sqlite import SqliteStore
+from tests.backends import admin_connection
 
 
 def sqlite_file_store(path: Path) -> SqliteStore:
@@ -15,3 +16,9 @@ def sqlite_file_store(path: Path) -> SqliteStore:
     store = open_store(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS, background_checkpoints=False)
     assert isinstance(store, SqliteStore)
     return store
+
+
+def end_backend(pid: int) -> None:
+    """What a server restart does to one connection: its backend ends (waited for)."""
+    with admin_connection() as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()[0]

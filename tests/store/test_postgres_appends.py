@@ -1,7 +1,7 @@
-"""The PostgreSQL store's last judged survivors (docs/mutants/store-postgres-4.md): a commit whose
-changes need more than one notification, a notification-only commit on a lost connection, the
-unknown-session message, and an append with a dedupe key: its head lock, its transaction id
-(R29) and its notification (R22)."""
+"""An append and its commit on PostgreSQL: a commit whose changes need more than one
+notification sends them all, a notification-only commit on a lost connection is unavailable
+(not an unknown outcome), an unknown session is named with its agent, and an append with a
+dedupe key: its head lock, its transaction id (R29) and its notification (R22)."""
 
 from __future__ import annotations
 
@@ -10,57 +10,15 @@ from typing import Any
 
 import pytest
 
-import psycopg
-from sqlalchemy.engine import make_url
-
-from sessionstate.errors import CommitOutcomeUnknown, StorageUnavailable, UnknownSession, UnsupportedBackend
+from sessionstate.errors import CommitOutcomeUnknown, StorageUnavailable, UnknownSession
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, open_store
 from sessionstate.store.commit_outcome import TXID_SQL
-from sessionstate.store.postgres import PostgresStore
-from sessionstate.store.postgres_feed import CHANNEL_PREFIX, MAX_IDENTIFIER_BYTES, MAX_PAYLOAD_BYTES, channel_for, quoted_channel
+from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES
 from tests.backends import admin_connection
 from tests.store.sessions import A
 
-
 # -- without a server: the durability level, the channel's name and quoting -------------------------
-
-
-@pytest.mark.parametrize("level", ["FAST", "", 1, None])
-def test_a_durability_level_postgresql_has_no_mapping_for_is_refused_before_connecting(level):
-    # The host does not exist: the check comes first, so nothing is tried.
-    with pytest.raises(UnsupportedBackend, match=r"synchronous must be one of \('OFF', 'NORMAL', 'FULL', 'EXTRA'\)"):
-        PostgresStore("postgresql://nobody@/db?host=/nonexistent-sessionstate", notifying_kinds=(), synchronous=level)
-
-
-def test_a_schema_whose_channel_fits_an_identifier_names_it_as_is():
-    fits = "s" * (MAX_IDENTIFIER_BYTES - len(CHANNEL_PREFIX))  # exactly 63 bytes with the prefix
-    assert channel_for(fits) == CHANNEL_PREFIX + fits
-    assert channel_for("t_1") == CHANNEL_PREFIX + "t_1"
-
-
-def test_a_schema_too_long_for_a_channel_is_named_by_a_fixed_digest():
-    long_schema = "s" * (MAX_IDENTIFIER_BYTES - len(CHANNEL_PREFIX) + 1)
-    # Pinned: servers of different releases on one schema must meet on one channel.
-    assert channel_for(long_schema) == "sessionstate:b2b346c6c3fb8f567b6f3daa07c02f20"
-    wide = "é" * 26  # 39 characters with the prefix, but 65 bytes: the limit counts bytes
-    assert channel_for(wide) != CHANNEL_PREFIX + wide and len(channel_for(wide).encode()) <= MAX_IDENTIFIER_BYTES
-    assert len(channel_for("x" * 200).encode()) <= MAX_IDENTIFIER_BYTES
-    assert channel_for(long_schema + "a") != channel_for(long_schema + "b")
-
-
-def test_a_channel_with_a_double_quote_is_quoted_by_doubling_it():
-    assert quoted_channel('sessionstate:a"b') == '"sessionstate:a""b"'
-    assert quoted_channel("sessionstate:plain") == '"sessionstate:plain"'
-
-
-def test_an_opening_whose_driver_fails_after_connecting_is_unavailable(pg_url, monkeypatch):
-    def lost(self):
-        raise psycopg.OperationalError("server closed the connection unexpectedly")
-
-    monkeypatch.setattr(PostgresStore, "_connect", lost)
-    with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable: server closed the connection unexpectedly"):
-        PostgresStore(pg_url, notifying_kinds=NOTIFYING_KINDS)
 
 
 @pytest.fixture
@@ -92,33 +50,6 @@ def many_watchers() -> list[str]:
 
 
 # -- R22: a schema too long for its channel's name still tells the other servers ------------------
-
-
-@pytest.fixture
-def long_schema_url(pg_url: str) -> Iterator[str]:
-    schema = "t_" + "l" * 58  # 60 bytes: the channel's name would be 73
-    with admin_connection() as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield make_url(pg_url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    finally:
-        with admin_connection() as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-def test_a_store_on_a_schema_too_long_for_a_channel_name_tells_its_changes(long_schema_url):
-    store = open_store(long_schema_url, notifying_kinds=NOTIFYING_KINDS)
-    try:
-        assert store.channel == channel_for("t_" + "l" * 58) and len(store.channel) < len(CHANNEL_PREFIX) + 60
-        feed = store.open_change_feed(tuple(NOTIFYING_KINDS))
-        try:
-            store.note_changed_watchers(["agent:w:main"])
-            feed.sync()
-            assert feed.take().watchers == ["agent:w:main"]
-        finally:
-            feed.close()
-    finally:
-        store.close()
 
 
 # -- R22: a transaction's changes in several notifications ----------------------------------------
@@ -204,19 +135,4 @@ def test_an_append_with_a_dedupe_key_is_told_with_its_session_and_actor(store, f
 
 # -- the feature tables translate driver failures with the store's translation ------------------
 
-FEATURE_READS = {
-    "meta": lambda store: store.meta.all(),
-    "runs": lambda store: store.runs.get("run-1"),
-    "transcripts": lambda store: store.transcripts.recent(A, "a", 5),
-    "links": lambda store: store.links.all(),
-    "serving": lambda store: store.serving.all_claims(),
-}
 
-
-@pytest.mark.parametrize("table", sorted(FEATURE_READS))
-def test_a_feature_tables_read_on_a_lost_connection_is_unavailable_then_reconnects(store, table):
-    with admin_connection() as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
-    with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable"):
-        FEATURE_READS[table](store)
-    FEATURE_READS[table](store)  # the next statement reconnects
