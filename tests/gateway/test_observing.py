@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway, InvalidArgument
+from sessionstate.services.observing import OBSERVER_METHODS
 
 MANAGER, WORKER = "agent:main:main", "agent:main:subagent:worker"
 
@@ -148,3 +149,16 @@ def test_an_observer_without_the_methods_is_refused(world):
     with pytest.raises(InvalidArgument, match="missing"):
         gw.ops.observe(object())  # type: ignore[arg-type]
     assert hooks(gw) == (0, 1, 0, False)
+
+
+def test_an_incomplete_observer_is_refused_with_every_missing_method_named(world):
+    gw, _ = world
+
+    class OnlyRecorded:
+        def recorded(self, kinds, sequences, seconds) -> None:
+            pass
+
+    missing = ", ".join(name for name in OBSERVER_METHODS if name != "recorded")
+    with pytest.raises(InvalidArgument) as refused:
+        gw.ops.observe(OnlyRecorded())  # type: ignore[arg-type]
+    assert str(refused.value) == f"observer must have the GatewayObserver methods; missing {missing}"

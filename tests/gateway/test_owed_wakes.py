@@ -14,18 +14,11 @@ import time
 import pytest
 
 from sessionstate import Gateway, InvalidArgument
+from tests.helpers import Clock
 
 MANAGER, CHILD, OTHER = "agent:main:main", "agent:main:subagent:child", "agent:x:main"
 SUB_WATCHER = "agent:main:subagent:observer"
 REASON = f"session-state: {CHILD}"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def human(gw: Gateway, key: str = CHILD) -> None:
