@@ -1,12 +1,19 @@
 """What the gateway tests share: the human lines the wake and drain tests record, a read-only
 URL of a test database, and a watcher owing one notice behind a plain line (WATCHER watching
-the main sessions of two other agents, so no R27 announcement joins its lines)."""
+the main sessions of two other agents, so no R27 announcement joins its lines); for child runs,
+a run's row as sessions_spawn inserts it, a runner that records why it was cancelled, and the
+text of a refusal."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway, notice_text
+from sessionstate.errors import InvalidArgument
+from sessionstate.runner.base import RunCancelled, RunContext, TurnRequest, TurnResult
+from sessionstate.store import RunRecord
+from tests.tools.support import MANAGER
 
 
 def human(gw: Gateway, key: str) -> None:
@@ -47,3 +54,41 @@ def owing_watcher(gw: Gateway) -> str:
 
 def human_upstream(gw: Gateway, target: str) -> None:
     gw.record_event(target, "human_direct_message", actor_type="human", summary="typed upstream")
+
+
+# One unqualified key held by two agents: only the agent id tells their sessions apart.
+SHARED_KEY = "worker"
+
+
+def run_record(
+    run_id: str, *, child: tuple[str, str], created_at: float, label: str | None = None,
+    timeout_seconds: float | None = None, announce_channel: str | None = None, requester: str = MANAGER,
+) -> RunRecord:
+    """A running run (MANAGER's unless told), as sessions_spawn would insert it (by default no
+    label, no timeout, no stored reply route)."""
+    return RunRecord(
+        run_id=run_id, requester_key=requester, requester_agent_id="main", child_key=child[0],
+        child_agent_id=child[1], runtime="subagent", task="t", label=label, model=None,
+        thinking=None, thread=False, context="isolated", timeout_seconds=timeout_seconds,
+        status="running", outcome=None, result_text=None, announce_channel=announce_channel,
+        announce_to=None, steer_count=0, created_at=created_at, ended_at=None,
+    )
+
+
+def refusal(call) -> str:
+    with pytest.raises(InvalidArgument) as refused:
+        call()
+    return str(refused.value)
+
+
+class CancelRecordingRunner:
+    """Works until cancelled, and remembers why it was cancelled."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str | None] = []
+
+    def run_turn(self, request: TurnRequest, ctx: RunContext) -> TurnResult:
+        if ctx.wait(30):
+            self.reasons.append(ctx.reason)
+            raise RunCancelled(ctx.reason or "cancelled")
+        return TurnResult(None)

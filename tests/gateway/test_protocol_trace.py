@@ -147,8 +147,8 @@ def test_queue_lines_between_a_commit_and_its_notices_go_out_with_that_commit(db
 
 
 def test_a_queue_line_made_inside_a_committed_transaction_is_traced(db_url, tmp_path):
-    """``forget_queued`` drops the lines at once, also inside a transaction (see
-    docs/mutants/services-trace-locking.md for the same inside one that rolls back)."""
+    """``forget_queued`` drops the lines at once, also inside a transaction (inside one that
+    rolls back: test_forget_queued_in_a_transaction_that_rolls_back_keeps_the_queue_and_its_trace)."""
     trace = tmp_path / "trace.jsonl"
     with opened(db_url, trace) as gw:
         gw.watch(WATCHER, TARGET)
