@@ -6,6 +6,10 @@ text of a refusal."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -92,3 +96,35 @@ class CancelRecordingRunner:
             self.reasons.append(ctx.reason)
             raise RunCancelled(ctx.reason or "cancelled")
         return TurnResult(None)
+
+
+def wait_queued(gw: Gateway, count: int) -> None:
+    """Polls until ``count`` callers are queued for the group commit; only a hang takes 30 s."""
+    ticks = threading.Event()  # never set: its wait is the poll's pause
+    for _ in range(30_000):
+        if gw.ops.diagnostics().group_queued >= count:
+            return
+        ticks.wait(0.001)
+    raise AssertionError(f"only {gw.ops.diagnostics().group_queued} of {count} callers queued")
+
+
+def run_queued(gw: Gateway, calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` in threads while holding the write turn until all of them queued (one
+    batch); each call's result or exception, in order."""
+    outcomes: list[Any] = [None] * len(calls)
+
+    def body(index: int) -> None:
+        try:
+            outcomes[index] = calls[index]()
+        except Exception as exc:  # the test looks at it
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(len(calls))]
+    with gw.locked():
+        for thread in threads:
+            thread.start()
+        wait_queued(gw, len(calls))
+    for thread in threads:
+        thread.join(30.0)  # only a hang reaches it
+        assert not thread.is_alive(), "a caller never returned"
+    return outcomes
