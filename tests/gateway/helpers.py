@@ -128,3 +128,14 @@ def run_queued(gw: Gateway, calls: list[Callable[[], Any]]) -> list[Any]:
         thread.join(30.0)  # only a hang reaches it
         assert not thread.is_alive(), "a caller never returned"
     return outcomes
+
+
+def open_watched_child(db_url: str, **options: Any) -> Gateway:
+    """MANAGER, PEER and MANAGER's sub-agent CHILD, PEER watching CHILD, at a fixed time. R27's
+    announcement of PEER in MANAGER's queue is off: noise for the tests of recording."""
+    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, notify_on_create=False, **options)
+    gateway.create_session("agent:main:main")
+    gateway.create_session("agent:main:peer")
+    gateway.create_session("agent:main:subagent:child", kind="subagent", parent="agent:main:main")
+    gateway.watch("agent:main:peer", "agent:main:subagent:child")
+    return gateway

@@ -96,14 +96,6 @@ def test_a_drain_whose_commit_outcome_is_unknown_returns_its_lines(db_url, monke
         assert gw.drain_system_events(WATCHER) == [PLAIN, notice]
 
 
-# -- watch: what a refusal says, and whose target is watched ----------------------------------
-
-
-# -- owed wakes: which lines they fire for (R12, R27, WAKE1) ----------------------------------
-
-WINDOW = 20.0
-
-
 # -- R21: what a drain delivers -------------------------------------------------------------
 
 
@@ -143,14 +135,3 @@ def test_each_process_delivers_from_the_durable_cursor_and_drops_what_another_ac
         assert other.drain_system_events(WATCHER) == [notice_text(BEHIND, since)]
         assert recorder.drain_system_events(WATCHER) == []
         assert recorder.pending_system_events(WATCHER) == []
-
-
-# -- R26 with R23: a promoted pair's queued notice ---------------------------------------------
-
-
-# -- the protocol trace: notices withdrawn and cleared ------------------------------------------
-
-
-# -- R20: an attach keeps the plain lines --------------------------------------------------------
-
-

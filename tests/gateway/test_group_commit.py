@@ -20,7 +20,7 @@ import pytest
 
 from sessionstate import Gateway, InvalidArgument, StorageFull, UnknownSession, notice_text
 from sessionstate.services.notice import group_commit
-from tests.gateway.helpers import run_queued, wait_queued
+from tests.gateway.helpers import open_watched_child, run_queued, wait_queued
 
 MANAGER = "agent:main:main"
 PEER = "agent:main:peer"
@@ -36,13 +36,7 @@ def wakes() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def gw(db_url, wakes):
-    # R27's announcement of PEER in MANAGER's queue is noise for these notices.
-    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, on_wake=lambda w, r: wakes.append((w, r)),
-                           notify_on_create=False)
-    gateway.create_session(MANAGER)
-    gateway.create_session(PEER)
-    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
-    gateway.watch(PEER, CHILD)
+    gateway = open_watched_child(db_url, on_wake=lambda w, r: wakes.append((w, r)))
     yield gateway
     gateway.close()
 

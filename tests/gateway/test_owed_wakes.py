@@ -14,7 +14,6 @@ import time
 import pytest
 
 from sessionstate import Gateway, InvalidArgument
-from tests.helpers import Clock
 
 MANAGER, CHILD, OTHER = "agent:main:main", "agent:main:subagent:child", "agent:x:main"
 SUB_WATCHER = "agent:main:subagent:observer"
@@ -28,16 +27,6 @@ def human(gw: Gateway, key: str = CHILD) -> None:
 def build(gw: Gateway) -> None:
     gw.create_session(MANAGER)
     gw.create_session(CHILD, kind="subagent", parent=MANAGER)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def wakes() -> list[tuple[str, str, float]]:
-    return []
 
 
 @pytest.fixture

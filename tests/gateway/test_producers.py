@@ -140,10 +140,7 @@ def test_producers_record_on_the_session_of_the_agent_id_given(db_url):
         assert events(gw, "worker", "ops") == []
 
 
-# -- observing ----------------------------------------------------------------------------------
-
-
-# -- retention: R30's schedule alone ------------------------------------------------------------
+# -- a refused value too long to print --------------------------------------------------------
 
 
 @pytest.mark.parametrize("field", ["kind", "actor type", "goal change"])

@@ -15,6 +15,7 @@ import pytest
 
 from sessionstate import Gateway, StorageConflict, StorageFull, StorageUnavailable
 from sessionstate.services.notice import recording
+from tests.gateway.helpers import open_watched_child
 
 MANAGER = "agent:main:main"
 PEER = "agent:main:peer"
@@ -25,20 +26,9 @@ WAIT = 30.0  # only a hang reaches it
 
 @pytest.fixture
 def gw(db_url: str) -> Iterator[Gateway]:
-    # R27's announcement of PEER in MANAGER's queue is noise here.
-    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
-    gateway.create_session(MANAGER)
-    gateway.create_session(PEER)
-    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
-    gateway.watch(PEER, CHILD)
+    gateway = open_watched_child(db_url)
     yield gateway
     gateway.close()
-
-
-# -- input of the wrong shape ------------------------------------------------------------------
-
-
-# -- an interrupt escaping a group commit ------------------------------------------------------
 
 
 # -- R15: which storage failures are tried again ------------------------------------------------
@@ -143,11 +133,3 @@ def test_an_unknown_outcome_is_tried_again_when_every_event_has_a_dedupe_key(gw,
     before = gw.ops.state_version(CHILD)
     assert gw.record_event(CHILD, "goal_changed", dedupe_key="once", **EVENT) == before + 1
     assert failing.attempts == 2 and pauses == [0.05]
-
-
-# -- the protocol's options -------------------------------------------------------------------
-
-
-# -- record_event's messages name the argument -----------------------------------------------
-
-

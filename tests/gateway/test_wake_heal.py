@@ -1,67 +1,20 @@
-"""R23's heal (``Rewaker.on_material``): a watcher whose notice is still pending one
-window after its wake is woken again by the next material event on its target, at exactly one
-window and again one window later; not by its own event, not for a target it stopped watching,
-not when woken since for another target; filed again by its next notice after a drain; one
-passed over on a target does not keep the next pending watcher from its heal; a heal that lost
-the durable slot comes again one window after the other process's wake. A fake clock: nothing
-is timed."""
+"""R23's heal (``Rewaker.on_material``) in a gateway: a watcher whose notice is still pending
+one window after its wake is woken again by the next material event on its target, at exactly
+one window and again one window later; not for a target it stopped watching, not when woken
+since for another target (neither waking nor owing a wake); filed again by its next notice
+after a drain; one passed over on a target does not keep the next pending watcher from its
+heal. The heal on the coalescer alone is in test_wake_coalescer.py. A fake clock: nothing is
+timed."""
 
 from __future__ import annotations
-
-import pytest
 
 from sessionstate import Gateway
 from tests.gateway.helpers import human
 from tests.helpers import Clock
 
-MANAGER, CHILD, OTHER = "agent:main:main", "agent:main:subagent:child", "agent:x:main"
-
-
-WINDOW = 20.0
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def wakes() -> list[tuple[str, str, float]]:
-    return []
-
-
-@pytest.fixture
-def gw(db_url, clock, wakes):
-    gateway = Gateway.open(db_url, clock=clock, wake_window=WINDOW,
-                           on_wake=lambda w, r: wakes.append((w, r, clock.now)))
-    gateway.create_session(MANAGER)
-    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
-    gateway.create_session(OTHER)
-    gateway.watch(MANAGER, OTHER)
-    yield gateway
-    gateway.close()
-
-
-def test_a_pending_notice_is_woken_again_by_a_material_event_once_its_window_passed(gw, clock, wakes):
-    reason = f"session-state: {CHILD}"
-    start = clock.now
-    human(gw, CHILD)                      # t=0: the notice, woken; the turn never drains it
-    clock.now = start + 5
-    human(gw, CHILD)                      # still pending: no new line, no wake, nothing owed
-    assert gw.ops.diagnostics().owed_wakes == {}
-    clock.now = start + WINDOW + 5
-    assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="mine",
-                           actor_id=MANAGER)  # the watcher's own event is not material to it (R2)
-    assert wakes == [(MANAGER, reason, start)]
-    human(gw, CHILD)                      # past the window: the heal wakes it again
-    assert wakes == [(MANAGER, reason, start), (MANAGER, reason, start + WINDOW + 5)]
-    clock.now = start + WINDOW + 10
-    human(gw, CHILD)                      # inside the heal's own window: nothing more
-    assert len(wakes) == 2
-    assert [e.target[0] for e in gw.ops.queued_events(MANAGER)] == [CHILD]
-
-
+MANAGER, CHILD = "agent:main:main", "agent:main:subagent:child"
 PEER, ELSEWHERE = "agent:x:main", "agent:y:main"  # PEER sorts after MANAGER: heap ties pop MANAGER
+WINDOW = 20.0
 
 
 def healing_gateway(db_url: str, clock: Clock, woken: list[tuple[str, float]]) -> Gateway:

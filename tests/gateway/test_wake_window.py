@@ -6,6 +6,9 @@
   for the notice its startup sweep queued, and fires it when the window ends;
 - the first line inside a window makes the wake owed: observers hear of it once, and the
   owed wake names that line's target; later lines of the window change nothing;
+- a notice still pending one window after its wake is woken again by the next material event
+  on its target, not by the watcher's own event, and not again inside that window (R23's heal,
+  in full in test_wake_heal.py);
 - the gateway's own timer is one thread named ``sessionstate-wakes``, started by the first owed
   wake, told of every later one (an owed wake after it went idle still fires by itself), and
   gone after ``close``; once ``close`` has begun stopping it, no owed wake fires, not even one
@@ -32,16 +35,6 @@ from tests.helpers import Clock
 
 MANAGER, CHILD, OTHER = "agent:main:main", "agent:main:subagent:child", "agent:x:main"
 WINDOW = 20.0
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def wakes() -> list[tuple[str, str, float]]:
-    return []
 
 
 @pytest.fixture
@@ -149,9 +142,6 @@ def test_the_first_line_inside_the_window_makes_the_wake_owed_and_later_ones_add
                      (MANAGER, f"session-state: {OTHER}", start + WINDOW)]
 
 
-# -- R23's heal: a later material event re-wakes a pending watcher --------------------------------
-
-
 # -- a read-only database: the in-memory window alone coalesces (R12) ---------------------------
 
 
@@ -246,7 +236,7 @@ def test_a_system_line_already_queued_wakes_nobody_again(gw, clock, wakes):
     assert [e.text for e in gw.ops.queued_events(MANAGER)] == ["deploy finished"]
 
 
-# -- ops.observe's refusal ----------------------------------------------------------------------
+# -- the window's own bounds, and which lines an owed wake fires for (R5, R12, R27, WAKE1) ------
 
 
 def test_a_window_shorter_than_a_second_is_accepted_and_honoured(db_url):
@@ -387,3 +377,22 @@ def test_a_plain_line_queued_again_is_no_new_line_and_wakes_nobody(db_url):
         clock.now += 3 * WINDOW  # the window is long over: only the line's being new could wake
         assert gw.ops.enqueue_system_event(WATCHER, PLAIN) is False
         assert woken == ["system-event"] and gw.pending_system_events(WATCHER) == [PLAIN]
+
+
+def test_a_pending_notice_is_woken_again_by_a_material_event_once_its_window_passed(gw, clock, wakes):
+    reason = f"session-state: {CHILD}"
+    start = clock.now
+    human(gw, CHILD)                      # t=0: the notice, woken; the turn never drains it
+    clock.now = start + 5
+    human(gw, CHILD)                      # still pending: no new line, no wake, nothing owed
+    assert gw.ops.diagnostics().owed_wakes == {}
+    clock.now = start + WINDOW + 5
+    assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="mine",
+                           actor_id=MANAGER)  # the watcher's own event is not material to it (R2)
+    assert wakes == [(MANAGER, reason, start)]
+    human(gw, CHILD)                      # past the window: the heal wakes it again
+    assert wakes == [(MANAGER, reason, start), (MANAGER, reason, start + WINDOW + 5)]
+    clock.now = start + WINDOW + 10
+    human(gw, CHILD)                      # inside the heal's own window: nothing more
+    assert len(wakes) == 2
+    assert [e.target[0] for e in gw.ops.queued_events(MANAGER)] == [CHILD]

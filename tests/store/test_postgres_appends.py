@@ -12,22 +12,18 @@ import pytest
 
 from sessionstate.errors import CommitOutcomeUnknown, StorageUnavailable, UnknownSession
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, open_store
+from sessionstate.store import SessionRecord
 from sessionstate.store.commit_outcome import TXID_SQL
 from sessionstate.store.postgres_feed import MAX_PAYLOAD_BYTES
 from tests.backends import admin_connection
+from tests.store.helpers import opened_store
 from tests.store.sessions import A
-
-# -- without a server: the durability level, the channel's name and quoting -------------------------
 
 
 @pytest.fixture
 def store(pg_url: str) -> Iterator[Any]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    with opened.transaction():
-        opened.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
-    yield opened
-    opened.close()
+    with opened_store(pg_url, A) as opened:
+        yield opened
 
 
 @pytest.fixture
@@ -47,9 +43,6 @@ def many_watchers() -> list[str]:
     names = [f"agent:w{i:04}:" + "x" * 180 for i in range(3 * MAX_PAYLOAD_BYTES // 190)]
     assert sum(len(n) for n in names) > 2 * MAX_PAYLOAD_BYTES
     return names
-
-
-# -- R22: a schema too long for its channel's name still tells the other servers ------------------
 
 
 # -- R22: a transaction's changes in several notifications ----------------------------------------
@@ -131,8 +124,3 @@ def test_an_append_with_a_dedupe_key_is_told_with_its_session_and_actor(store, f
         store.append_event(*row(A, "k"))
     feed.sync()
     assert feed.take().material == [(A, "a", "agent:b:actor")]
-
-
-# -- the feature tables translate driver failures with the store's translation ------------------
-
-

@@ -31,9 +31,6 @@ from tests.backends import admin_connection
 from tests.store.helpers import end_backend
 from tests.store.sessions import A
 
-# -- opening: the schema ----------------------------------------------------------------------
-
-
 # -- opening: the URL ------------------------------------------------------------------------
 
 
@@ -197,7 +194,7 @@ def test_the_store_names_its_database_without_the_urls_password(pg_url):
     assert str(closed.value) == f"{with_password.render_as_string(hide_password=True)}: the store is closed"
 
 
-# -- commits that sent nothing, wrote nothing, or lost their answer ---------------------------
+# -- refused before connecting, or after --------------------------------------------------------
 
 
 @pytest.mark.parametrize("level", ["FAST", "", 1, None])

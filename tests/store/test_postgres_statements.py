@@ -11,29 +11,15 @@ from typing import Any
 
 import pytest
 
-from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, open_store
 from sessionstate.store.postgres_trace import sent_round_trips, sent_statements
+from tests.store.helpers import event, opened_store, positions
 from tests.store.sessions import A, B, W
 
 
 @pytest.fixture
 def store(pg_url: str) -> Iterator[Any]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    with opened.transaction():
-        for key in (A, B, W):
-            opened.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
-    yield opened
-    opened.close()
-
-
-def event(key: str, dedupe: str | None = None) -> tuple[Any, ...]:
-    """An event row (``records.EventRow``): a notifying kind by a human."""
-    return (key, "a", "human_direct_message", "human", None, None, "s", None, 1.0, 1.0, dedupe)
-
-
-def positions(store: Any, target: str = "t") -> dict[str, tuple[int, int, int]]:
-    return {c.watcher: c.positions for c in store.cursors_naming(target, "a")}
+    with opened_store(pg_url, A, B, W) as opened:
+        yield opened
 
 
 def writes_to(statements: list[str], table: str) -> list[str]:

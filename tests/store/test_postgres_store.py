@@ -24,6 +24,7 @@ from sessionstate.store import SessionRecord
 from sessionstate.store.commit_outcome import WITNESS_TABLE
 from sessionstate.store.factory import is_postgres_url, open_store
 from tests.backends import admin_connection
+from tests.store.helpers import event, opened_store, positions
 from tests.store.sessions import A, B, W
 
 KEYS = ("agent:a:one", "agent:a:two")
@@ -355,21 +356,8 @@ def test_a_batchs_notice_decisions_are_one_read_and_one_write_in_three_round_tri
 
 @pytest.fixture
 def store(pg_url: str) -> Iterator[Any]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    with opened.transaction():
-        for key in (A, B, W):
-            opened.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
-    yield opened
-    opened.close()
-
-
-def event(key: str, dedupe: str | None = None) -> tuple[Any, ...]:
-    """An event row (``records.EventRow``): a notifying kind by a human."""
-    return (key, "a", "human_direct_message", "human", None, None, "s", None, 1.0, 1.0, dedupe)
-
-
-def positions(store: Any, target: str = "t") -> dict[str, tuple[int, int, int]]:
-    return {c.watcher: c.positions for c in store.cursors_naming(target, "a")}
+    with opened_store(pg_url, A, B, W) as opened:
+        yield opened
 
 
 def test_a_put_of_two_watchers_writes_both(store):

@@ -16,10 +16,10 @@ import pytest
 
 from sessionstate import Gateway, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, open_store
+from sessionstate.store import open_store
 from sessionstate.store.sqlite import AUTO_VACUUM_INCREMENTAL, SqliteStore
 from tests.backends import Backend
-from tests.store.helpers import sqlite_file_store
+from tests.store.helpers import sqlite_file_holding
 
 MAIN = "agent:main:main"
 EVENTS = 12_000
@@ -151,16 +151,9 @@ KEY = "agent:a:one"
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "state.db"
-
-
-@pytest.fixture
 def store(path: Path) -> Iterator[SqliteStore]:
-    s = sqlite_file_store(path)
-    s.insert_session(SessionRecord(KEY, "a", "main", None, None, None, 1.0, 1.0))
-    yield s
-    s.close()
+    with sqlite_file_holding(path, KEY) as s:
+        yield s
 
 
 def fill_store(store: SqliteStore, count: int = 3_000) -> None:

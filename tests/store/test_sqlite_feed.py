@@ -15,28 +15,19 @@ import pytest
 
 from sessionstate import InvalidArgument, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, open_store
+from sessionstate.store import open_store
 from sessionstate.store.sqlite import SqliteStore
 from sessionstate.store.sqlite_feed import SqliteChangeFeed
-from tests.store.helpers import sqlite_file_store
+from tests.store.helpers import sqlite_file_holding, sqlite_file_store
 from tests.store.sessions import A, B
 
 KINDS = tuple(NOTIFYING_KINDS)
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "state.db"
-
-
-@pytest.fixture
 def store(path: Path) -> Iterator[SqliteStore]:
-    s = sqlite_file_store(path)
-    with s.transaction():
-        for key in (A, B):
-            s.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
-    yield s
-    s.close()
+    with sqlite_file_holding(path, A, B) as s:
+        yield s
 
 
 @pytest.fixture

@@ -29,22 +29,15 @@ from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, open_store
 from sessionstate.store.sql_store import SYNCHRONOUS_LEVELS
 from sessionstate.store.sqlite import SqliteStore
-from tests.store.helpers import sqlite_file_store
+from tests.store.helpers import sqlite_file_holding, sqlite_file_store
 
 KEY = "agent:a:one"
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "state.db"
-
-
-@pytest.fixture
 def store(path: Path) -> Iterator[SqliteStore]:
-    s = sqlite_file_store(path)
-    s.insert_session(SessionRecord(KEY, "a", "main", None, None, None, 1.0, 1.0))
-    yield s
-    s.close()
+    with sqlite_file_holding(path, KEY) as s:
+        yield s
 
 
 # -- refusals, in words ------------------------------------------------------------------------
@@ -251,8 +244,3 @@ def test_the_feature_tables_of_a_closed_store_say_it_is_closed(store, path, call
     with pytest.raises(StorageUnavailable) as refused:
         call(store)
     assert refused.value.message == f"{path}: the store is closed"
-
-
-# -- reclaiming and vacuuming: what is left on disk --------------------------------------------
-
-
