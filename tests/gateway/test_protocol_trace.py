@@ -16,7 +16,7 @@ import pytest
 
 from sessionstate import Gateway
 from tests.gateway.helpers import BEHIND, CAUGHT_UP, human, human_upstream
-from tests.verify.trace_support import read_lines, traced_scenario
+from tests.verify.helpers import read_lines, traced_scenario
 
 WATCHER = "agent:a:main"
 OTHER_WATCHER = "agent:a:peer"

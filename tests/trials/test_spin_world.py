@@ -14,9 +14,8 @@ import os
 import pytest
 
 from sessionstate.verify import promela
+from tests.verify.helpers import need_spin
 from trials import spinworld
-
-from tests.verify.test_promela import need_spin
 
 BOUNDS = {"MAXSEQ": 4, "STEPS": 12}
 CI_SEEDS = 24  # per process count: about 10 s each on a loaded 2-core box
