@@ -29,18 +29,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
-    "sessionstate/statemachine/effects.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
-                                            "tests/verify/test_mutation_killers.py"],
-    "sessionstate/statemachine/machine.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
-                                            "tests/verify/test_mutation_killers.py"],
-    "sessionstate/statemachine/positions.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
-                                            "tests/verify/test_mutation_killers.py"],
-    "sessionstate/statemachine/table.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py",
-                                            "tests/verify/test_mutation_killers.py"],
+    "sessionstate/statemachine/effects.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
+    "sessionstate/statemachine/machine.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
+    "sessionstate/statemachine/positions.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
+    "sessionstate/statemachine/table.py": ["tests/protocol", "tests/gateway/test_rules.py", "tests/verify/test_modelcheck.py"],
     "sessionstate/store/sqlite.py": ["tests/store", "tests/gateway/test_rules.py", "tests/gateway/test_bad_input.py",
                                      "tests/verify/test_modelcheck.py::test_sampled_traces_replay_equal_on_the_real_store",
-                                     "tests/verify/test_mutation_killers.py", "tests/trials/test_crash_and_concurrency_trials.py::test_two_processes_append_500_events_each"],
-    "sessionstate/store/schema.py": ["tests/store", "tests/gateway/test_rules.py", "tests/verify/test_mutation_killers.py"],
+                                     "tests/trials/test_crash_and_concurrency_trials.py::test_two_processes_append_500_events_each"],
+    "sessionstate/store/schema.py": ["tests/store", "tests/gateway/test_rules.py"],
 }
 SWAPS: dict[type, type] = {
     ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,

@@ -15,7 +15,7 @@ process, ``spin.replay_trail``'s set-up) and compares after every step:
 
 A change to the world's heal (R23's re-wake), its self-suppression or its claims that the
 gateway does not share shows up as a difference in some seed's run; the tests seed such
-changes into the generated text (``tests/verify/test_spin_world.py``).
+changes into the generated text (``tests/trials/test_spin_world.py``).
 
 Nothing here depends on line numbers of the generated model: the queue prints are inserted
 after the ``@POS`` printf of the ``after`` inline, found by its text.

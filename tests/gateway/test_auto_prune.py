@@ -1,10 +1,13 @@
 """R30: retention applies itself. An embedder that never calls ``prune()`` still keeps the log
 within R13's bounds: the gateway prunes when it opens and then at most once an hour of its own
 clock (a fake one here), from its timer thread; ``auto_prune=False`` leaves it to the host.
-Both backends through ``db_url``; each check has a probe that makes it fail."""
+Both backends through ``db_url``; each check has a probe that makes it fail. The schedule alone
+(``AutoPrune``): what it counts and logs, its timer thread's name, and how that thread waits for
+the due time (by the clock, without a poke, and again after a run that raised)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -284,3 +287,142 @@ def test_r30_a_failed_run_is_counted_not_raised_and_due_again_an_hour_later(cloc
     assert schedule.run_due() is None and outcomes  # not retried before the hour
     clock.now += 1
     assert schedule.run_due() == {"events": 1} and (schedule.runs, schedule.failures) == (1, 1)
+
+
+class Outcomes:
+    """A prune that answers from a script: an exception is raised, counts are returned;
+    ``used_up`` is set when the last outcome is taken."""
+
+    def __init__(self, *outcomes: BaseException | dict[str, int]) -> None:
+        self.outcomes = list(outcomes)
+        self.used_up = threading.Event()
+
+    def __call__(self) -> dict[str, int]:
+        outcome = self.outcomes.pop(0)
+        if not self.outcomes:
+            self.used_up.set()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def test_every_run_and_every_failure_is_counted_and_last_keeps_the_last_success():
+    clock = Clock()
+    schedule = AutoPrune(Outcomes(OSError("disk gone"), OSError("disk gone"), {"events": 1}, {"events": 2}),
+                         clock, read_only=lambda: False)
+    assert (schedule.runs, schedule.failures, schedule.last) == (0, 0, None)  # no run yet
+    for expected in [(0, 1, None), (0, 2, None), (1, 2, {"events": 1}), (2, 2, {"events": 2})]:
+        schedule.run_due()
+        assert (schedule.runs, schedule.failures, schedule.last) == expected
+        clock.now += AUTO_PRUNE_INTERVAL
+
+
+def test_a_failed_run_logs_the_failure_and_when_it_runs_again(caplog):
+    schedule = AutoPrune(Outcomes(OSError("disk gone")), Clock(), read_only=lambda: False, interval=600.0)
+    with caplog.at_level(logging.ERROR, logger="sessionstate"):
+        assert schedule.run_due() is None
+    (record,) = caplog.records
+    assert record.getMessage() == "automatic prune failed; it runs again in 600 s of the gateway's clock"
+    assert record.exc_info is not None and isinstance(record.exc_info[1], OSError)
+
+
+def test_the_timer_thread_is_named_for_the_prune():
+    # The name is how an operator, and test_auto_prune's "starts no timer" check, tell it apart.
+    def named() -> int:
+        return sum(t.name == "sessionstate-prune" for t in threading.enumerate())
+
+    before = named()
+    schedule = AutoPrune(Outcomes({"events": 0}), Clock(), read_only=lambda: False)
+    schedule.start()
+    try:
+        assert named() == before + 1
+    finally:
+        schedule.stop()
+    assert named() == before
+
+
+def test_a_schedule_started_before_any_run_prunes_at_once_from_its_thread():
+    prune = Outcomes({"events": 0})
+    schedule = AutoPrune(prune, Clock(), read_only=lambda: False, max_sleep=0.05)
+    schedule.start()  # no run_due first, no poke: "no due time yet" means due now
+    try:
+        assert prune.used_up.wait(THREAD_BOUND_SECONDS)
+    finally:
+        schedule.stop()
+    assert schedule.runs == 1
+
+
+class TimerClock(Clock):
+    """The fake clock, counting the reads made by any thread but the test's own (the timer's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.test_thread = threading.current_thread()
+        self.timer_reads = 0
+        self.read = threading.Condition()
+
+    def __call__(self) -> float:
+        if threading.current_thread() is not self.test_thread:
+            with self.read:
+                self.timer_reads += 1
+                self.read.notify_all()
+        return self.now
+
+    def wait_for_timer_reads(self, count: int) -> bool:
+        with self.read:
+            return self.read.wait_for(lambda: self.timer_reads >= count, THREAD_BOUND_SECONDS)
+
+
+def test_the_timer_waits_for_the_due_time_instead_of_asking_the_clock_over_and_over():
+    clock = TimerClock()
+    schedule = AutoPrune(Outcomes({"events": 0}, {"events": 0}), clock, read_only=lambda: False)  # 60 s between reads
+    schedule.run_due()  # the run at open: due again an hour of the fake clock later
+    schedule.start()
+    try:
+        time.sleep(0.3)
+    finally:
+        schedule.stop()
+    assert clock.timer_reads <= 1  # one read, then a sleep of max_sleep (the stop ends it)
+    assert schedule.runs == 1
+
+
+def test_the_timer_notices_the_due_time_by_the_clock_without_a_poke():
+    clock = TimerClock()
+    prune = Outcomes({"events": 0}, {"events": 0})
+    schedule = AutoPrune(prune, clock, read_only=lambda: False, max_sleep=0.05)
+    schedule.run_due()
+    schedule.start()
+    try:
+        assert clock.wait_for_timer_reads(1)  # it found the run an hour away, and sleeps
+        clock.now += AUTO_PRUNE_INTERVAL  # nobody pokes the timer
+        assert prune.used_up.wait(THREAD_BOUND_SECONDS)
+    finally:
+        schedule.stop()
+    assert schedule.runs == 2
+
+
+def test_a_timer_run_that_raises_is_tried_again_without_a_poke():
+    """The schedule's storage failing in the timer's own run (a read-only check that lost its
+    PostgreSQL connection): ``max_sleep`` seconds later the timer reads the clock again."""
+    clock = TimerClock()
+    refused = threading.Event()
+    reads_when_refused: list[int] = []
+
+    def read_only() -> bool:
+        if not refused.is_set():
+            reads_when_refused.append(clock.timer_reads)
+            refused.set()
+            raise RuntimeError("the connection went away")
+        return False
+
+    prune = Outcomes({"events": 0})
+    schedule = AutoPrune(prune, clock, read_only=read_only, max_sleep=0.05)
+    schedule.start()  # due at once: the timer's first run is the one refused
+    try:
+        assert refused.wait(THREAD_BOUND_SECONDS)
+        assert clock.wait_for_timer_reads(reads_when_refused[0] + 1)  # it came back by itself
+        clock.now += AUTO_PRUNE_INTERVAL
+        assert prune.used_up.wait(THREAD_BOUND_SECONDS)
+    finally:
+        schedule.stop()
+    assert (schedule.runs, schedule.failures) == (1, 0)  # a raising check is no failed prune

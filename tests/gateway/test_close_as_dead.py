@@ -1,7 +1,7 @@
 """``Gateway.close(unregister=False)``, the drill of a process that died (R20): its change feed
 is still closed (a listening connection must not outlive the gateway), its server row stays for
-another process to release, and a gateway that never opened a feed closes the same way.
-Written for a survivor of mutmut over ``NoticeProtocol.shut`` (docs/mutants/services-notice-wakes-4.md)."""
+another process to release, and a gateway that never opened a feed closes the same way
+(``NoticeProtocol.shut``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 
 Each test forms a batch deterministically: the main thread holds the gateway's lock (its
 write turn) while the recording threads queue, waits until all of them are queued, and only
-then lets go, so the first leader finds every one of them queued.
+then lets go, so the first leader finds every one of them queued. A batch of two shares one
+transaction as a larger one does. An interrupt (a ``BaseException``) escaping a group commit:
+a caller whose events were committed before it keeps its sequence, every caller still
+unanswered hears of the interrupt, none is left with no outcome, and a queued caller
+interrupted after its batch committed still passes the wake-up on to the callers behind it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, StorageFull, UnknownSession, notice_text
+from sessionstate.services.notice import group_commit
+from tests.gateway.helpers import open_watched_child, run_queued, wait_queued
 
 MANAGER = "agent:main:main"
 PEER = "agent:main:peer"
@@ -30,13 +36,7 @@ def wakes() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def gw(db_url, wakes):
-    # R27's announcement of PEER in MANAGER's queue is noise for these notices.
-    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, on_wake=lambda w, r: wakes.append((w, r)),
-                           notify_on_create=False)
-    gateway.create_session(MANAGER)
-    gateway.create_session(PEER)
-    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
-    gateway.watch(PEER, CHILD)
+    gateway = open_watched_child(db_url, on_wake=lambda w, r: wakes.append((w, r)))
     yield gateway
     gateway.close()
 
@@ -68,15 +68,6 @@ class Outcomes:
         return thread
 
 
-def _wait_queued(gw: Gateway, count: int) -> None:
-    deadline = threading.Event()
-    for _ in range(int(WAIT * 1000)):
-        if gw.ops.diagnostics().group_queued >= count:
-            return
-        deadline.wait(0.001)
-    raise AssertionError(f"only {gw.ops.diagnostics().group_queued} of {count} callers queued")
-
-
 @contextmanager
 def one_batch(gw: Gateway, calls: dict[str, Callable[[], Any]], *, queued: int | None = None) -> Iterator[Outcomes]:
     """Run ``calls`` in threads while holding the write turn until ``queued`` (all) wait."""
@@ -84,7 +75,7 @@ def one_batch(gw: Gateway, calls: dict[str, Callable[[], Any]], *, queued: int |
     threads = []
     with gw.locked():
         threads = [outcomes.run(name, call) for name, call in calls.items()]
-        _wait_queued(gw, len(calls) if queued is None else queued)
+        wait_queued(gw, len(calls) if queued is None else queued)
     for thread in threads:
         thread.join(WAIT)
         assert not thread.is_alive(), "a caller never returned"
@@ -115,7 +106,7 @@ def test_concurrent_callers_share_one_transaction(gw):
         threads = []
         with gw.locked():
             threads = [outcomes.run(name, call) for name, call in calls.items()]
-            _wait_queued(gw, len(calls))
+            wait_queued(gw, len(calls))
         for thread in threads:
             thread.join(WAIT)
     finally:
@@ -249,7 +240,7 @@ def test_a_caller_inside_its_own_transaction_never_waits_for_a_batch(gw):
     outcomes = Outcomes()
     with gw.transaction():
         thread = outcomes.run("queued", lambda: gw.record_event(CHILD, "goal_changed", **EVENT))
-        _wait_queued(gw, 1)
+        wait_queued(gw, 1)
         mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
         assert gw.ops.diagnostics().group_queued == 1
     thread.join(WAIT)
@@ -282,7 +273,7 @@ def test_a_lock_holder_outside_a_transaction_commits_the_queue_with_its_own(gw):
     outcomes = Outcomes()
     with gw.locked():
         threads = [outcomes.run(f"t{i}", lambda: gw.record_event(CHILD, "goal_changed", **EVENT)) for i in range(3)]
-        _wait_queued(gw, 3)
+        wait_queued(gw, 3)
         mine = gw.record_event(MANAGER, "goal_changed", **EVENT)
         assert gw.ops.diagnostics().group_queued == 0
     for thread in threads:
@@ -330,3 +321,121 @@ def test_free_running_callers_lock_holders_and_transactions_together_never_hang(
     assert not outcomes.errors
     assert gw.store.event_count() - before == sum(outcomes.results.values())
     assert gw.ops.diagnostics().group_idle, "the write turn was left with a leader nobody is"
+
+
+class Interrupted(BaseException):
+    """Stands for KeyboardInterrupt (which pytest would take as its own)."""
+
+
+def _queue_in_order(gw: Gateway, calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Start ``calls`` one by one while the test holds the write turn, each queued before the
+    next starts (so the first is the one that drains); returns each call's result or exception."""
+    outcomes: dict[str, Any] = {}
+
+    def body(name: str, call: Callable[[], Any]) -> None:
+        try:
+            outcomes[name] = call()
+        except BaseException as exc:  # the test looks at it
+            outcomes[name] = exc
+
+    threads = []
+    with gw.locked():
+        for name, call in calls.items():
+            # daemon: a caller never woken must not keep the test run from ending
+            threads.append(threading.Thread(target=body, args=(name, call), name=name, daemon=True))
+            threads[-1].start()
+            wait_queued(gw, len(threads))
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), f"{thread.name}: a caller never returned"
+    return outcomes
+
+
+def test_an_interrupt_in_a_group_commit_answers_every_caller_by_what_was_committed(gw, monkeypatch):
+    """The batch rolls back on an unknown session, and its callers run again one transaction
+    each; an interrupt in the fourth caller's own append leaves the callers before it with their
+    committed sequences, and it and the caller after it (never run) with the interrupt."""
+    real_append = gw.store.append_event
+
+    def append_or_interrupt(*row: Any) -> Any:
+        if row[6] == "interrupted here":  # the summary
+            raise Interrupted
+        return real_append(*row)
+
+    monkeypatch.setattr(gw.store, "append_event", append_or_interrupt)
+    before = gw.ops.state_version(CHILD)
+
+    def record(summary: str, key: str = CHILD) -> Callable[[], Any]:
+        return lambda: gw.record_event(key, "goal_changed", actor_type="human", summary=summary)
+
+    outcomes = _queue_in_order(gw, {
+        "drainer": record("first"),
+        "answered": record("second"),
+        "unknown": record("no such session", "agent:main:subagent:nobody"),
+        "interrupted": record("interrupted here"),
+        "after": record("never run"),
+    })
+    assert isinstance(outcomes["unknown"], UnknownSession)
+    assert isinstance(outcomes["interrupted"], Interrupted)
+    assert isinstance(outcomes["after"], Interrupted), "an unanswered caller hears of the interrupt"
+    # The interrupt surfaces in the thread that was committing (the drainer), whose own event
+    # was committed before it.
+    assert isinstance(outcomes["drainer"], Interrupted)
+    answered = outcomes["answered"]
+    assert isinstance(answered, int) and answered > before, "a committed caller keeps its sequence"
+    assert gw.ops.state_version(CHILD) == answered
+    summaries = [c["summary"] for c in gw.session_status(CHILD, changes_since=before)["stateChanges"]["events"]]
+    assert summaries == ["first", "second"]
+    assert gw.ops.diagnostics().group_idle
+
+
+def test_a_caller_interrupted_after_its_batch_committed_still_wakes_the_callers_behind_it(gw, monkeypatch):
+    """Queued callers are woken as a chain, each by the one before; the third caller's wait is
+    interrupted right after its wake-up, and the fourth must be woken all the same."""
+    real_signal = group_commit.Signal
+    made: list[group_commit.Signal] = []
+
+    class InterruptedOnceWoken(real_signal):  # type: ignore[misc, valid-type]
+        def wait(self, timeout: float | None = None) -> bool:
+            super().wait(timeout)
+            raise Interrupted
+
+    def signal() -> group_commit.Signal:
+        """The callers' wake-ups, the third one (the third caller's) interrupted."""
+        made.append(InterruptedOnceWoken() if len(made) == 2 else real_signal())
+        return made[-1]
+
+    monkeypatch.setattr(group_commit, "Signal", signal)
+    before = gw.ops.state_version(CHILD)
+    outcomes = _queue_in_order(gw, {
+        name: (lambda name=name: gw.record_event(CHILD, "goal_changed", actor_type="human", summary=name))
+        for name in ("drainer", "second", "interrupted", "fourth")
+    })
+    assert isinstance(outcomes["interrupted"], Interrupted)
+    assert sorted(outcomes[n] for n in ("drainer", "second", "fourth")) == [before + 1, before + 2, before + 4]
+    # The interrupt came after the commit: its event is in the log with the others.
+    summaries = [c["summary"] for c in gw.session_status(CHILD, changes_since=before)["stateChanges"]["events"]]
+    assert summaries == ["drainer", "second", "interrupted", "fourth"]
+    assert gw.ops.diagnostics().group_idle
+
+
+def test_two_concurrent_callers_share_one_transaction(gw, monkeypatch):
+    """R9's group commit holds for a batch of two as for a larger one: one transaction."""
+    store = gw.store
+    original = store.transaction
+    outermost: list[int] = []
+
+    @contextmanager
+    def counted() -> Iterator[None]:
+        if not store.in_transaction:
+            outermost.append(1)
+        with original():
+            yield
+
+    before = gw.ops.state_version(CHILD)
+    monkeypatch.setattr(store, "transaction", counted)
+    first, second = run_queued(gw, [lambda: gw.record_event(CHILD, "goal_changed", **EVENT)] * 2)
+    monkeypatch.undo()
+    assert sorted([first, second]) == [before + 1, before + 2]
+    assert len(outermost) == 1, "two callers of one batch committed in separate transactions"
+    assert gw.ops.diagnostics().group_batches == 1

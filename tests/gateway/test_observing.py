@@ -1,14 +1,19 @@
 """``gw.ops.observe``: explicit hooks (services/observing.py). Each report point calls the
 protocol's declared observers; observing replaces no attribute of the protocol, its queue or its
-wake coalescer; detaching leaves the hook lists as an unobserved gateway has them."""
+wake coalescer; detaching leaves the hook lists as an unobserved gateway has them. An observer
+hears how long each recording call took; one without every method is refused, each missing
+method named."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from sessionstate import Gateway, InvalidArgument
+from sessionstate.services.observing import OBSERVER_METHODS
 
 MANAGER, WORKER = "agent:main:main", "agent:main:subagent:worker"
 
@@ -53,6 +58,17 @@ def world():
     gw = Gateway.open("sqlite://", clock=clock, on_wake=lambda watcher, reason: None, wake_window=30)
     yield gw, clock
     gw.close()
+
+
+@pytest.fixture
+def gw(db_url: str) -> Iterator[Gateway]:
+    """A gateway on each backend, MANAGER created."""
+    gateway = Gateway.open(db_url, clock=Clock(), record_created=False, notify_on_create=False)
+    gateway.create_session(MANAGER)
+    try:
+        yield gateway
+    finally:
+        gateway.close()
 
 
 def hooks(gw: Gateway) -> tuple[int, int, int, bool]:
@@ -148,3 +164,42 @@ def test_an_observer_without_the_methods_is_refused(world):
     with pytest.raises(InvalidArgument, match="missing"):
         gw.ops.observe(object())  # type: ignore[arg-type]
     assert hooks(gw) == (0, 1, 0, False)
+
+
+def test_an_incomplete_observer_is_refused_with_every_missing_method_named(gw):
+    class OnlyRecorded:
+        def recorded(self, kinds, sequences, seconds) -> None:
+            pass
+
+    missing = ", ".join(name for name in OBSERVER_METHODS if name != "recorded")
+    with pytest.raises(InvalidArgument) as refused:
+        gw.ops.observe(OnlyRecorded())  # type: ignore[arg-type]
+    assert str(refused.value) == f"observer must have the GatewayObserver methods; missing {missing}"
+
+
+class Timing(Noting):
+    """Noting, plus the seconds each ``recorded`` report gave."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: list[float] = []
+
+    def recorded(self, kinds, sequences, seconds) -> None:
+        self.seconds.append(seconds)
+        super().recorded(kinds, sequences, seconds)
+
+
+def test_an_observer_hears_how_long_each_recording_call_took(gw):
+    timing = Timing()
+    gw.ops.observe(timing)
+    spans = []
+    for record in (
+        lambda: gw.record_event(MANAGER, "compacted", actor_type="system", summary="one"),
+        lambda: gw.record_events([dict(session_key=MANAGER, kind="compacted", actor_type="system", summary="two")]),
+    ):
+        started = time.perf_counter()
+        record()
+        spans.append(time.perf_counter() - started)
+    assert len(timing.seconds) == 2
+    for heard, span in zip(timing.seconds, spans):
+        assert 0 <= heard <= span  # measured inside the call, by the same clock

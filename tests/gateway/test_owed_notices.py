@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 from sessionstate import Gateway, notice_text
+from tests.gateway.helpers import BEHIND, CAUGHT_UP, WATCHER, read_only_url
 
 W, T, U = "agent:main:main", "agent:main:subagent:t", "agent:main:subagent:u"
 
@@ -64,3 +67,19 @@ def test_a_sweep_would_fold_later_events_which_is_why_r18_reads_only(tmp_path):
         assert recorder.ops.cursor_positions(W, T) == frozen
         server.ops.startup_sweep()
         assert recorder.ops.cursor_positions(W, T).notified == latest != frozen.notified
+
+
+def test_a_read_only_open_queues_only_the_owed_notice_and_says_so(db_url, caplog):
+    with Gateway.open(db_url) as gw:
+        for key in (WATCHER, BEHIND, CAUGHT_UP):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND)
+        gw.watch(WATCHER, CAUGHT_UP)
+        owed_since = gw.ops.cursor_positions(WATCHER, BEHIND).last_seen
+        gw.record_event(BEHIND, "human_direct_message", actor_type="human", summary="typed upstream")
+    with caplog.at_level(logging.INFO, logger="sessionstate"):
+        with Gateway.open(read_only_url(db_url), create=False) as gw:
+            assert gw.store.read_only
+            assert gw.pending_system_events(WATCHER) == [notice_text(BEHIND, owed_since)]
+            where = gw.store.where
+    assert f"{where} is read-only: 1 owed notice(s) held in memory only" in caplog.messages

@@ -20,14 +20,6 @@ SUB_WATCHER = "agent:main:subagent:observer"
 REASON = f"session-state: {CHILD}"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def human(gw: Gateway, key: str = CHILD) -> None:
     assert gw.record_event(key, "human_direct_message", actor_type="human", summary="hi")
 
@@ -35,16 +27,6 @@ def human(gw: Gateway, key: str = CHILD) -> None:
 def build(gw: Gateway) -> None:
     gw.create_session(MANAGER)
     gw.create_session(CHILD, kind="subagent", parent=MANAGER)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def wakes() -> list[tuple[str, str, float]]:
-    return []
 
 
 @pytest.fixture

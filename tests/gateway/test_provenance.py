@@ -5,24 +5,20 @@ runs on both backends (the ``db_url`` fixture)."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, notice_text
 from sessionstate.services.notice.announce import created_line
+from tests.gateway.helpers import BEHIND, CAUGHT_UP, WATCHER, human_upstream
+from tests.helpers import Clock
 
 MAIN = "agent:main:main"
 GROUP = "agent:main:group:lobby"
 OTHER = "agent:main:group:other"
 CHILD = "agent:main:subagent:c1"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+WINDOW = 20.0
 
 
 def open_gateway(url: str, clock: Clock, wakes: list[tuple[str, str]], **options) -> Gateway:
@@ -234,3 +230,56 @@ def test_seed_steps_carry_the_provenance_in_the_trace(db_url, tmp_path):
     seeds = [json.loads(line) for line in path.read_text().splitlines()]
     seeds = [(s["target"][0], s["provenance"]) for s in seeds if s.get("op") == "step" and s["trigger"] == "seed"]
     assert seeds == [(CHILD, "spawn"), (GROUP, "ambient"), (GROUP, "explicit")]
+
+
+def test_a_notice_opened_while_ambient_is_not_woken_by_a_promotion_in_its_transaction(db_url):
+    watcher, target = "agent:w:main", "agent:t:main"
+    clock, woken = Clock(), []
+    with Gateway.open(db_url, clock=clock, wake_window=WINDOW,
+                      on_wake=lambda who, reason: woken.append((who, clock.now))) as gw:
+        start = clock.now
+        gw.create_session(watcher)
+        gw.create_session(target)
+        gw.watch(watcher, target, ambient=True)
+        with gw.transaction():
+            human(gw, target)             # the notice opens while the pair is ambient ...
+            gw.watch(watcher, target)     # ... and the pair is promoted before the commit
+        assert woken == [] and len(gw.pending_system_events(watcher)) == 1
+        clock.now = start + WINDOW + 5
+        human(gw, target)                 # the heal wakes for it
+        assert woken == [(watcher, start + WINDOW + 5)]
+
+
+def test_a_promoted_pairs_only_queued_notice_is_woken_for_by_the_next_event(db_url):
+    clock, woken = Clock(), []
+    with Gateway.open(db_url, clock=clock, on_wake=lambda watcher, reason: woken.append(reason)) as gw:
+        for key in (WATCHER, BEHIND):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND, ambient=True)
+        since = gw.ops.cursor_positions(WATCHER, BEHIND).last_seen
+        human_upstream(gw, BEHIND)
+        assert gw.watch(WATCHER, BEHIND) is False  # the promotion: no wake for it yet
+        assert woken == [] and gw.pending_system_events(WATCHER) == [notice_text(BEHIND, since)]
+        clock.now += 2 * WINDOW
+        human_upstream(gw, BEHIND)  # folded into the pending notice: no new line, but a wake
+        assert woken == [f"session-state: {BEHIND}"]
+        assert gw.pending_system_events(WATCHER) == [notice_text(BEHIND, since)]
+
+
+def test_a_watcher_with_nothing_queued_is_promoted_reset_and_deleted_without_an_error(db_url, caplog):
+    """The queue holds no entry at all for the watcher at each step."""
+    woken: list[str] = []
+    with caplog.at_level(logging.ERROR, logger="sessionstate"), Gateway.open(db_url, on_wake=lambda watcher, reason: woken.append(reason)) as gw:
+        for key in (WATCHER, BEHIND, CAUGHT_UP):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND, ambient=True)
+        assert gw.watch(WATCHER, BEHIND) is False  # promoted, caught up
+        assert gw.ops.cursor_positions(WATCHER, BEHIND).provenance == "explicit"
+        gw.ops.reset_session(WATCHER)
+        assert gw.ops.cursor_positions(WATCHER, BEHIND) is None
+        gw.watch(CAUGHT_UP, BEHIND)
+        gw.ops.delete_session(CAUGHT_UP)
+        assert gw.ops.cursor_positions(CAUGHT_UP, BEHIND) is None
+        assert not gw.ops.session_exists(CAUGHT_UP)
+        assert woken == [] and gw.pending_system_events(WATCHER) == []
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []

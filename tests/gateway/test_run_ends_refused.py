@@ -13,7 +13,7 @@ import pytest
 from sessionstate.runner.base import RunContext, TurnRequest, TurnResult
 from sessionstate.services.runs import MAX_RESULT_CHARS
 from sessionstate.shared.validation import MAX_COUNT
-from tests.gateway.test_mutants_child_runs import run_record
+from tests.gateway.helpers import run_record
 from tests.tools.support import MANAGER, ok, open_gateway
 
 

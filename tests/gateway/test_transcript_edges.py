@@ -1,7 +1,6 @@
-"""The transcripts service's edges that mutmut over ``services/transcripts.py`` found
-untested once its ``@locked`` methods were reached (scripts/mutmut_unwrap_locked.py): a human
-turn into one of two sessions sharing an unqualified key, what the turn stores, and the
-arguments refused under their own names."""
+"""The transcripts service's edges: a human turn into one of two sessions sharing an unqualified
+key, what the turn stores, and the arguments refused under their own names (the rest of the
+service is in test_transcripts.py)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from sessionstate.services.notice.rewake import Rewaker
 from sessionstate.services.notice.wakes import WakeCoalescer
-from tests.gateway.test_mutants_wakes import Clock
+from tests.helpers import Clock
 
 WINDOW = 20.0
 WATCHERS = ("agent:a:main", "agent:b:main", "agent:c:main")

@@ -14,8 +14,7 @@ from sessionstate.services.notice.announce import created_line
 from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
-from ..tools.support import MANAGER, OTHER, PEER, full_dump
-from ..tools.test_tools_malformed_per_tool import NOT_OBJECTS, malformed_sets
+from ..tools.support import MANAGER, NOT_OBJECTS, OTHER, PEER, full_dump, malformed_sets
 from .support import deterministic_gateway, structured, with_client
 
 CHILD_TASK = "index the repository"

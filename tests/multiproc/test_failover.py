@@ -21,16 +21,17 @@ from pathlib import Path
 import pytest
 
 from sessionstate import notice_text
+from tests.multiproc.helpers import need_servers
 from trials.failover import (
     INJECTED_TARGET,
     INJECTED_WATCHER,
     Acknowledged,
     Injected,
     Observed,
+    allowed_repeats,
     check_events,
     check_injected,
     check_notices,
-    allowed_repeats,
     longest_gap,
 )
 
@@ -164,18 +165,6 @@ def test_longest_gap_is_the_writes_outage() -> None:
 
 
 # -- on two real servers ----------------------------------------------------------------------
-
-
-def need_servers() -> None:
-    from trials.pgpair import server_binaries
-    from tests.backends import need_psycopg, skip_or_fail_without_postgres
-
-    if os.environ.get("SESSIONSTATE_TEST_PG") == "off":
-        skip_or_fail_without_postgres("SESSIONSTATE_TEST_PG=off: no PostgreSQL servers for the failover trial")
-    binaries = server_binaries()
-    if binaries is None or not (binaries / "pg_basebackup").exists():
-        skip_or_fail_without_postgres("no PostgreSQL server binaries (apt-get install postgresql)")
-    need_psycopg()
 
 
 def test_a_failover_to_a_synchronous_standby_under_load_loses_reissues_and_repeats_nothing() -> None:

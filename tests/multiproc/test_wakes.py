@@ -9,17 +9,10 @@ import pytest
 from sessionstate import Gateway
 from sessionstate.services.notice.rewake import Rewaker
 from sessionstate.services.notice.wakes import WakeCoalescer
+from tests.helpers import Clock
 
 W, T, T2 = "agent:a:main", "agent:b:main", "agent:c:main"
 REASON = f"session-state: {T}"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

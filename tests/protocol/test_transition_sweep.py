@@ -4,7 +4,8 @@ against the spec table and the effect formulas of spec section 5."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sessionstate import ProtocolError
 from sessionstate.statemachine import STATES, TRIGGERS, PairModel, Positions, derive_state, fire
@@ -157,3 +158,9 @@ def test_fire_many_agrees_with_fire(trigger):
             fire_many(rows, "t", trigger, SEQUENCE)
     else:
         assert fire_many(rows, "t", trigger, SEQUENCE) == expected
+
+
+@pytest.mark.parametrize("positions", [(1, 1, 2), (2, 1, 1), (1, 2, 1), (3, 2, 2)])
+def test_positions_outside_the_protocol_raise(positions):
+    with pytest.raises(ProtocolError):
+        derive_state(Positions(*positions))

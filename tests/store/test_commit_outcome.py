@@ -5,11 +5,16 @@ The unknown outcome is injected deterministically by a proxy in front of the tes
 (the transaction committed), or the COMMIT is cut off (it rolled back), or, after the cut, no
 server answers the resolution (unknown). Each case checks the drained lines, the log (raw
 SQL) and what a later drain returns: no notice lost, no event acknowledged twice or dropped.
+Also resolved: a batch (group commit) by its own transaction, a new store's first transaction;
+a commit that wrote nothing counts as committed, one whose connection is gone before it is sent
+is retryably unavailable, one lost before the server had it says its transaction rolled back.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import parse_qs
 
 import psycopg
@@ -17,13 +22,15 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway
-from sessionstate.errors import StorageError
+from sessionstate.errors import StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord
-from sessionstate.store import commit_outcome
+from sessionstate.store import ChangeSet, SessionRecord, commit_outcome
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN, classify
 from sessionstate.store.factory import open_store
-from trials.pgproxy import AFTER_COMMIT, BEFORE_COMMIT, CommitDroppingProxy
+from tests.backends import admin_connection
+from tests.store.helpers import end_backend
+from tests.store.sessions import A
+from trials.pgproxy import AFTER_COMMIT, BEFORE_COMMIT
 
 W = "agent:main:main"
 T = "agent:main:group:lobby"
@@ -206,19 +213,6 @@ def test_settle_asks_the_rows_only_when_the_id_is_unknown_and_no_witness_was_wri
 
 
 # -- the injected cases -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def proxied(pg_url: str) -> Iterator[tuple[str, str, CommitDroppingProxy]]:
-    """(URL through the proxy, the direct URL, the proxy)."""
-    url = make_url(pg_url)
-    host = url.query["host"]
-    server_dir = host if isinstance(host, str) else host[0]
-    proxy = CommitDroppingProxy(server_dir)
-    try:
-        yield url.update_query_dict({"host": proxy.directory}).render_as_string(hide_password=False), pg_url, proxy
-    finally:
-        proxy.close()
 
 
 @pytest.fixture
@@ -559,5 +553,102 @@ def test_after_a_witnessed_drain_rolled_back_the_next_lost_answer_is_resolved_by
         assert gw.drain_system_events(W) == []
         # The drain that owed nothing wrote nothing: the row holds the last committed number.
         assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(3,)]
+    finally:
+        gw.close()
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Any]:
+    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
+    yield opened
+    opened.close()
+
+
+def test_a_new_stores_first_transaction_whose_commit_answer_is_lost_is_resolved(proxied, monkeypatch):
+    url, _direct, proxy = proxied
+    monkeypatch.setattr(commit_outcome, "RESOLVE_SECONDS", 2.0)  # a wrong id is not waited on long
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        proxy.arm(AFTER_COMMIT)
+        with store.transaction():  # the store's first: no earlier one left it an id
+            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
+        assert proxy.dropped == 1
+        assert store.commit_resolutions == {COMMITTED: 1, ABORTED: 0, UNKNOWN: 0}
+        assert store.head(A, "a") is not None
+    finally:
+        store.close()
+
+
+def test_a_transaction_that_sent_nothing_commits_its_notification_and_leaves_no_transaction_open(store):
+    feed = store.open_change_feed(tuple(NOTIFYING_KINDS))
+    try:
+        with store.transaction():  # no statement: the notification is all it sends
+            store.note_changed_watchers(["agent:a:w1"])
+        feed.sync()
+        assert feed.take() == ChangeSet([], ["agent:a:w1"], [], False)
+    finally:
+        feed.close()
+    store.head(A, "a")  # a statement outside any transaction
+    with admin_connection() as admin:
+        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (store.backend_pid(),)).fetchone()
+    assert state == ("idle",)
+
+
+def test_a_commit_whose_connection_is_gone_before_it_is_sent_is_retryably_unavailable(store):
+    with pytest.raises(StorageUnavailable) as lost, store.transaction():
+        store.put_cursors("agent:a:t", "a", [("agent:a:w1", (0, 1, 1))], 1.0)  # a write, not an append
+        end_backend(store.backend_pid())
+    assert lost.value.retry_safe and "None" not in str(lost.value), str(lost.value)
+    assert store.cursors_naming("agent:a:t", "a") == []  # the server rolled it back
+
+
+def test_lost_commit_answers_of_transactions_that_wrote_nothing_count_as_committed(proxied):
+    url, _direct, proxy = proxied
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        for _ in range(2):
+            proxy.arm(AFTER_COMMIT)
+            with store.transaction():  # a read only: no transaction id, nothing to resolve
+                assert store.head(A, "a") is None
+        assert proxy.dropped == 2
+        assert store.commit_resolutions == {COMMITTED: 2, ABORTED: 0, UNKNOWN: 0}
+    finally:
+        store.close()
+
+
+def test_a_commit_lost_before_the_server_had_it_says_its_transaction_rolled_back(proxied):
+    url, _direct, proxy = proxied
+    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
+    try:
+        proxy.arm(BEFORE_COMMIT)
+        with pytest.raises(StorageUnavailable) as lost, store.transaction():
+            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
+        assert lost.value.retry_safe
+        assert re.fullmatch(r"PostgreSQL connection lost during commit; transaction \d+ rolled back",
+                            str(lost.value)), str(lost.value)
+        assert store.head(A, "a") is None and store.commit_resolutions[ABORTED] == 1
+    finally:
+        store.close()
+
+
+KEYS = ("agent:main:one", "agent:main:two")
+
+
+@pytest.mark.parametrize("mode, outcome", [(AFTER_COMMIT, COMMITTED), (BEFORE_COMMIT, ABORTED)])
+def test_a_batch_whose_commit_answer_is_lost_is_resolved_by_its_own_transaction(proxied, mode, outcome):
+    url, _direct, proxy = proxied
+    gw = Gateway.open(url, record_created=False, notify_on_create=False)
+    try:
+        for key in KEYS:
+            gw.create_session(key)
+        events = [{"session_key": key, "kind": "compacted", "actor_type": "system", "summary": f"batch {i}"}
+                  for i, key in enumerate(KEYS * 2)]
+        proxy.arm(mode)
+        sequences = gw.record_events(events)
+        assert proxy.dropped == 1
+        assert gw.store.commit_resolutions[outcome] == 1  # type: ignore[attr-defined]
+        assert None not in sequences, "resolved: acknowledged, not reported as failed"
+        stored = [e.sequence for key in KEYS for e in gw.store.events_after(key, "main", 0, 10)]
+        assert sorted(stored) == sorted(sequences)  # each stored once
     finally:
         gw.close()

@@ -1,6 +1,8 @@
 """PostgreSQL's schema version: the stamp, the refusal of a newer one, the migrations of an older
 one and of a database created before the stamp, each against the real server; every refusal
-leaves the database as it was."""
+leaves the database as it was and names every table of another shape with all its differences.
+An empty stamp table is no stamp; an empty database opened without ``create`` is refused; each
+migration is logged; a delete trigger missing from an older database is made again."""
 
 from __future__ import annotations
 
@@ -12,13 +14,17 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
+from sqlmodel import SQLModel
 
 from sessionstate import Gateway, SchemaMismatch, SchemaVersionError, StorageError
-from sessionstate.store import migrations, schema
+from sessionstate.errors import StorageUnavailable
+from sessionstate.statemachine import NOTIFYING_KINDS
+from sessionstate.store import migrations, open_store, schema
 from sessionstate.store.migrations import Migration
 from sessionstate.store.postgres import postgres_url
-from sessionstate.store.postgres_schema import UNSTAMPED_VERSION, VERSION_TABLE
+from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, UNSTAMPED_VERSION, VERSION_TABLE
 
 MAIN = "agent:main:main"
 PUMP_INDEX = "ix_cursors_pending_notified"
@@ -207,3 +213,71 @@ def test_processes_opening_a_new_database_at_once_stamp_it_once(pg_url):
     assert errors == []
     with raw(pg_url) as conn:
         assert conn.exec_driver_sql(f"SELECT * FROM {VERSION_TABLE}").all() == [(True, schema.SCHEMA_VERSION)]
+
+
+def test_a_refusal_names_every_table_of_another_shape_with_all_its_differences(pg_url):
+    before = altered_database(pg_url, "ALTER TABLE session_meta DROP COLUMN last_to, DROP COLUMN channel",
+                              "ALTER TABLE upstream_links ADD COLUMN surprise text, ADD COLUMN extra integer")
+    differences = {
+        "session_meta": "missing columns: channel, last_to; unexpected columns: none",
+        "upstream_links": "missing columns: none; unexpected columns: extra, surprise",
+    }
+    # The tables are named in the order the declarations sort them (dependencies first).
+    named = "; ".join(f"{t.name} ({differences[t.name]})" for t in SQLModel.metadata.sorted_tables
+                      if t.name in differences)
+    with pytest.raises(SchemaMismatch) as refused:
+        Gateway.open(pg_url)
+    where = make_url(pg_url).render_as_string(hide_password=True)
+    assert str(refused.value) == (
+        f"{where}: not a sessionstate database of a known shape; these tables have other columns: {named}."
+        " Nothing was changed."
+    )
+    assert snapshot(pg_url) == before
+
+
+def test_an_empty_stamp_table_is_no_stamp_and_a_new_database_is_created_and_stamped(pg_url):
+    with raw(pg_url) as conn:  # left by an opening that never stamped, or emptied by hand
+        conn.exec_driver_sql(f"CREATE TABLE {VERSION_TABLE} (one boolean PRIMARY KEY DEFAULT true"
+                             " CHECK (one), version integer NOT NULL)")
+    make_database(pg_url)
+    assert stamp(pg_url) == schema.SCHEMA_VERSION
+
+
+def test_opening_an_empty_database_without_create_says_so_and_creates_nothing(pg_url):
+    with pytest.raises(StorageUnavailable) as refused:
+        open_store(pg_url, notifying_kinds=NOTIFYING_KINDS, create=False)
+    where = make_url(pg_url).render_as_string(hide_password=True)
+    assert str(refused.value) == f"{where}: no sessionstate tables there (nothing was created)"
+    with raw(pg_url) as conn:
+        assert conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
+        ).scalar() == 0
+
+
+def test_each_migration_is_logged_naming_the_database_and_the_step(pg_url, caplog):
+    make_database(pg_url)
+    set_stamp(pg_url, schema.SCHEMA_VERSION - 1)
+    with caplog.at_level(logging.WARNING, logger="sessionstate"):
+        Gateway.open(pg_url).close()
+    last = migrations.MIGRATIONS[-1]
+    where = make_url(pg_url).render_as_string(hide_password=True)
+    assert [r.getMessage() for r in caplog.records if " migrating " in r.getMessage()] == [
+        f"{where}: migrating schema version {last.version - 1} -> {last.version}: {last.summary}"
+    ]
+
+
+def session_delete_triggers(url: str) -> set[str]:
+    with raw(url) as conn:
+        return {row[0] for row in conn.exec_driver_sql(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'sessions'::regclass AND NOT tgisinternal"
+        )}
+
+
+@pytest.mark.parametrize("missing", [table for table, _, _ in SESSION_CHILD_TABLES[1:]])
+def test_opening_recreates_a_delete_trigger_missing_after_one_that_is_present(pg_url, missing):
+    make_database(pg_url)
+    trigger = f"trg_{missing}_session_deleted"
+    with raw(pg_url) as conn:
+        conn.exec_driver_sql(f"DROP TRIGGER {trigger} ON sessions")
+    Gateway.open(pg_url).close()
+    assert session_delete_triggers(pg_url) == {f"trg_{table}_session_deleted" for table, _, _ in SESSION_CHILD_TABLES}

@@ -1,4 +1,8 @@
-"""What only a database server adds: concurrent writers, lost connections, refused logins.
+"""What only a database server adds: concurrent writers, lost connections, refused logins; and
+the PostgreSQL store's own answers beyond the conformance suite: the cursor writes' one-row and
+two-row forms, a dedupe key won by another session during a batch, the heads a watcher's lock
+takes, the integrity check, vacuum's refusals, what a closed store's translation says, the
+feature tables' ``executemany``, a prune's observer, and the URL scheme test without a server.
 
 Each test runs against the server named by SESSIONSTATE_TEST_PG_URL (tests/backends.py).
 """
@@ -6,17 +10,22 @@ Each test runs against the server named by SESSIONSTATE_TEST_PG_URL (tests/backe
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
 from sessionstate import Gateway, notice_text
-from sessionstate.errors import StorageConflict, StorageUnavailable
+from sessionstate.errors import StorageConflict, StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord
 from sessionstate.store.commit_outcome import WITNESS_TABLE
-from sessionstate.store.factory import open_store
+from sessionstate.store.factory import is_postgres_url, open_store
 from tests.backends import admin_connection
+from tests.store.helpers import event, opened_store, positions
+from tests.store.sessions import A, B, W
 
 KEYS = ("agent:a:one", "agent:a:two")
 
@@ -192,7 +201,6 @@ def test_malformed_postgres_urls_are_invalid_database_urls(url):
         Gateway.open(url)
 
 
-
 def test_a_read_only_connection_opens_with_owed_notices_in_memory(pg_url):
     """Issue 20's read-only open on a server: transactions that default to read-only (a
     standby, or a role set so) answer status and changesSince; the startup sweep writes
@@ -344,3 +352,174 @@ def test_a_batchs_notice_decisions_are_one_read_and_one_write_in_three_round_tri
     assert trips[0][0] == "BEGIN" and "FOR UPDATE" in trips[0][1] and trips[0][3] == reads[0], trips
     assert trips[1] == writes and trips[2][0].startswith("NOTIFY"), trips
     assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Any]:
+    with opened_store(pg_url, A, B, W) as opened:
+        yield opened
+
+
+def test_a_put_of_two_watchers_writes_both(store):
+    with store.transaction():
+        store.put_cursors("t", "a", [("w1", (1, 1, 1)), ("w2", (0, 2, 2))], 1.0)
+    assert positions(store) == {"w1": (1, 1, 1), "w2": (0, 2, 2)}
+
+
+def test_a_put_naming_one_watcher_twice_ends_at_its_second_positions(store):
+    with store.transaction():
+        store.put_cursors("t", "a", [("w1", (1, 1, 1)), ("w1", (0, 3, 3))], 1.0)
+    assert positions(store) == {"w1": (0, 3, 3)}
+
+
+def test_a_pair_write_of_two_pairs_writes_both(store):
+    with store.transaction():
+        store.put_pair_cursors([("w1", ("t1", "a"), (1, 1, 1)), ("w2", ("t2", "a"), (0, 2, 2))], 2.0)
+    got = {(c.watcher, c.target_key): (c.positions, c.updated_at) for c in store.all_cursors()}
+    assert got == {("w1", "t1"): ((1, 1, 1), 2.0), ("w2", "t2"): ((0, 2, 2), 2.0)}
+
+
+def test_a_batch_row_whose_dedupe_key_another_session_commits_meanwhile_finds_that_event(store, pg_url):
+    other = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
+    outcome: list[Any] = []
+
+    def batch() -> None:
+        try:
+            with other.transaction():
+                outcome.append(other.append_events([event(B), event(B, "shared"), event(B)]))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion
+            outcome.append(exc)
+
+    try:
+        with store.transaction():
+            mine, inserted = store.append_event(*event(A, "shared"))
+            worker = threading.Thread(target=batch)
+            worker.start()
+            worker.join(0.5)  # its insert waits for this transaction's key
+            assert worker.is_alive()
+        worker.join(10)
+        first, _, third = outcome[0]
+        assert inserted and outcome[0][1] == (mine, False)
+        assert first[1] and third[1] and store.head(B, "a").last_sequence == third[0]
+        assert store.event_count() == 3
+    finally:
+        other.close()
+
+
+def test_the_integrity_check_counts_events_above_their_heads(store):
+    with store.transaction():
+        store.append_events([event(A), event(A)])
+    assert store.integrity_check() == "ok"
+    store.db.execute("UPDATE session_state_heads SET last_sequence = 1 WHERE session_key = %s", (A,))
+    assert store.integrity_check() == "1 event(s) above their session's head or without one"
+
+
+def test_vacuum_inside_a_transaction_is_refused_naming_the_database(store):
+    with pytest.raises(StorageUnavailable) as raised, store.transaction():
+        store.vacuum()
+    assert str(raised.value) == f"{store.where}: vacuum cannot run inside a transaction"
+
+
+def test_a_vacuum_the_server_refuses_says_why(store):
+    schema = store.db.execute("SELECT current_schema()").fetchone()[0]
+    store.db.execute("SET lock_timeout = '100ms'")
+    with admin_connection() as holder, holder.transaction():
+        holder.execute(f"LOCK TABLE {schema}.sessions IN ACCESS SHARE MODE")
+        with pytest.raises(StorageError, match="lock timeout") as raised:
+            store.vacuum()
+    assert isinstance(raised.value.__cause__, psycopg.Error)
+
+
+def test_a_closed_stores_translation_says_it_is_closed(store):
+    store.close()
+    error = store.storage_error(psycopg.OperationalError("server closed the connection"))
+    assert isinstance(error, StorageUnavailable) and str(error) == f"{store.where}: the store is closed"
+
+
+def test_the_feature_tables_executemany_writes_in_the_transaction_and_translates_errors(store):
+    store.db.execute("CREATE TEMP TABLE scratch (k text, v integer)")
+    with pytest.raises(RuntimeError), store.transaction():
+        store.db.executemany("INSERT INTO scratch VALUES (%s, %s)", [["x", 0]])
+        raise RuntimeError("rolled back")
+    with store.transaction():
+        store.db.executemany("INSERT INTO scratch VALUES (%s, %s)", iter([["a", 1], ("b", 2)]))
+    assert store.db.execute("SELECT k, v FROM scratch ORDER BY k").fetchall() == [("a", 1), ("b", 2)]
+    with pytest.raises(StorageError, match='relation "no_such_table" does not exist'), store.transaction():
+        store.db.executemany("INSERT INTO no_such_table VALUES (%s)", [[1]])
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("postgresql+psycopg://u@h/db", True), ("postgres://u@h/db", True), ("PostgreSQL://u@h/db", True),
+    ("sqlite:///state.db", False), ("/var/state.db", False), (None, False), (5, False),
+])
+def test_is_postgres_url_by_the_scheme_alone(url, expected):
+    assert is_postgres_url(url) is expected
+
+
+def heads_locked_elsewhere(store: Any, keys: tuple[str, ...]) -> set[str]:
+    """Which of ``keys``' head rows another connection finds locked (``NOWAIT``)."""
+    schema = store.db.execute("SELECT current_schema()").fetchone()[0]
+    locked = set()
+    with admin_connection() as other:
+        for key in keys:
+            try:
+                with other.transaction():
+                    other.execute(f"SELECT 1 FROM {schema}.session_state_heads WHERE session_key = %s"
+                                  " FOR UPDATE NOWAIT", (key,))
+            except psycopg.errors.LockNotAvailable:
+                locked.add(key)
+    return locked
+
+
+def test_locking_a_watchers_targets_locks_the_heads_it_holds_cursors_on(store):
+    with store.transaction():
+        store.put_cursors(A, "a", [(W, (0, 0, 0))], 1.0)
+    with store.transaction():
+        store.lock_watcher_targets(W)
+        assert heads_locked_elsewhere(store, (A, B)) == {A}
+
+
+def test_a_cursor_delete_the_server_refuses_says_why(store):
+    with store.transaction():
+        store.put_cursors(A, "a", [(W, (0, 0, 0)), (B, (0, 0, 0))], 1.0)
+    schema = store.db.execute("SELECT current_schema()").fetchone()[0]
+    store.db.execute("SET lock_timeout = '100ms'")
+    with admin_connection() as holder, holder.transaction():
+        holder.execute(f"SELECT 1 FROM {schema}.session_watch_cursors WHERE watcher_session_key = %s FOR UPDATE", (W,))
+        with pytest.raises(StorageError, match="lock timeout"), store.transaction():
+            store.put_cursors(A, "a", [(W, None), (B, None)], 2.0)
+
+
+def test_a_rolled_back_transaction_that_sent_nothing_leaves_the_connection_out_of_any(store):
+    with pytest.raises(RuntimeError), store.transaction():
+        raise RuntimeError("nothing was sent")
+    store.head(A, "a")
+    with admin_connection() as admin:
+        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (store.backend_pid(),)).fetchone()
+    assert state == ("idle",)
+
+
+def test_a_change_feed_the_server_refuses_is_a_storage_error(store, pg_url, monkeypatch):
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    gone = make_url(pg_url).update_query_dict({"host": "/nonexistent-sessionstate"})
+    monkeypatch.setattr(store, "_engine", create_engine(gone))
+    with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable") as raised:
+        store.open_change_feed(tuple(NOTIFYING_KINDS))
+    assert isinstance(raised.value.__cause__, psycopg.Error)
+
+
+def test_a_prune_tells_its_observer_each_chunks_watermarks_pending_cursors_and_count(store):
+    """The trace's view of a prune (R13, R7): per chunk, inside its transaction."""
+    with store.transaction():
+        store.append_events([event(A), event(A), event(B)])
+        store.put_cursors(A, "a", [(W, (0, 1, 2))], 1.0)
+    told: list[tuple[Any, ...]] = []
+    counts = store.prune_events(cutoff=100.0, max_rows=1_000, on_chunk=lambda *chunk: told.append(chunk))
+    assert counts == {"events": 3, "chunks": 1}
+    assert told == [([(A, "a", 2), (B, "a", 3)], [(W, A, "a", (0, 1, 2))], 3)]
+
+
+def test_the_store_reclaims_no_pages_itself_the_servers_autovacuum_does(store):
+    assert store.reclaim_free_pages() == 0

@@ -1,19 +1,25 @@
 """Space: pruning gives pages back (new files), in bounded steps; `sessionstate vacuum` converts
-older files once, and compacts a database on every backend through the store interface."""
+older files once, and compacts a database on every backend through the store interface. On an
+SQLite file still open: reclaiming inside a transaction, in empty steps or with nothing free,
+and what reclaiming and vacuuming leave on disk."""
 
 from __future__ import annotations
 
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
-from sessionstate import Gateway
-from sessionstate.errors import StorageUnavailable
+import pytest
+
+from sessionstate import Gateway, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import open_store
-from sessionstate.store.sqlite import AUTO_VACUUM_INCREMENTAL
+from sessionstate.store.sqlite import AUTO_VACUUM_INCREMENTAL, SqliteStore
 from tests.backends import Backend
+from tests.store.helpers import sqlite_file_holding
 
 MAIN = "agent:main:main"
 EVENTS = 12_000
@@ -139,3 +145,96 @@ def test_vacuum_on_a_missing_file_creates_nothing(tmp_path):
     )
     assert run.returncode == 2 and run.stderr.startswith("sessionstate: storage_unavailable: ")
     assert list(tmp_path.iterdir()) == []
+
+
+KEY = "agent:a:one"
+
+
+@pytest.fixture
+def store(path: Path) -> Iterator[SqliteStore]:
+    with sqlite_file_holding(path, KEY) as s:
+        yield s
+
+
+def fill_store(store: SqliteStore, count: int = 3_000) -> None:
+    """``count`` events of KEY, each with a summary long enough that pruning frees pages."""
+    with store.transaction():
+        for n in range(count):
+            store.append_event(KEY, "a", "compacted", "system", None, None, "s" * 200, None, float(n), float(n), None)
+
+
+@pytest.fixture
+def freed(store: SqliteStore) -> SqliteStore:
+    """The store after pruning all but 10 events: free pages not yet handed back."""
+    fill_store(store)
+    assert store.prune_events(cutoff=0, max_rows=10)["events"] == 2_990
+    assert store.pragma("freelist_count") > 50
+    return store
+
+
+def test_reclaiming_inside_a_transaction_reclaims_nothing(freed):
+    """Reclaiming takes transactions of its own: inside the caller's it does nothing, and
+    after it reclaims every free page."""
+    free = freed.pragma("freelist_count")
+    with freed.transaction():
+        assert freed.reclaim_free_pages() == 0
+        assert freed.pragma("freelist_count") == free
+    assert freed.reclaim_free_pages() == free
+    assert freed.pragma("freelist_count") == 0
+
+
+def test_reclaiming_in_steps_of_no_pages_returns_zero_and_ends(freed, path):
+    """A step that frees nothing ends the loop: ``step_pages=0`` reclaims 0 pages, returns
+    (rather than stepping forever) and leaves the free pages as they were."""
+    free = freed.pragma("freelist_count")
+    answers: list[object] = []
+    worker = threading.Thread(target=lambda: answers.append(freed.reclaim_free_pages(step_pages=0)), daemon=True)
+    worker.start()
+    worker.join(30)  # it takes milliseconds when it ends at all
+    if worker.is_alive():  # stepping forever: another writer's lock makes its next step fail
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        worker.join(60)
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert answers == [0], "reclaim_free_pages(step_pages=0) did not return 0"
+    assert freed.pragma("freelist_count") == free
+
+
+def test_reclaimed_pages_leave_the_file_while_the_store_is_still_open(freed, path):
+    """The checkpoint after reclaiming shrinks the database file at once (no other connection
+    holds a snapshot), not only when the store closes."""
+    freed.pragma("wal_checkpoint")  # the file holds every page, free ones included
+    before = path.stat().st_size
+    assert before == freed.pragma("page_count") * freed.pragma("page_size")
+    assert freed.reclaim_free_pages() > 0
+    assert path.stat().st_size == freed.pragma("page_count") * freed.pragma("page_size") < before
+
+
+def test_reclaiming_with_nothing_free_does_not_touch_the_file(store, path):
+    """No free page: no transaction and no checkpoint, so the events still in the WAL stay
+    there and the database file's bytes do not change."""
+    fill_store(store, 50)
+    assert store.pragma("freelist_count") == 0
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 0
+    before = path.read_bytes(), wal.read_bytes()
+    with store.trace_statements() as statements:
+        assert store.reclaim_free_pages() == 0
+    assert (path.read_bytes(), wal.read_bytes()) == before
+    assert "BEGIN IMMEDIATE" not in statements, statements
+
+
+def test_vacuum_reports_what_it_did_and_leaves_the_file_at_its_new_size(freed, path):
+    """The report's detail counts the free pages there were, its "after" is the file's real
+    size, and the file has that size while the store is open (the WAL checkpointed empty)."""
+    free = freed.pragma("freelist_count")
+    report = freed.vacuum()
+    assert report.detail == (
+        f"{free} free pages returned; auto-vacuum is now incremental, so prune() gives freed pages back from now on"
+    )
+    assert report.bytes_after == freed.pragma("page_count") * freed.pragma("page_size") < report.bytes_before
+    assert path.stat().st_size == report.bytes_after
+    assert Path(f"{path}-wal").stat().st_size == 0
+    assert freed.pragma("freelist_count") == 0
+

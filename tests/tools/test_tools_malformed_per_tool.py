@@ -7,36 +7,13 @@ plus unknown keys and arguments that are not an object. Each call must give an `
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from jsonschema import Draft202012Validator
 
 from sessionstate.services.notice.announce import created_line
 from sessionstate.shared.policy import ToolPolicy
 from sessionstate.tools.schemas import TOOL_SCHEMAS
 
-from .support import MANAGER, PEER, error_code, full_dump, open_gateway
-
-WRONG_VALUES: list[Any] = [None, True, -1, 2**70, 1.5, float("nan"), "", "x" * 100_000, [], [None], {}, {"k": 1}]
-NOT_OBJECTS: list[Any] = ["sessionKey", 7, [], [{"sessionKey": PEER}]]
-
-
-def malformed_sets(tool: str) -> list[Any]:
-    schema = TOOL_SCHEMAS[tool]
-    sets: list[Any] = [{"zzUnknown": 1}, {"sessionkey": PEER}, {"": None}]
-    for name, subschema in schema.get("properties", {}).items():
-        # Near-miss names are unknown keys too: a different case, a trailing space.
-        sets += [{name.upper(): "x"}, {name + " ": "x"}]
-        validator = Draft202012Validator(subschema)
-        for value in WRONG_VALUES:
-            try:
-                refused = not validator.is_valid(value)
-            except (TypeError, ValueError, OverflowError):
-                refused = True
-            if refused:
-                sets.append({name: value})
-    return sets + NOT_OBJECTS
+from .support import MANAGER, PEER, error_code, full_dump, malformed_sets, open_gateway
 
 
 @pytest.fixture(scope="module")

@@ -81,7 +81,7 @@ def test_without_server_binaries_the_part_asked_for_fails_and_the_default_run_sk
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("SESSIONSTATE_SLOW") != "1", reason="slow profile: SESSIONSTATE_SLOW=1")
 def test_check_failover_runs_a_real_synchronous_failover() -> None:
-    from tests.multiproc.test_failover import need_servers
+    from tests.multiproc.helpers import need_servers
 
     need_servers()
     code, text = run(["--fast", "--only", "failover"])

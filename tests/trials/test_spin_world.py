@@ -4,7 +4,7 @@ and A's wakes after every step; and changes to the world the gateway does not sh
 self-suppression, claims), seeded into the generated text, shown to make the replay differ.
 
 The slow profile runs hundreds of seeds:
-``SESSIONSTATE_SLOW=1 ./dev test -q -m slow tests/verify/test_spin_world.py``.
+``SESSIONSTATE_SLOW=1 ./dev test -q -m slow tests/trials/test_spin_world.py``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import os
 import pytest
 
 from sessionstate.verify import promela
+from tests.verify.helpers import need_spin
 from trials import spinworld
-
-from tests.verify.test_promela import need_spin
 
 BOUNDS = {"MAXSEQ": 4, "STEPS": 12}
 CI_SEEDS = 24  # per process count: about 10 s each on a loaded 2-core box

@@ -17,23 +17,22 @@ from sessionstate.statemachine import effects
 from sessionstate.statemachine.effectdata import EFFECT_DATA, EffectSpec, promela_inline
 from sessionstate.statemachine.table import (
     CAUGHT_UP,
-    EVENT_KINDS,
-    KindPolicy,
     DRAIN,
     EFFECT_ACK,
     EFFECT_RAISE_MATERIAL,
     EFFECT_SWEEP,
     EFFECTS,
+    EVENT_KINDS,
     PENDING_WITH_MORE,
     TRANSITIONS,
+    KindPolicy,
     Transition,
 )
 from sessionstate.verify import promela, runner
 from sessionstate.verify.promela import Mutation, generate
 from sessionstate.verify.promela_kinds import spec_kinds
 from sessionstate.verify.spin import BOUNDS, SpinReport, run_spin
-
-from .test_promela import need_spin
+from tests.verify.helpers import need_spin
 
 # -- one source ----------------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ SPIN runs skip with a one-line reason when ``spin`` (or ``gcc``) is missing, exc
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -35,23 +34,13 @@ from sessionstate.verify.spin import (
     SpinReport,
     replay_trail,
     run_spin,
-    spin_available,
     trail_actions,
     trail_steps,
     trail_wakes,
 )
+from tests.verify.helpers import REQUIRE_SPIN_ENV, need_spin, table_with
 
-REQUIRE_SPIN_ENV = "SESSIONSTATE_REQUIRE_SPIN"
 BOUND = 3  # positions and sequences 0..BOUND in the differential test
-
-
-def need_spin() -> None:
-    reason = spin_available()
-    if reason is None:
-        return
-    if os.environ.get(REQUIRE_SPIN_ENV) == "1" or os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (required here: {REQUIRE_SPIN_ENV}=1 or CI=true)")
-    pytest.skip(reason)
 
 
 # -- generated from the table --------------------------------------------------------------------
@@ -193,23 +182,18 @@ def test_spin_verifies_the_generated_model(processes, tmp_path):
     assert all(r.states > 100 and r.depth > 0 for r in report.runs)
 
 
-def _with(changes: dict[tuple[str, str], tuple[str, str]]) -> tuple[Transition, ...]:
-    return tuple(Transition(t.source, t.trigger, *changes[(t.source, t.trigger)])
-                 if (t.source, t.trigger) in changes else t for t in TRANSITIONS)
-
-
 INV6_ACKED = "assertion violated ((owed[pc]&((2<<L[pc])-1))==0)"  # an owed event acknowledged uncovered
 # name: (table, world mutation, processes, what pan must report)
 MUTATIONS = {
     # R8: the drain acknowledges to the head instead of the frozen watermark (no reopen).
-    "drop_reopen_on_drain": (_with({(PENDING_WITH_MORE, DRAIN): (CAUGHT_UP, EFFECT_SEED)}), Mutation(), 1,
+    "drop_reopen_on_drain": (table_with({(PENDING_WITH_MORE, DRAIN): (CAUGHT_UP, EFFECT_SEED)}), Mutation(), 1,
                              INV6_ACKED),
     # R6: a later material event moves the frozen watermark.
-    "freeze_n_at_the_wrong_place": (_with({(NOTICE_PENDING, MATERIAL_EVENT): (NOTICE_PENDING, EFFECT_FREEZE),
+    "freeze_n_at_the_wrong_place": (table_with({(NOTICE_PENDING, MATERIAL_EVENT): (NOTICE_PENDING, EFFECT_FREEZE),
                                            (PENDING_WITH_MORE, MATERIAL_EVENT): (NOTICE_PENDING, EFFECT_FREEZE)}),
                                     Mutation(), 1, INV6_ACKED),
     # R2: a self-caused event opens a notice.
-    "skip_self_suppression": (_with({(CAUGHT_UP, SELF_EVENT): (NOTICE_PENDING, EFFECT_FREEZE)}), Mutation(), 1,
+    "skip_self_suppression": (table_with({(CAUGHT_UP, SELF_EVENT): (NOTICE_PENDING, EFFECT_FREEZE)}), Mutation(), 1,
                               "assertion violated (opened==255)"),  # INV5
     "wake_sub_agents": (TRANSITIONS, Mutation(wake_subagents=True), 1, "assertion violated MAIN["),  # R12
     "deliver_from_the_queue_without_the_cursor": (TRANSITIONS, Mutation(queue_only_drain=True), 2,

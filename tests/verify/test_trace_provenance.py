@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sessionstate import Gateway
 from sessionstate.clients.cli import main
-from tests.verify.trace_support import read_lines, write_lines
+from tests.verify.helpers import read_lines, write_lines
 
 MAIN = "agent:main:main"
 GROUP = "agent:main:group:g"

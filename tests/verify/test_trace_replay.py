@@ -13,14 +13,12 @@ from typing import Any, Callable
 
 import pytest
 
-from sessionstate import Gateway
+from sessionstate import Gateway, notice_text
 from sessionstate.clients.cli import main
 from sessionstate.clients.demo.story import run_demo
-from sessionstate import notice_text
 from sessionstate.verify.trace_check import TraceChecker, Violation
 from sessionstate.verify.trace_read import read_trace
-from trials.workload import ensure_sessions
-from tests.verify.trace_support import (
+from tests.verify.helpers import (
     MAIN,
     PEER,
     TARGET,
@@ -31,6 +29,7 @@ from tests.verify.trace_support import (
     traced_scenario,
     write_lines,
 )
+from trials.workload import ensure_sessions
 
 Lines = list[dict[str, Any]]
 

@@ -1,7 +1,9 @@
-"""What the transcripts service promises, written from the mutants of ``services/transcripts.py``
-(docs/mutants/services-transcript-service.md): the refusals' texts, field names and token bound the
-run left unread; each role's default actor, a message read back whole, usage given on one side only;
-the reads the tool layer uses on a resolved session."""
+"""What the transcripts service (``services/transcripts.py``) promises: each role's
+default actor, a message read back whole, usage given on one side only, a session's first
+message creating its metadata row, the largest token counts, the refusals' texts and field
+names, bounds reached exactly, a human turn keeping the stored route, the newest user lines,
+and the reads the tool layer uses on a resolved session. Its edges with two sessions sharing an
+unqualified key are in test_transcript_edges.py."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-"""The PostgreSQL store's opening and connection beyond the earlier tests: what a refused
-opening says in full, an empty stamp table, a delete trigger missing from an older database, a
-statement the server refuses, and a lost connection that cannot be replaced yet. Written for the
-survivors of a mutmut run (docs/mutants/store-postgres-3.md)."""
+"""Opening the PostgreSQL store and keeping its connection: what a URL must be (its scheme, its
+driver, what cannot be in it), what an opening refuses before connecting, a server that never
+answers (the connect timeout, the URL's own), a driver that fails after connecting, a statement
+the server refuses, a lost connection that cannot be replaced yet, a feature table read on a lost
+connection, and that the store names its database without the URL's password."""
 
 from __future__ import annotations
 
-import logging
 import os
-import re
 import shutil
 import socket
 import sys
@@ -18,94 +17,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy.engine import make_url
-from sqlmodel import SQLModel
 
-from sessionstate import Gateway, SchemaMismatch
 from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import ChangeSet, SessionRecord, commit_outcome, migrations, open_store, postgres, schema
-from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
+from sessionstate.store import SessionRecord, open_store, postgres
 from sessionstate.store.factory import is_postgres_url, url_scheme
+from sessionstate.store.postgres import PostgresStore
 from sessionstate.store.postgres_connection import CONNECT_TIMEOUT_SECONDS
-from sessionstate.store.postgres_schema import SESSION_CHILD_TABLES, VERSION_TABLE
 from tests.backends import admin_connection
+from tests.store.helpers import end_backend
 from tests.store.sessions import A
-from tests.store.test_commit_outcome import proxied  # noqa: F401  (a fixture)
-from trials.pgproxy import AFTER_COMMIT, BEFORE_COMMIT
-from tests.store.test_postgres_schema import altered_database, make_database, raw, set_stamp, snapshot, stamp
-
-# -- opening: the schema ----------------------------------------------------------------------
-
-
-def test_a_refusal_names_every_table_of_another_shape_with_all_its_differences(pg_url):
-    before = altered_database(pg_url, "ALTER TABLE session_meta DROP COLUMN last_to, DROP COLUMN channel",
-                              "ALTER TABLE upstream_links ADD COLUMN surprise text, ADD COLUMN extra integer")
-    differences = {
-        "session_meta": "missing columns: channel, last_to; unexpected columns: none",
-        "upstream_links": "missing columns: none; unexpected columns: extra, surprise",
-    }
-    # The tables are named in the order the declarations sort them (dependencies first).
-    named = "; ".join(f"{t.name} ({differences[t.name]})" for t in SQLModel.metadata.sorted_tables
-                      if t.name in differences)
-    with pytest.raises(SchemaMismatch) as refused:
-        Gateway.open(pg_url)
-    where = make_url(pg_url).render_as_string(hide_password=True)
-    assert str(refused.value) == (
-        f"{where}: not a sessionstate database of a known shape; these tables have other columns: {named}."
-        " Nothing was changed."
-    )
-    assert snapshot(pg_url) == before
-
-
-def test_an_empty_stamp_table_is_no_stamp_and_a_new_database_is_created_and_stamped(pg_url):
-    with raw(pg_url) as conn:  # left by an opening that never stamped, or emptied by hand
-        conn.exec_driver_sql(f"CREATE TABLE {VERSION_TABLE} (one boolean PRIMARY KEY DEFAULT true"
-                             " CHECK (one), version integer NOT NULL)")
-    make_database(pg_url)
-    assert stamp(pg_url) == schema.SCHEMA_VERSION
-
-
-def test_opening_an_empty_database_without_create_says_so_and_creates_nothing(pg_url):
-    with pytest.raises(StorageUnavailable) as refused:
-        open_store(pg_url, notifying_kinds=NOTIFYING_KINDS, create=False)
-    where = make_url(pg_url).render_as_string(hide_password=True)
-    assert str(refused.value) == f"{where}: no sessionstate tables there (nothing was created)"
-    with raw(pg_url) as conn:
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
-        ).scalar() == 0
-
-
-def test_each_migration_is_logged_naming_the_database_and_the_step(pg_url, caplog):
-    make_database(pg_url)
-    set_stamp(pg_url, schema.SCHEMA_VERSION - 1)
-    with caplog.at_level(logging.WARNING, logger="sessionstate"):
-        Gateway.open(pg_url).close()
-    last = migrations.MIGRATIONS[-1]
-    where = make_url(pg_url).render_as_string(hide_password=True)
-    assert [r.getMessage() for r in caplog.records if " migrating " in r.getMessage()] == [
-        f"{where}: migrating schema version {last.version - 1} -> {last.version}: {last.summary}"
-    ]
-
-
-def session_delete_triggers(url: str) -> set[str]:
-    with raw(url) as conn:
-        return {row[0] for row in conn.exec_driver_sql(
-            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'sessions'::regclass AND NOT tgisinternal"
-        )}
-
-
-@pytest.mark.parametrize("missing", [table for table, _, _ in SESSION_CHILD_TABLES[1:]])
-def test_opening_recreates_a_delete_trigger_missing_after_one_that_is_present(pg_url, missing):
-    make_database(pg_url)
-    trigger = f"trg_{missing}_session_deleted"
-    with raw(pg_url) as conn:
-        conn.exec_driver_sql(f"DROP TRIGGER {trigger} ON sessions")
-    Gateway.open(pg_url).close()
-    assert session_delete_triggers(pg_url) == {f"trg_{table}_session_deleted" for table, _, _ in SESSION_CHILD_TABLES}
-
 
 # -- opening: the URL ------------------------------------------------------------------------
 
@@ -188,13 +112,7 @@ def test_a_statement_the_server_refuses_is_a_storage_error_saying_why(store):
     assert store.setting("standard_conforming_strings") == "on"  # the connection still serves
 
 
-def end_backend(pid: int) -> None:
-    """What a server restart does to one connection: its backend ends (waited for)."""
-    with admin_connection() as admin:
-        assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()[0]
-
-
-def test_a_lost_connection_that_cannot_be_replaced_yet_is_unavailable_then_replaced(proxied):  # noqa: F811
+def test_a_lost_connection_that_cannot_be_replaced_yet_is_unavailable_then_replaced(proxied):
     url, _direct, proxy = proxied
     store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
     try:
@@ -276,71 +194,38 @@ def test_the_store_names_its_database_without_the_urls_password(pg_url):
     assert str(closed.value) == f"{with_password.render_as_string(hide_password=True)}: the store is closed"
 
 
-def test_a_new_stores_first_transaction_whose_commit_answer_is_lost_is_resolved(proxied, monkeypatch):  # noqa: F811
-    url, _direct, proxy = proxied
-    monkeypatch.setattr(commit_outcome, "RESOLVE_SECONDS", 2.0)  # a wrong id is not waited on long
-    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
-    try:
-        proxy.arm(AFTER_COMMIT)
-        with store.transaction():  # the store's first: no earlier one left it an id
-            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
-        assert proxy.dropped == 1
-        assert store.commit_resolutions == {COMMITTED: 1, ABORTED: 0, UNKNOWN: 0}
-        assert store.head(A, "a") is not None
-    finally:
-        store.close()
+# -- refused before connecting, or after --------------------------------------------------------
 
 
-# -- commits that sent nothing, wrote nothing, or lost their answer ---------------------------
+@pytest.mark.parametrize("level", ["FAST", "", 1, None])
+def test_a_durability_level_postgresql_has_no_mapping_for_is_refused_before_connecting(level):
+    # The host does not exist: the check comes first, so nothing is tried.
+    with pytest.raises(UnsupportedBackend, match=r"synchronous must be one of \('OFF', 'NORMAL', 'FULL', 'EXTRA'\)"):
+        PostgresStore("postgresql://nobody@/db?host=/nonexistent-sessionstate", notifying_kinds=(), synchronous=level)
 
 
-def test_a_transaction_that_sent_nothing_commits_its_notification_and_leaves_no_transaction_open(store):
-    feed = store.open_change_feed(tuple(NOTIFYING_KINDS))
-    try:
-        with store.transaction():  # no statement: the notification is all it sends
-            store.note_changed_watchers(["agent:a:w1"])
-        feed.sync()
-        assert feed.take() == ChangeSet([], ["agent:a:w1"], [], False)
-    finally:
-        feed.close()
-    store.head(A, "a")  # a statement outside any transaction
+def test_an_opening_whose_driver_fails_after_connecting_is_unavailable(pg_url, monkeypatch):
+    def lost(self):
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(PostgresStore, "_connect", lost)
+    with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable: server closed the connection unexpectedly"):
+        PostgresStore(pg_url, notifying_kinds=NOTIFYING_KINDS)
+
+
+FEATURE_READS = {
+    "meta": lambda store: store.meta.all(),
+    "runs": lambda store: store.runs.get("run-1"),
+    "transcripts": lambda store: store.transcripts.recent(A, "a", 5),
+    "links": lambda store: store.links.all(),
+    "serving": lambda store: store.serving.all_claims(),
+}
+
+
+@pytest.mark.parametrize("table", sorted(FEATURE_READS))
+def test_a_feature_tables_read_on_a_lost_connection_is_unavailable_then_reconnects(store, table):
     with admin_connection() as admin:
-        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (store.backend_pid(),)).fetchone()
-    assert state == ("idle",)
-
-
-def test_a_commit_whose_connection_is_gone_before_it_is_sent_is_retryably_unavailable(store):
-    with pytest.raises(StorageUnavailable) as lost, store.transaction():
-        store.put_cursors("agent:a:t", "a", [("agent:a:w1", (0, 1, 1))], 1.0)  # a write, not an append
-        end_backend(store.backend_pid())
-    assert lost.value.retry_safe and "None" not in str(lost.value), str(lost.value)
-    assert store.cursors_naming("agent:a:t", "a") == []  # the server rolled it back
-
-
-def test_lost_commit_answers_of_transactions_that_wrote_nothing_count_as_committed(proxied):  # noqa: F811
-    url, _direct, proxy = proxied
-    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
-    try:
-        for _ in range(2):
-            proxy.arm(AFTER_COMMIT)
-            with store.transaction():  # a read only: no transaction id, nothing to resolve
-                assert store.head(A, "a") is None
-        assert proxy.dropped == 2
-        assert store.commit_resolutions == {COMMITTED: 2, ABORTED: 0, UNKNOWN: 0}
-    finally:
-        store.close()
-
-
-def test_a_commit_lost_before_the_server_had_it_says_its_transaction_rolled_back(proxied):  # noqa: F811
-    url, _direct, proxy = proxied
-    store = open_store(url, notifying_kinds=NOTIFYING_KINDS)
-    try:
-        proxy.arm(BEFORE_COMMIT)
-        with pytest.raises(StorageUnavailable) as lost, store.transaction():
-            store.insert_session(SessionRecord(A, "a", "main", None, None, None, 1.0, 1.0))
-        assert lost.value.retry_safe
-        assert re.fullmatch(r"PostgreSQL connection lost during commit; transaction \d+ rolled back",
-                            str(lost.value)), str(lost.value)
-        assert store.head(A, "a") is None and store.commit_resolutions[ABORTED] == 1
-    finally:
-        store.close()
+        admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
+    with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable"):
+        FEATURE_READS[table](store)
+    FEATURE_READS[table](store)  # the next statement reconnects

@@ -1,11 +1,10 @@
 """The feature tables of the store contract, read back field by field on every backend:
 session metadata, child runs, transcripts and upstream links (sessionstate/store/contract.py).
 
-Found by mutmut over store/session_meta.py, runs.py, transcripts.py and upstream_links.py
-(docs/mutants/store-features.md): the conformance tests wrote these rows and read back a
-few fields, so a column read into the wrong field, a flag that always read false, a "no such
-row" that raised instead of answering ``None``, or a compare-and-set that wrote but said it
-had not, went unnoticed. Only the store's protocol methods are used here, never SQL."""
+Every column comes back in its own field, a flag reads back as written, a row that is not
+there reads as ``None`` rather than raising, a compare-and-set says whether it wrote, and a
+write the database refuses is a ``StorageError``. Only the store's protocol methods are used
+here, never SQL."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from sessionstate.errors import StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import MessageRecord, MetaRecord, RunRecord, SessionRecord, Store, open_store
 from sessionstate.store.records import COMPLETED, RUNNING, UpstreamLink
-from tests.store.sessions import A, B, W  # the store fixture (conftest.py) creates them
-
+from tests.store.sessions import A, B  # the store fixture (conftest.py) creates them
 
 # -- session metadata -----------------------------------------------------------------------
 

@@ -1,8 +1,6 @@
-"""The serving table (store/serving.py) beyond what the serving and pump trials reach: the
-answers of claims and wake slots read back exactly (both backends), and on SQLite the cursor
-change log a pump reads (R22): one row per watcher, how often it is trimmed, and the gap a pump
-left behind a trim is told of. Written for the survivors of a mutmut run
-(docs/mutants/store-serving-feed.md)."""
+"""The serving table (store/serving.py): the answers of claims and wake slots read back exactly
+(both backends), and on SQLite the cursor change log a pump reads (R22): one row per watcher,
+how often it is trimmed, and the gap a pump left behind a trim is told of."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The notifying kinds a store is opened with, as its cursor reads use them (spec R7), on every
-backend (sessionstate/store/statements.py).
-
-Found by mutmut over store/statements.py (docs/mutants/store-features.md): every store in the
-tests was opened with the package's own kinds, so neither the quoting of a kind as an SQL
-literal nor the store opened with no notifying kind at all was ever run."""
+backend (sessionstate/store/statements.py): a kind holding a quote is matched as written (it is
+quoted as an SQL literal), and a store opened with no notifying kind still reads the stored
+material."""
 
 from __future__ import annotations
 

@@ -1,54 +1,28 @@
-"""Tests from the second mutmut run over services/notice/{wakes,release,rewake}.py (tests/gateway
-as the selection; both backends, a fake clock; nothing is timed). Each pins one behaviour the
-suite did not hold:
+"""The wake coalescer alone (``WakeCoalescer``, and R23's heal on it, ``Rewaker``), built
+without a gateway so that no timer thread races the count ``fire_due`` answers; a fake clock,
+nothing is timed:
 
-- a wake window shorter than a second is accepted and honoured (only 0 and below are refused);
 - ``fire_due`` looks at every due entry in one call: a superseded entry or a cancelled owed
   wake (nothing new held) does not stop the ones after it, and each cancellation is counted;
 - the hooks hear an owed wake with its due time; a slot that cannot be read while an owed wake
   fires is logged and the wake owed again one retry later, with its reason (never dropped);
 - every owed wake due fires in one call and is counted; one whose slot another process took
   meanwhile is owed again at that wake's window end, and observers are not told twice;
-- R23's heal re-wakes a pending watcher at exactly one window after its last wake, and again
-  one window later; on one target, a watcher passed over (its own event, woken since for
-  another target, or its notice gone) does not keep the next pending watcher from being healed;
-- an ``on_wake`` that raises is logged by watcher and the wake still counts as sent.
-
-The coalescer tests build a ``WakeCoalescer`` alone (no gateway, so no timer thread races the
-count ``fire_due`` answers).
+- an ``on_wake`` that raises is logged by watcher and the wake still counts as sent;
+- a heal whose wake lost the durable slot to another process is filed at that process's wake,
+  and ``on_material`` answers how many watchers it woke.
 """
 
 from __future__ import annotations
 
 import logging
 
-from sessionstate import Gateway
+from sessionstate.services.notice.rewake import Rewaker
 from sessionstate.services.notice.wakes import RETRY_SECONDS, WakeCoalescer
-from tests.gateway.test_mutants_wakes import Clock, human
+from tests.helpers import Clock
 
 MANAGER, CHILD = "agent:main:main", "agent:main:subagent:child"
 PEER, ELSEWHERE = "agent:x:main", "agent:y:main"  # PEER sorts after MANAGER: heap ties pop MANAGER
-
-
-
-def test_a_window_shorter_than_a_second_is_accepted_and_honoured(db_url):
-    clock = Clock()
-    woken: list[float] = []
-    with Gateway.open(db_url, clock=clock, wake_window=0.5,
-                      on_wake=lambda watcher, reason: woken.append(clock.now)) as gw:
-        assert gw.ops.wake_window == 0.5
-        gw.create_session(MANAGER)
-        gw.create_session(CHILD, kind="subagent", parent=MANAGER)
-        start = clock.now
-        human(gw, CHILD)
-        assert gw.drain_system_events(MANAGER)
-        clock.now = start + 0.25          # inside the half second: owed
-        human(gw, CHILD)
-        assert gw.ops.diagnostics().owed_wakes == {MANAGER: start + 0.5}
-        assert gw.drain_system_events(MANAGER)
-        clock.now = start + 0.75          # past it: at once
-        human(gw, CHILD)
-        assert woken[0] == start and woken[-1] == start + 0.75
 
 
 # -- the coalescer alone: fire_due's loop, its hooks and its failures -----------------------------
@@ -200,79 +174,31 @@ def test_every_due_owed_wake_fires_in_one_call_and_a_lost_slot_owes_again_untold
 # -- R23's heal through a gateway: the rewaker's heap per target ---------------------------------
 
 
-def healing_gateway(db_url: str, clock: Clock, woken: list[tuple[str, float]]) -> Gateway:
-    gw = Gateway.open(db_url, clock=clock, wake_window=WINDOW,
-                      on_wake=lambda watcher, reason: woken.append((watcher, clock.now)))
-    gw.create_session(MANAGER)
-    gw.create_session(CHILD, kind="subagent", parent=MANAGER)
-    gw.create_session(PEER)
-    gw.create_session(ELSEWHERE)
-    gw.watch(PEER, CHILD)
-    return gw
+def test_a_heal_that_lost_the_slot_comes_again_one_window_after_the_other_process_wake():
+    coalesced = Coalesced()
+    rewaker = Rewaker(coalesced.wakes, lambda watcher, target: True)
+    target = (CHILD, "child")
+    start = coalesced.clock.now
+    assert coalesced.wakes.wake(FIRST, "first")
+    rewaker.track(FIRST, target)
+    coalesced.slot_taken_at = start + WINDOW + 8  # another process woke FIRST at t=28
+    coalesced.clock.now = start + WINDOW + 10
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 0
+    coalesced.clock.now = start + 2 * WINDOW + 8  # one window after that wake: healed here
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 1
+    assert coalesced.woken[1:] == [(FIRST, f"session-state: {CHILD}", start + 2 * WINDOW + 8)]
 
 
-def test_the_heal_comes_at_exactly_one_window_and_again_one_window_later(db_url):
-    clock, woken = Clock(), []
-    with healing_gateway(db_url, clock, woken) as gw:
-        start = clock.now
-        human(gw, CHILD)                  # both woken at t=0; neither turn drains
-        for window in (1, 2):
-            clock.now = start + window * WINDOW
-            human(gw, CHILD)
-        assert woken == [(watcher, start + n * WINDOW) for n in range(3) for watcher in (MANAGER, PEER)]
-
-
-def passed_over_then_peer_healed(db_url: str, pass_over) -> list[tuple[str, float]]:
-    """Both watchers woken for CHILD at t=0; ``pass_over(gw, start)`` makes MANAGER's entry, the
-    first one the heap looks at, one it passes over; then a material event at t=25."""
-    clock, woken = Clock(), []
-    with healing_gateway(db_url, clock, woken) as gw:
-        start = clock.now
-        human(gw, CHILD)
-        actor = pass_over(gw, clock, start)
-        clock.now = start + WINDOW + 5
-        assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="hi",
-                               actor_id=actor)
-        return [(watcher, at - start) for watcher, at in woken]
-
-
-def test_a_watcher_passed_over_for_its_own_event_does_not_keep_the_next_from_its_heal(db_url):
-    woken = passed_over_then_peer_healed(db_url, lambda gw, clock, start: MANAGER)
-    assert woken == [(MANAGER, 0), (PEER, 0), (PEER, WINDOW + 5)]
-
-
-def test_a_watcher_woken_since_for_another_target_does_not_keep_the_next_from_its_heal(db_url):
-    def woken_for_elsewhere(gw: Gateway, clock: Clock, start: float) -> None:
-        gw.watch(MANAGER, ELSEWHERE)
-        clock.now = start + WINDOW + 1
-        human(gw, ELSEWHERE)              # MANAGER woken at t=21: its CHILD entry is re-filed
-
-    woken = passed_over_then_peer_healed(db_url, woken_for_elsewhere)
-    assert woken == [(MANAGER, 0), (PEER, 0), (MANAGER, WINDOW + 1), (PEER, WINDOW + 5)]
-
-
-def test_a_watcher_whose_notice_is_gone_does_not_keep_the_next_from_its_heal(db_url):
-    def drained(gw: Gateway, clock: Clock, start: float) -> str:
-        assert gw.drain_system_events(MANAGER)
-        return MANAGER                    # its own event: no new notice for it either
-
-    woken = passed_over_then_peer_healed(db_url, drained)
-    assert woken == [(MANAGER, 0), (PEER, 0), (PEER, WINDOW + 5)]
-
-
-def test_a_watcher_passed_over_before_one_still_inside_its_window_stays_filed(db_url):
-    clock, woken = Clock(), []
-    with healing_gateway(db_url, clock, woken) as gw:
-        gw.unwatch(PEER, CHILD)
-        start = clock.now
-        human(gw, CHILD)                  # MANAGER woken at t=0
-        clock.now = start + 10
-        gw.watch(PEER, CHILD)
-        human(gw, CHILD)                  # PEER woken at t=10
-        clock.now = start + WINDOW + 5    # MANAGER's own event: passed over; PEER still inside
-        assert gw.record_event(CHILD, "human_direct_message", actor_type="human", summary="mine",
-                               actor_id=MANAGER)
-        clock.now = start + WINDOW + 11
-        human(gw, CHILD)                  # both past their windows: both healed
-        assert [(watcher, at - start) for watcher, at in woken] == [
-            (MANAGER, 0), (PEER, 10), (MANAGER, WINDOW + 11), (PEER, WINDOW + 11)]
+def test_a_heal_answers_how_many_watchers_it_woke():
+    coalesced = Coalesced()
+    rewaker = Rewaker(coalesced.wakes, lambda watcher, target: True)
+    target = (CHILD, "child")
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 0  # nobody filed for it
+    for watcher in (FIRST, SECOND):
+        assert coalesced.wakes.wake(watcher, "first")
+        rewaker.track(watcher, target)
+    coalesced.clock.now += WINDOW
+    assert rewaker.on_material(target, FIRST, coalesced.clock.now) == 1  # FIRST's own event
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 1  # SECOND inside its window
+    coalesced.clock.now += WINDOW
+    assert rewaker.on_material(target, None, coalesced.clock.now) == 2

@@ -1,5 +1,5 @@
-"""Tests written for mutmut's survivors over services/runs.py (tests/gateway and
-tests/tools as the selection). Each pins a behaviour those mutants changed unnoticed:
+"""Child runs (services/runs.py): reading, steering, starting, announcing, waking the
+requester, shutting down, and recording a run's end from its background job:
 
 - the run readers name what they refuse: ``get_run`` its run id; ``runs_of`` and
   ``runs_of_child`` take only a (session key, agent id) tuple and name the argument, and the
@@ -26,7 +26,7 @@ tests/tools as the selection). Each pins a behaviour those mutants changed unnot
   with its cause; neither is raised into the job.
 
 How a run's end is written (its row, its result message, its refusals) is in
-test_mutants_child_runs_ends.py.
+test_child_run_ends.py.
 """
 
 from __future__ import annotations
@@ -37,33 +37,15 @@ import threading
 import pytest
 
 from sessionstate import Gateway
-from sessionstate.errors import InvalidArgument
 from sessionstate.runner import Rule
-from sessionstate.runner.base import RunCancelled, RunContext, TurnRequest, TurnResult
+from sessionstate.runner.base import RunContext, TurnRequest, TurnResult
 from sessionstate.shared.fencing import fenced_text
 from sessionstate.shared.policy import ToolPolicy
 from sessionstate.store import RunRecord
-
+from tests.gateway.helpers import SHARED_KEY, CancelRecordingRunner, refusal, run_record
 from tests.tools.support import MANAGER, PEER, ok, open_gateway
 
 REQUESTER = (MANAGER, "main")
-# One unqualified key held by two agents: only the agent id tells their sessions apart.
-SHARED_KEY = "worker"
-
-
-def run_record(
-    run_id: str, *, child: tuple[str, str], created_at: float, label: str | None = None,
-    timeout_seconds: float | None = None, announce_channel: str | None = None, requester: str = MANAGER,
-) -> RunRecord:
-    """A running run (MANAGER's unless told), as sessions_spawn would insert it (by default no
-    label, no timeout, no stored reply route)."""
-    return RunRecord(
-        run_id=run_id, requester_key=requester, requester_agent_id="main", child_key=child[0],
-        child_agent_id=child[1], runtime="subagent", task="t", label=label, model=None,
-        thinking=None, thread=False, context="isolated", timeout_seconds=timeout_seconds,
-        status="running", outcome=None, result_text=None, announce_channel=announce_channel,
-        announce_to=None, steer_count=0, created_at=created_at, ended_at=None,
-    )
 
 
 @pytest.fixture
@@ -75,12 +57,6 @@ def gw(db_url):
     yield gateway
     gateway.runs.wait_for_runs()
     gateway.close()
-
-
-def refusal(call) -> str:
-    with pytest.raises(InvalidArgument) as refused:
-        call()
-    return str(refused.value)
 
 
 # -- reading runs -------------------------------------------------------------------------------
@@ -229,19 +205,6 @@ def test_a_kill_is_announced_only_when_asked_and_names_a_refused_run_id(gw):
     assert gw.runs.kill_run("run-2", actor_id=MANAGER, announce=True) is True
     assert gw.drain_system_events(MANAGER) == ['[Sub-agent result] "worker" (run run-2) failed (cancelled)']
     assert refusal(lambda: gw.runs.kill_run("")) == "run id must not be empty"
-
-
-class CancelRecordingRunner:
-    """Works until cancelled, and remembers why it was cancelled."""
-
-    def __init__(self) -> None:
-        self.reasons: list[str | None] = []
-
-    def run_turn(self, request: TurnRequest, ctx: RunContext) -> TurnResult:
-        if ctx.wait(30):
-            self.reasons.append(ctx.reason)
-            raise RunCancelled(ctx.reason or "cancelled")
-        return TurnResult(None)
 
 
 def test_a_shutdown_cancels_every_background_job_and_waits_five_seconds_at_most(db_url, monkeypatch):

@@ -1,6 +1,5 @@
-"""Tests written for mutmut's survivors over services/runs.py (see
-test_mutants_child_runs.py): how a run's end is written. Each pins a behaviour those mutants
-changed unnoticed:
+"""How a child run's end is written (services/runs.py; the rest of child runs is in
+test_child_runs.py):
 
 - the run's row reads back how it ended (status, outcome only for a failure, the text) and
   when (the gateway's clock);
@@ -24,8 +23,7 @@ import pytest
 from sessionstate import Gateway
 from sessionstate.runner.base import RunContext, TurnRequest, TurnResult
 from sessionstate.shared.validation import MAX_COUNT
-
-from tests.gateway.test_mutants_child_runs import SHARED_KEY, CancelRecordingRunner, refusal, run_record
+from tests.gateway.helpers import SHARED_KEY, CancelRecordingRunner, refusal, run_record
 from tests.tools.support import MANAGER
 
 NOW = 1_700_000_000.5

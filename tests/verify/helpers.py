@@ -1,12 +1,24 @@
-"""A traced scenario that exercises every trigger and effect, and one-line trace corruptions."""
+"""What the verification tests share: a traced scenario that exercises every trigger and effect,
+one-line trace corruptions, the SPIN check (skip, or fail where SPIN is required), and the
+transition table with some transitions changed (a seeded bug)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from sessionstate import Gateway
+from sessionstate.statemachine.table import (
+    TRANSITIONS,
+    Transition,
+)
+from sessionstate.verify.spin import (
+    spin_available,
+)
 
 MAIN = "agent:a:main"
 PEER = "agent:a:peer"
@@ -109,3 +121,20 @@ def step(trigger: str, effect: str | None = None, **fields: Any) -> Callable[[di
 
 def op(name: str, **fields: Any) -> Callable[[dict[str, Any]], bool]:
     return lambda line: line["op"] == name and all(line.get(k) == v for k, v in fields.items())
+
+
+REQUIRE_SPIN_ENV = "SESSIONSTATE_REQUIRE_SPIN"
+
+
+def need_spin() -> None:
+    reason = spin_available()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE_SPIN_ENV) == "1" or os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (required here: {REQUIRE_SPIN_ENV}=1 or CI=true)")
+    pytest.skip(reason)
+
+
+def table_with(changes: dict[tuple[str, str], tuple[str, str]]) -> tuple[Transition, ...]:
+    return tuple(Transition(t.source, t.trigger, *changes[(t.source, t.trigger)])
+                 if (t.source, t.trigger) in changes else t for t in TRANSITIONS)

@@ -1,8 +1,7 @@
 """The SQLite change feed (store/sqlite_feed.py) on its own, below the pump: what ``wait``
 answers before, at and after another connection's commit, from another thread, when idle and
-when stopped; what ``take`` hands over of the notifying events; and its refusals. Written for
-the survivors of a mutmut run (docs/mutants/store-serving-feed.md). SQLite only: the feed
-watches a file, and PostgreSQL's feed is another class (test_mutants_postgres_feed.py)."""
+when stopped; what ``take`` hands over of the notifying events; and its refusals. SQLite only:
+the feed watches a file (PostgreSQL's feed: test_postgres_feed.py)."""
 
 from __future__ import annotations
 
@@ -16,29 +15,25 @@ import pytest
 
 from sessionstate import InvalidArgument, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, open_store
+from sessionstate.store import open_store
 from sessionstate.store.sqlite import SqliteStore
 from sessionstate.store.sqlite_feed import SqliteChangeFeed
+from tests.store.helpers import sqlite_file_holding, sqlite_file_store
 from tests.store.sessions import A, B
-from tests.store.test_mutants_sqlite import opened, path  # noqa: F401  (path: the fixture)
 
 KINDS = tuple(NOTIFYING_KINDS)
 
 
 @pytest.fixture
 def store(path: Path) -> Iterator[SqliteStore]:
-    s = opened(path)
-    with s.transaction():
-        for key in (A, B):
-            s.insert_session(SessionRecord(key, "a", "main", None, None, None, 1.0, 1.0))
-    yield s
-    s.close()
+    with sqlite_file_holding(path, A, B) as s:
+        yield s
 
 
 @pytest.fixture
 def other(store: SqliteStore, path: Path) -> Iterator[SqliteStore]:
     """Another server's connection to the same file: its commits are what the feed sees."""
-    s = opened(path)
+    s = sqlite_file_store(path)
     yield s
     s.close()
 
@@ -133,3 +128,4 @@ def test_a_feed_that_cannot_open_its_connection_is_a_storage_error_with_the_driv
     assert isinstance(refused.value.__cause__, sqlite3.OperationalError)
     assert refused.value.message.startswith(f"{store.where}: ")
     assert "unable to open database file" in refused.value.message
+

@@ -1,10 +1,13 @@
 """The protocol trace's promises that replay alone does not check (spec section 15): where and
 how the file is made, when a batch reaches it, which batch a line belongs to after a
 savepoint rolls back or a queue line lands between a commit and its notices, each line kind's
-fields, and that a write the kernel cut short is finished."""
+fields, that a write the kernel cut short is finished, that an event nobody watches is in the
+file when ``record_event`` returns, and the ``unqueue`` lines of an unwatch and a reset."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,8 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway
-from tests.verify.trace_support import read_lines, traced_scenario
+from tests.gateway.helpers import BEHIND, CAUGHT_UP, human, human_upstream
+from tests.verify.helpers import read_lines, traced_scenario
 
 WATCHER = "agent:a:main"
 OTHER_WATCHER = "agent:a:peer"
@@ -143,8 +147,8 @@ def test_queue_lines_between_a_commit_and_its_notices_go_out_with_that_commit(db
 
 
 def test_a_queue_line_made_inside_a_committed_transaction_is_traced(db_url, tmp_path):
-    """``forget_queued`` drops the lines at once, also inside a transaction (see
-    docs/mutants/services-trace-locking.md for the same inside one that rolls back)."""
+    """``forget_queued`` drops the lines at once, also inside a transaction (inside one that
+    rolls back: test_forget_queued_in_a_transaction_that_rolls_back_keeps_the_queue_and_its_trace)."""
     trace = tmp_path / "trace.jsonl"
     with opened(db_url, trace) as gw:
         gw.watch(WATCHER, TARGET)
@@ -247,3 +251,37 @@ def test_forget_queued_in_a_transaction_that_rolls_back_keeps_the_queue_and_its_
     with contextlib.redirect_stdout(out):
         code = main(["replay", "--no-progress", str(trace)])
     assert code == 0, out.getvalue()
+
+
+def test_an_event_nobody_watches_is_in_the_trace_when_it_returns(db_url, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    with Gateway.open(db_url, trace=trace) as gw:
+        gw.create_session("agent:lone:main")
+        human(gw, "agent:lone:main")
+        assert len(lines_of(trace, "event", kind="human_direct_message")) == 1
+
+
+def test_the_trace_records_each_notice_an_unwatch_withdraws_and_a_reset_clears(db_url, tmp_path, caplog):
+    path = tmp_path / "trace.jsonl"
+    with caplog.at_level(logging.ERROR, logger="sessionstate"), Gateway.open(db_url, trace=path) as gw:
+        for key in (WATCHER, BEHIND, CAUGHT_UP):
+            gw.create_session(key)
+        gw.watch(WATCHER, BEHIND)
+        gw.watch(WATCHER, CAUGHT_UP)
+        human_upstream(gw, BEHIND)
+        human_upstream(gw, CAUGHT_UP)
+        withdrawn, cleared = gw.pending_system_events(WATCHER)
+        gw.unwatch(WATCHER, BEHIND)
+        gw.ops.reset_session(WATCHER)
+        gw.ops.reset_session(WATCHER)  # again, with nothing queued: nothing to record
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+    unqueued = [
+        (line["watcher"], line["target"], line["text"])
+        for line in map(json.loads, path.read_text().splitlines())
+        if line.get("op") == "unqueue"
+    ]
+    # agent-qualified keys carry their agent id: agent:<id>:main
+    assert unqueued == [
+        (WATCHER, [BEHIND, "behind"], withdrawn),
+        (WATCHER, [CAUGHT_UP, "calm"], cleared),
+    ]

@@ -1,66 +1,43 @@
-"""What the SQLite store's own code promises beyond the shared contract, pinned where mutmut
-found nothing looking (docs/mutants/store-sqlite.md): the exact words of its refusals, what
-reclaiming and vacuuming leave on disk while the store is still open, and that a driver
-failure of any kind comes out as a ``StorageError``. SQLite only, on real files."""
+"""What the SQLite store's own code promises beyond the shared contract, on real files: the
+exact words of its refusals (a closed store, a bad pragma name, an unknown session, a file it
+cannot open or name, a URL it cannot use, an unknown synchronous level), how it reads its URLs
+(in-memory spellings, read-only and read-write modes), and that a driver failure of any kind
+comes out as a ``StorageError``."""
 
 from __future__ import annotations
 
 import errno
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
-import threading
 import warnings
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from sessionstate import InvalidArgument, InvalidDatabaseUrl, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
+from sessionstate import (
+    InvalidArgument,
+    InvalidDatabaseUrl,
+    StorageError,
+    StorageUnavailable,
+    UnknownSession,
+    UnsupportedBackend,
+)
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, open_store
 from sessionstate.store.sql_store import SYNCHRONOUS_LEVELS
 from sessionstate.store.sqlite import SqliteStore
+from tests.store.helpers import sqlite_file_holding, sqlite_file_store
 
 KEY = "agent:a:one"
 
 
-def opened(path: Path) -> SqliteStore:
-    # No background checkpoints: these tests read the file's bytes around the store's own steps.
-    store = open_store(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS, background_checkpoints=False)
-    assert isinstance(store, SqliteStore)
-    return store
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "state.db"
-
-
 @pytest.fixture
 def store(path: Path) -> Iterator[SqliteStore]:
-    s = opened(path)
-    s.insert_session(SessionRecord(KEY, "a", "main", None, None, None, 1.0, 1.0))
-    yield s
-    s.close()
-
-
-def fill(store: SqliteStore, count: int = 3_000) -> None:
-    """``count`` events of KEY, each with a summary long enough that pruning frees pages."""
-    with store.transaction():
-        for n in range(count):
-            store.append_event(KEY, "a", "compacted", "system", None, None, "s" * 200, None, float(n), float(n), None)
-
-
-@pytest.fixture
-def freed(store: SqliteStore) -> SqliteStore:
-    """The store after pruning all but 10 events: free pages not yet handed back."""
-    fill(store)
-    assert store.prune_events(cutoff=0, max_rows=10)["events"] == 2_990
-    assert store.pragma("freelist_count") > 50
-    return store
+    with sqlite_file_holding(path, KEY) as s:
+        yield s
 
 
 # -- refusals, in words ------------------------------------------------------------------------
@@ -126,7 +103,7 @@ def test_an_unopenable_file_is_explained_by_its_permissions(tmp_path, what):
     directory = tmp_path / "d"
     directory.mkdir()
     path = directory / "state.db"
-    opened(path).close()
+    sqlite_file_store(path).close()
     for leftover in directory.glob("state.db-*"):
         leftover.unlink()
     locked = path if what == "file" else directory
@@ -153,14 +130,14 @@ def test_a_name_too_long_is_refused_in_the_file_systems_own_words(tmp_path):
     it, not Python's ``[Errno ...]`` rendering of the exception."""
     path = tmp_path / ("x" * 300)
     with pytest.raises(StorageUnavailable) as refused:
-        opened(path)
+        sqlite_file_store(path)
     assert refused.value.message == f"{path}: {os.strerror(errno.ENAMETOOLONG)}"
 
 
 def test_a_new_file_gets_every_missing_directory_on_its_path(tmp_path):
     """Creating a database makes all of its missing parent directories, however deep."""
     path = tmp_path / "a" / "b" / "c" / "state.db"
-    store = opened(path)
+    store = sqlite_file_store(path)
     try:
         store.insert_session(SessionRecord(KEY, "a", "main", None, None, None, 1.0, 1.0))
     finally:
@@ -222,7 +199,7 @@ def test_every_spelling_of_an_in_memory_database_is_one(url):
 def test_a_url_says_from_the_open_whether_the_store_may_write(path, url, read_only):
     """``read_only`` is known from the URL before anything is written (mode=ro, immutable=1,
     with uri=true or uri=1), and the file is the one named, with or without ``file:``."""
-    opened(path).close()
+    sqlite_file_store(path).close()
     store = open_store(url.format(path=path), notifying_kinds=NOTIFYING_KINDS)
     try:
         assert store.read_only is read_only
@@ -234,7 +211,7 @@ def test_a_url_says_from_the_open_whether_the_store_may_write(path, url, read_on
 def test_a_mode_without_uri_true_is_ignored_and_the_store_writes(path):
     """SQLAlchemy passes ``mode`` to SQLite only with uri=true (and warns): without it the
     store is an ordinary writable one."""
-    opened(path).close()
+    sqlite_file_store(path).close()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         store = open_store(f"sqlite:///{path}?mode=ro", notifying_kinds=NOTIFYING_KINDS)
@@ -267,73 +244,3 @@ def test_the_feature_tables_of_a_closed_store_say_it_is_closed(store, path, call
     with pytest.raises(StorageUnavailable) as refused:
         call(store)
     assert refused.value.message == f"{path}: the store is closed"
-
-
-# -- reclaiming and vacuuming: what is left on disk --------------------------------------------
-
-
-def test_reclaiming_inside_a_transaction_reclaims_nothing(freed):
-    """Reclaiming takes transactions of its own: inside the caller's it does nothing, and
-    after it reclaims every free page."""
-    free = freed.pragma("freelist_count")
-    with freed.transaction():
-        assert freed.reclaim_free_pages() == 0
-        assert freed.pragma("freelist_count") == free
-    assert freed.reclaim_free_pages() == free
-    assert freed.pragma("freelist_count") == 0
-
-
-def test_reclaiming_in_steps_of_no_pages_returns_zero_and_ends(freed, path):
-    """A step that frees nothing ends the loop: ``step_pages=0`` reclaims 0 pages, returns
-    (rather than stepping forever) and leaves the free pages as they were."""
-    free = freed.pragma("freelist_count")
-    answers: list[object] = []
-    worker = threading.Thread(target=lambda: answers.append(freed.reclaim_free_pages(step_pages=0)), daemon=True)
-    worker.start()
-    worker.join(30)  # it takes milliseconds when it ends at all
-    if worker.is_alive():  # stepping forever: another writer's lock makes its next step fail
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        worker.join(60)
-        blocker.execute("ROLLBACK")
-        blocker.close()
-    assert answers == [0], "reclaim_free_pages(step_pages=0) did not return 0"
-    assert freed.pragma("freelist_count") == free
-
-
-def test_reclaimed_pages_leave_the_file_while_the_store_is_still_open(freed, path):
-    """The checkpoint after reclaiming shrinks the database file at once (no other connection
-    holds a snapshot), not only when the store closes."""
-    freed.pragma("wal_checkpoint")  # the file holds every page, free ones included
-    before = path.stat().st_size
-    assert before == freed.pragma("page_count") * freed.pragma("page_size")
-    assert freed.reclaim_free_pages() > 0
-    assert path.stat().st_size == freed.pragma("page_count") * freed.pragma("page_size") < before
-
-
-def test_reclaiming_with_nothing_free_does_not_touch_the_file(store, path):
-    """No free page: no transaction and no checkpoint, so the events still in the WAL stay
-    there and the database file's bytes do not change."""
-    fill(store, 50)
-    assert store.pragma("freelist_count") == 0
-    wal = Path(f"{path}-wal")
-    assert wal.stat().st_size > 0
-    before = path.read_bytes(), wal.read_bytes()
-    with store.trace_statements() as statements:
-        assert store.reclaim_free_pages() == 0
-    assert (path.read_bytes(), wal.read_bytes()) == before
-    assert "BEGIN IMMEDIATE" not in statements, statements
-
-
-def test_vacuum_reports_what_it_did_and_leaves_the_file_at_its_new_size(freed, path):
-    """The report's detail counts the free pages there were, its "after" is the file's real
-    size, and the file has that size while the store is open (the WAL checkpointed empty)."""
-    free = freed.pragma("freelist_count")
-    report = freed.vacuum()
-    assert report.detail == (
-        f"{free} free pages returned; auto-vacuum is now incremental, so prune() gives freed pages back from now on"
-    )
-    assert report.bytes_after == freed.pragma("page_count") * freed.pragma("page_size") < report.bytes_before
-    assert path.stat().st_size == report.bytes_after
-    assert Path(f"{path}-wal").stat().st_size == 0
-    assert freed.pragma("freelist_count") == 0

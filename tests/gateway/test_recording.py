@@ -1,7 +1,9 @@
-"""The recording hot path's promises that no test in tests/gateway checked, found by mutmut
-(``services/notice/recording.py`` and ``core.py``; docs/mutants/services-notice-hot-path.md):
+"""Recording events (``services/notice/recording.py`` and ``core.py``), as a caller sees it:
 
-- R9: two concurrent callers share one transaction (every earlier test queued three or more);
+- the messages of ``record_events``/``prepare_events``/``record_prepared`` for input of the
+  wrong shape, which is refused before anything is written (a mapping or a number where a list
+  belongs, a list of something that is not a prepared event); ``record_event``'s messages name
+  the argument that was wrong, and the keywords unknown or missing;
 - R9/R10: a call that names an unknown session fails even when its dedupe key is already in
   the log, where the append itself would find the old event and bump no head;
 - R9: an agent id that contradicts the key is refused before the caller waits for the turn;
@@ -18,15 +20,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, UnknownSession, notice_text
-from tests.gateway.test_mutants_recording import wait_queued
+from tests.gateway.helpers import run_queued
 
 MANAGER = "agent:main:main"
 PEER = "agent:main:peer"
@@ -43,50 +44,6 @@ def gw(db_url: str) -> Iterator[Gateway]:
     gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
     yield gateway
     gateway.close()
-
-
-def run_queued(gw: Gateway, calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run ``calls`` in threads while holding the write turn until all of them queued (one
-    batch); each call's result or exception, in order."""
-    outcomes: list[Any] = [None] * len(calls)
-
-    def body(index: int) -> None:
-        try:
-            outcomes[index] = calls[index]()
-        except Exception as exc:  # the test looks at it
-            outcomes[index] = exc
-
-    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(len(calls))]
-    with gw.locked():
-        for thread in threads:
-            thread.start()
-        wait_queued(gw, len(calls))
-    for thread in threads:
-        thread.join(WAIT)
-        assert not thread.is_alive(), "a caller never returned"
-    return outcomes
-
-
-def test_two_concurrent_callers_share_one_transaction(gw, monkeypatch):
-    """R9's group commit holds for a batch of two as for a larger one: one transaction."""
-    store = gw.store
-    original = store.transaction
-    outermost: list[int] = []
-
-    @contextmanager
-    def counted() -> Iterator[None]:
-        if not store.in_transaction:
-            outermost.append(1)
-        with original():
-            yield
-
-    before = gw.ops.state_version(CHILD)
-    monkeypatch.setattr(store, "transaction", counted)
-    first, second = run_queued(gw, [lambda: gw.record_event(CHILD, "goal_changed", **EVENT)] * 2)
-    monkeypatch.undo()
-    assert sorted([first, second]) == [before + 1, before + 2]
-    assert len(outermost) == 1, "two callers of one batch committed in separate transactions"
-    assert gw.ops.diagnostics().group_batches == 1
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "in a batch"])
@@ -247,3 +204,109 @@ def test_events_recorded_counts_the_events_a_burst_inserted(gw):
     assert gw.ops.stats["events_recorded"] == recorded + 3
     assert gw.record_event(CHILD, "goal_changed", dedupe_key="d", **EVENT) == burst[2]
     assert gw.ops.stats["events_recorded"] == recorded + 3
+
+
+@pytest.mark.parametrize("events", ["not a list", b"bytes", 7, {"session_key": CHILD}, {}], ids=repr)
+def test_record_events_refuses_anything_but_a_sequence_by_its_message(gw, events):
+    before = gw.store.dump()
+    with pytest.raises(InvalidArgument) as refused:
+        gw.record_events(events)
+    assert refused.value.message == "events must be a sequence of mappings"
+    with pytest.raises(InvalidArgument) as refused_alone:
+        gw.ops.prepare_events(events)
+    assert refused_alone.value.message == "events must be a sequence of mappings"
+    assert gw.store.dump() == before
+
+
+def test_record_events_names_the_item_that_is_not_a_mapping(gw):
+    good = dict(session_key=CHILD, kind="goal_changed", **EVENT)
+    before = gw.store.dump()
+    with pytest.raises(InvalidArgument) as refused:
+        gw.record_events([good, ["session_key", CHILD]])
+    assert refused.value.message == "events[1] must be a mapping"
+    assert gw.store.dump() == before
+
+
+def test_record_events_names_the_item_with_a_bad_argument_name(gw):
+    good = dict(session_key=CHILD, kind="goal_changed", **EVENT)
+    before = gw.store.dump()
+    with pytest.raises(InvalidArgument) as unknown:
+        gw.record_events([good, good, dict(good, colour="red")])
+    assert unknown.value.message == "events[2]: record_event() got unexpected keyword arguments ['colour']"
+    with pytest.raises(InvalidArgument) as missing:
+        gw.record_events([dict(session_key=CHILD, kind="goal_changed", actor_type="human")])
+    assert missing.value.message == "events[0]: record_event() missing required keyword arguments ['summary']"
+    assert gw.store.dump() == before
+
+
+def test_record_event_names_a_bad_argument_name_when_it_gives_two_as_the_usual_call_does(gw):
+    """Two keywords are what the usual call passes (the required ones); two with one of them
+    wrong are refused by name, before anything is written."""
+    before = gw.store.dump()
+    with pytest.raises(TypeError) as unknown:
+        gw.record_event(CHILD, "goal_changed", actor_type="human", colour="red")  # type: ignore[call-arg]
+    assert str(unknown.value) == "record_event() got unexpected keyword arguments ['colour']"
+    with pytest.raises(TypeError) as missing:
+        gw.record_event(CHILD, "goal_changed", actor_type="human", actor_id=None)  # type: ignore[call-arg]
+    assert str(missing.value) == "record_event() missing required keyword arguments ['summary']"
+    assert gw.store.dump() == before
+
+
+def test_an_event_without_its_optional_keywords_is_prepared_as_with_each_of_them_none(gw):
+    every_optional_none = dict.fromkeys(["actor_id", "agent_id", "run_id", "payload", "dedupe_key", "occurred_at"])
+    bare = gw.ops.prepare_event(CHILD, "goal_changed", actor_type="human", summary="s")
+    assert bare == gw.ops.prepare_event(CHILD, "goal_changed", actor_type="human", summary="s", **every_optional_none)
+    assert bare.target == (CHILD, "main") and bare.requested == (CHILD, None)
+
+
+RECORD_PREPARED_REFUSED = "calls must be a sequence of sequences of prepared events (prepare_event)"
+
+
+@pytest.mark.parametrize("shape", ["a number", "a mapping", "a string", "a call of strings", "a call that is a number",
+                                   "a prepared event where a call belongs", "a stranger among prepared events"])
+def test_record_prepared_refuses_anything_but_calls_of_prepared_events(gw, shape):
+    prepared = gw.ops.prepare_event(CHILD, "goal_changed", **EVENT)
+    calls: Any = {
+        "a number": 7,
+        "a mapping": {},  # iterates as nothing: it must not pass as zero calls
+        "a string": "ab",
+        "a call of strings": [["goal_changed"]],
+        "a call that is a number": [7],
+        "a prepared event where a call belongs": [prepared],  # a tuple, but of fields, not events
+        "a stranger among prepared events": [[prepared, tuple(prepared)]],
+    }[shape]
+    before = gw.store.dump()
+    with pytest.raises(InvalidArgument) as refused:
+        gw.ops.record_prepared(calls)
+    assert refused.value.message == RECORD_PREPARED_REFUSED
+    assert gw.store.dump() == before
+    # The same prepared event in a call of the right shape is recorded.
+    (waiter,) = gw.ops.record_prepared([[prepared]])
+    assert waiter.outcome() == [gw.ops.state_version(CHILD)]
+
+
+FIELD_MESSAGES = {
+    "summary too long": ({"summary": "x" * 201}, "summary is 201 characters; at most 200 allowed"),
+    "actor id not a string": ({"actor_id": 5}, "actor id must be a string, not int"),
+    "run id not a string": ({"run_id": 5}, "run id must be a string, not int"),
+    "dedupe key on two lines": ({"dedupe_key": "a\nb"}, "dedupe key must be one line of printable text"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FIELD_MESSAGES))
+def test_record_event_names_the_bad_argument_in_its_message(gw, case):
+    overrides, message = FIELD_MESSAGES[case]
+    before = gw.store.dump()
+    with pytest.raises(InvalidArgument) as refused:
+        gw.record_event(CHILD, "goal_changed", **{**EVENT, **overrides})
+    assert refused.value.message == message
+    assert gw.store.dump() == before
+
+
+def test_record_event_names_unknown_and_missing_keywords(gw):
+    with pytest.raises(TypeError) as unknown:
+        gw.record_event(CHILD, "goal_changed", colour="red", **EVENT)  # type: ignore[call-arg]
+    assert str(unknown.value) == "record_event() got unexpected keyword arguments ['colour']"
+    with pytest.raises(TypeError) as missing:
+        gw.record_event(CHILD, "goal_changed")  # type: ignore[call-arg]
+    assert str(missing.value) == "record_event() missing required keyword arguments ['actor_type', 'summary']"
