@@ -75,3 +75,10 @@ def test_only_v3_files_are_linked_and_an_absent_root_is_an_error(tmp_path: Path)
     assert provider.check("old-1", None).status is CheckStatus.ERROR
     assert provider.check("absent-1", None).status is CheckStatus.MISSING
     assert PiSessionProvider(env={"PI_CODING_AGENT_DIR": str(tmp_path / "nope")}).check("x-1", None).status is CheckStatus.ERROR
+
+
+def test_a_session_path_that_is_no_longer_a_regular_file_is_missing(tmp_path: Path) -> None:
+    directory = tmp_path / "sessions" / "--p--"
+    (directory / "2025-01-01T00-00-00-000Z_gone-1.jsonl").mkdir(parents=True)
+    provider = PiSessionProvider(env={"PI_CODING_AGENT_DIR": str(tmp_path)})
+    assert provider.check("gone-1", '{"v":1,"off":0}').status is CheckStatus.MISSING

@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import ClassVar
 
-from ..claude_lines import LineFacts, is_human_turn, parse_timestamp
+from ..claude_lines import LineFacts, is_human_turn
 from .base import CheckResult, UpstreamActivity, UpstreamProvider
-from .jsonl_cursor import DEFAULT_SCAN_CAP_BYTES, MarkerError, Position, read_file
+from .jsonl_cursor import DEFAULT_SCAN_CAP_BYTES, MarkerError, Position, check_file, line_activity
 
 __all__ = ["DEFAULT_SCAN_CAP_BYTES", "ClaudeJsonlProvider", "MarkerError", "Position"]
 
@@ -82,28 +82,11 @@ class ClaudeJsonlProvider(UpstreamProvider):
     def check(self, thread_id: str, marker: str | None) -> CheckResult:
         if not _THREAD_ID.fullmatch(thread_id):
             return CheckResult.error(marker, f"not a transcript id: {thread_id!r}")
-        try:
-            position = Position.decode(marker)
-        except MarkerError as exc:
-            return CheckResult.error(marker, f"damaged marker: {exc}")
-        try:
-            path = self.locate(thread_id)
-        except OSError as exc:
-            return CheckResult.error(marker, f"cannot search transcripts: {exc}")
-        if path is None:
-            return CheckResult.missing(marker, "transcript file not found")
-        result = read_file(path, position, self.scan_cap_bytes, self._classify, marker)
+        result = check_file(lambda: self.locate(thread_id), marker, self.scan_cap_bytes, self._classify)
         if result.status == "missing":
             self._located.pop(thread_id, None)
         return result
 
     @staticmethod
     def _classify(facts: LineFacts, line_start: int) -> UpstreamActivity | None:
-        if not is_human_turn(facts):
-            return None
-        return UpstreamActivity(
-            activity_id=facts.uuid or f"offset:{line_start}",
-            occurred_at=parse_timestamp(facts.timestamp),
-            text=facts.text,
-            text_truncated=facts.text_truncated,
-        )
+        return line_activity(facts, facts.uuid or f"offset:{line_start}") if is_human_turn(facts) else None

@@ -28,11 +28,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from ..claude_lines import LineFacts, facts_from_line
+from ..claude_lines import LineFacts, facts_from_line, parse_timestamp
 from ..json_stream import LineScanner
 from .base import CheckResult, UpstreamActivity
 
@@ -183,10 +185,11 @@ def _result(fd: int, activities: list[UpstreamActivity], position: Position, det
 
 
 def read_file(path: os.PathLike[str] | str, position: Position, scan_cap_bytes: int,
-              classify: Classifier, marker: str | None) -> CheckResult:
+              classify: Classifier, marker: str | None, *, irregular_is_missing: bool = False) -> CheckResult:
     """One check of the file at ``path`` from ``position`` (decoded from ``marker``, which is
     returned unchanged on ``missing`` and ``error``): ``missing`` when the file is gone, ``error``
-    on an I/O failure, else ``scan``'s answer."""
+    on an I/O failure, else ``scan``'s answer. A path that is not a regular file is ``missing``
+    when ``irregular_is_missing`` (Pi's rule), else ``error``."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -194,8 +197,39 @@ def read_file(path: os.PathLike[str] | str, position: Position, scan_cap_bytes: 
     except OSError as exc:
         return CheckResult.error(marker, f"cannot open {path}: {exc}")
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            if irregular_is_missing:
+                return CheckResult.missing(marker, f"{path} is no longer a regular file")
+            return CheckResult.error(marker, f"{path} is not a regular file")
         return scan(fd, position, scan_cap_bytes, classify)
     except OSError as exc:
         return CheckResult.error(marker, f"cannot read {path}: {exc}")
     finally:
         os.close(fd)
+
+
+def check_file(locate: Callable[[], Path | None], marker: str | None, scan_cap_bytes: int, classify: Classifier,
+               admit: Callable[[Path], str | None] | None = None, *, irregular_is_missing: bool = False) -> CheckResult:
+    """A file-based provider's whole check: decode ``marker``, ``locate`` the file (``None``:
+    definitely absent, ``missing``; ``OSError``: cannot tell, ``error``), let ``admit`` refuse it
+    (its reason is an ``error``), then ``read_file``."""
+    try:
+        position = Position.decode(marker)
+    except MarkerError as exc:
+        return CheckResult.error(marker, f"damaged marker: {exc}")
+    try:
+        path = locate()
+    except OSError as exc:
+        return CheckResult.error(marker, f"cannot search for the file: {exc}")
+    if path is None:
+        return CheckResult.missing(marker, "file not found")
+    refusal = admit(path) if admit is not None else None
+    if refusal is not None:
+        return CheckResult.error(marker, refusal)
+    return read_file(path, position, scan_cap_bytes, classify, marker, irregular_is_missing=irregular_is_missing)
+
+
+def line_activity(facts: LineFacts, activity_id: str) -> UpstreamActivity:
+    """The activity of a line classified as a human turn (its text may be a prefix)."""
+    return UpstreamActivity(activity_id, parse_timestamp(facts.timestamp), facts.text,
+                            text_truncated=facts.text_truncated)

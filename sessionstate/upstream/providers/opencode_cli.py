@@ -132,9 +132,9 @@ def human_turns(messages: Sequence[Mapping[str, Any]], after: str | None) -> lis
         created = (info.get("time") or {}).get("created")
         message_id = info.get("id")
         counts = (isinstance(message_id, str) and (after is None or message_id > after)
-                  and isinstance(created, (int, float)) and not is_compaction(message) and bool(text)
+                  and not is_compaction(message) and bool(text)
                   and not text.startswith(USER_RAN_TOOL) and key not in previous[-REPEAT_WINDOW:])
-        if counts:
+        if counts and isinstance(created, (int, float)):
             found.append(UpstreamActivity(str(message_id), float(created) / 1000.0, text))
         if text:
             previous.append(key)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from ..claude_lines import LineFacts, parse_timestamp
+from ..claude_lines import LineFacts
 from .base import CheckResult, UpstreamActivity, UpstreamProvider
-from .jsonl_cursor import DEFAULT_SCAN_CAP_BYTES, MarkerError, Position, pread_exact, read_file
+from .jsonl_cursor import DEFAULT_SCAN_CAP_BYTES, check_file, line_activity, pread_exact
 
 SESSION_VERSION = 3
 HEADER_PROBE_BYTES = 4096
@@ -132,34 +131,15 @@ class PiSessionProvider(UpstreamProvider):
     def check(self, thread_id: str, marker: str | None) -> CheckResult:
         if not _SESSION_ID.fullmatch(thread_id):
             return CheckResult.error(marker, f"not a Pi session id: {thread_id!r}")
-        try:
-            position = Position.decode(marker)
-        except MarkerError as exc:
-            return CheckResult.error(marker, f"damaged marker: {exc}")
-        try:
-            path = self.locate(thread_id)
-        except OSError as exc:
-            return CheckResult.error(marker, f"cannot search Pi sessions: {exc}")
-        if path is None:
-            return CheckResult.missing(marker, "session file not found")
-        try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                return CheckResult.missing(marker, "session path is no longer a regular file")
-        except FileNotFoundError:
-            return CheckResult.missing(marker, "session file removed")
-        except OSError as exc:
-            return CheckResult.error(marker, f"cannot stat {path}: {exc}")
-        if marker is None and not is_continuable(read_header(path)):
-            return CheckResult.error(marker, "not a v3 Pi session file (only those are linked)")
-        return read_file(path, position, self.scan_cap_bytes, self._classify, marker)
+
+        def admit(path: Path) -> str | None:
+            if marker is None and not is_continuable(read_header(path)):
+                return "not a v3 Pi session file (only those are linked)"
+            return None
+
+        return check_file(lambda: self.locate(thread_id), marker, self.scan_cap_bytes, self._classify, admit,
+                          irregular_is_missing=True)
 
     @staticmethod
     def _classify(facts: LineFacts, line_start: int) -> UpstreamActivity | None:
-        if not is_human_turn(facts):
-            return None
-        return UpstreamActivity(
-            activity_id=facts.entry_id or f"offset:{line_start}",
-            occurred_at=parse_timestamp(facts.timestamp),
-            text=facts.text,
-            text_truncated=facts.text_truncated,
-        )
+        return line_activity(facts, facts.entry_id or f"offset:{line_start}") if is_human_turn(facts) else None
