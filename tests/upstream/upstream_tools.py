@@ -9,12 +9,16 @@ Each driver writes with the tool's own code, in a private home under the test's 
   message at a time, each import upserts), ``opencode session delete``.
 * Pi: Pi's own ``SessionManager`` under Node (``pi_writer.mjs``).
 
-The tools come from ``sessionstate.upstream.tools_install`` (npm, cached). Without them the tests
+Where ``unshare -n`` works (root, or user namespaces), every tool process runs in a network
+namespace of its own, with no interface up: the tools cannot reach the network even if they try
+(Codex looks a name up at start). The tools come from ``sessionstate.upstream.tools_install``
+(npm, cached). Without them the tests
 skip; ``SESSIONSTATE_REQUIRE_UPSTREAM_TOOLS=1`` (CI) makes that a failure.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -46,6 +50,22 @@ def require_tool(name: str) -> None:
     pytest.skip(reason)
 
 
+@functools.cache
+def _can_unshare() -> bool:
+    unshare = shutil.which("unshare")
+    return unshare is not None and subprocess.run([unshare, "-n", "true"], capture_output=True).returncode == 0
+
+
+def offline(executable: str, home: Path) -> str:
+    """``executable``, or a wrapper that runs it without network (see the module docstring)."""
+    if not _can_unshare():
+        return executable
+    wrapper = home / f"offline-{Path(executable).name}"
+    wrapper.write_text(f'#!/bin/sh\nexec unshare -n "{executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 def private_env(home: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("XDG_", "CODEX_", "PI_", "OPENCODE"))}
@@ -61,7 +81,7 @@ class CodexDriver:
         require_tool("codex")
         self.home = tmp / "codex-home"
         self.env = private_env(self.home) | {"CODEX_HOME": str(self.home)}
-        self.codex = str(tool_path("codex"))
+        self.codex = offline(str(tool_path("codex")), self.home)
         self.writer = AppServerClient([self.codex, "app-server", *OFFLINE_MODEL], env=self.env, timeout=60)
         self.paths: dict[str, Path] = {}
         self.open_turn: dict[str, str] = {}
@@ -140,7 +160,7 @@ class OpenCodeDriver:
         require_tool("opencode")
         self.home = tmp / "opencode-home"
         self.env = private_env(self.home)
-        self.opencode = str(tool_path("opencode"))
+        self.opencode = offline(str(tool_path("opencode")), self.home)
         self.documents: dict[str, dict[str, Any]] = {}
         self.clock = int(time.time() * 1000) - 60_000
         self.count = 0
@@ -227,6 +247,7 @@ class PiDriver:
         self.cwd = str(self.home / "project")
         node = shutil.which("node")
         assert node is not None
+        node = offline(node, self.home)
         self.process = subprocess.Popen(
             [node, str(Path(__file__).with_name("pi_writer.mjs")), str(tool_path("pi"))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, text=True, cwd=self.home)
