@@ -4,8 +4,9 @@
 ``@mariozechner/pi-coding-agent`` into one cache directory: ``$SESSIONSTATE_UPSTREAM_TOOLS_CACHE``,
 else ``$XDG_CACHE_HOME/sessionstate/upstream-tools`` (``~/.cache/sessionstate/upstream-tools``).
 npm's own cache, logs and home live inside it; install scripts are not run (each tool's npm
-package carries its Linux binary as an optional dependency, used directly). A second call finds
-them installed and does nothing.
+package carries its Linux binary as an optional dependency, used directly); npm's download cache
+is removed afterwards (the tools take about 1 GB). A second call finds them installed and does
+nothing.
 
 ``python -m sessionstate.upstream.tools_install`` installs and prints what it installed and how
 long it took. ``tool_path(name)`` is the executable (or, for Pi, the package's entry module) a
@@ -111,6 +112,7 @@ def install(cache: Path | None = None) -> dict[str, object]:
         if probe.returncode != 0:
             raise InstallError(f"{name} --version failed here: {probe.stderr.strip()[-500:]}")
     (cache / _MARKER).write_text(json.dumps(wanted, indent=2) + "\n")
+    shutil.rmtree(cache / "npm" / "cache", ignore_errors=True)  # npm's copy of the tarballs (~360 MB)
     return {**wanted, "seconds": round(time.monotonic() - began, 1), "cached": False}
 
 
