@@ -100,6 +100,10 @@ class CodexDriver:
         turn = self.writer.call("turn/start", {"threadId": thread, "input": [{"type": "text", "text": text}]})["turn"]
         if keep_open:
             self.open_turn[thread] = turn["id"]
+            deadline = time.monotonic() + 30
+            while self._on_disk(thread, turn["id"])[1] < 1:
+                assert time.monotonic() < deadline, "the Codex user message never reached the rollout"
+                time.sleep(0.02)
         else:
             self._end(thread, turn["id"])
 
@@ -130,7 +134,7 @@ class CodexDriver:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             status, messages = self._status(thread, turn)
-            if status in ("completed", "interrupted", "failed"):
+            if status in ("completed", "interrupted", "failed") and self._on_disk(thread, turn)[0]:
                 return
             if not messages:  # interrupted before its message is recorded, the turn would have none
                 time.sleep(0.02)
@@ -141,6 +145,20 @@ class CodexDriver:
                 pass
             time.sleep(0.02)
         raise AssertionError(f"the Codex turn {turn} did not end")
+
+    def _on_disk(self, thread: str, turn: str) -> tuple[bool, int]:
+        """What the rollout file (what the provider's own app server reads) records of ``turn``:
+        whether it ended, and how many user messages it has."""
+        ended, messages = False, 0
+        if not self.paths[thread].exists():  # written from the thread's first turn on
+            return ended, messages
+        for line in self.paths[thread].read_text(encoding="utf-8").splitlines():
+            payload = json.loads(line).get("payload") or {}
+            if payload.get("turn_id") != turn:
+                continue
+            ended = ended or payload.get("type") in ("turn_aborted", "task_complete")
+            messages += payload.get("type") == "item_completed" and (payload.get("item") or {}).get("type") == "UserMessage"
+        return ended, messages
 
     def _status(self, thread: str, turn: str) -> tuple[str | None, int]:
         try:
