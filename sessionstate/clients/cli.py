@@ -1,5 +1,5 @@
 """The ``sessionstate`` command line: demo, status, vacuum, diagram, model, schemas, mcp, check,
-replay; and the operator commands of cli_operator.py (sessions, watchers, tail, prune)."""
+replay; and the operator commands of cli_operator.py (sessions, watchers, tail, prune, adopt)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _model(args)
         if args.command == "mcp":
             return _mcp(args)
-        if args.command in {"sessions", "watchers", "tail", "prune"}:
+        if args.command in {"sessions", "watchers", "tail", "prune", "adopt"}:
             from .cli_operator import run as run_operator_command
 
             return run_operator_command(args)

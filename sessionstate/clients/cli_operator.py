@@ -1,4 +1,5 @@
-"""The operator commands: ``sessions`` (list, create), ``watchers KEY``, ``tail``, ``prune``.
+"""The operator commands: ``sessions`` (list, create), ``watchers KEY``, ``tail``, ``prune``, and
+``adopt`` (cli_adopt.py).
 
 Each opens the database through ``Gateway.open`` like every command; only ``sessions create``
 may create it. Errors are ``SessionStateError``s, printed as one line by cli.main (exit 2).
@@ -53,6 +54,10 @@ def add_parsers(commands: Any) -> None:
     prune.add_argument("--json", action="store_true", help="print the plan (and the counts) as JSON")
     _retention_arguments(prune)
 
+    from .cli_adopt import add_parser as add_adopt_parser
+
+    add_adopt_parser(commands, DB_HELP)
+
 
 def _retention_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retention-days", type=float, default=30.0, metavar="DAYS",
@@ -62,7 +67,18 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"sessions": _sessions, "watchers": _watchers, "tail": _tail, "prune": _prune}[args.command](args)
+    return {"sessions": _sessions, "watchers": _watchers, "tail": _tail, "prune": _prune,
+            "adopt": _adopt}[args.command](args)
+
+
+def _adopt(args: argparse.Namespace) -> int:
+    from .cli_adopt import run as run_adopt
+
+    gateway = _open(args)
+    try:
+        return int(run_adopt(args, gateway))
+    finally:
+        gateway.close()
 
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:

@@ -61,12 +61,19 @@ class Adopter:
         self,
         entry: CatalogEntry,
         *,
-        agent_id: str = DEFAULT_AGENT_ID,
+        agent_id: str | None = None,
         session_key: str | None = None,
         watcher: str | None = None,
     ) -> Adoption:
-        """Create a gateway session for ``entry``; ``watcher`` (if given) then watches it."""
-        key = check_key(session_key or adopted_key(entry, agent_id))
+        """Create a gateway session for ``entry``; ``watcher`` (if given) then watches it.
+
+        The owning agent is the one the catalog reported (``entry.agent_id``), else ``agent_id``,
+        else the one ``session_key`` carries, else the default; a contradiction is refused."""
+        if entry.agent_id is not None:
+            if agent_id is not None and agent_id != entry.agent_id:
+                raise InvalidArgument(f"{entry.provider} reports agent {entry.agent_id!r} for this session, not {agent_id!r}")
+            agent_id = entry.agent_id
+        key = check_key(session_key or adopted_key(entry, agent_id or DEFAULT_AGENT_ID))
         agent = resolve_agent_id(key, agent_id) or DEFAULT_AGENT_ID
         provider = self._provider(entry)
         with self.gw.locked():
@@ -97,6 +104,10 @@ class Adopter:
         """Link an existing session to ``entry`` again, as a new generation."""
         check_key(session_key)
         provider = self._provider(entry)
+        if entry.agent_id is not None:
+            if agent_id is not None and agent_id != entry.agent_id:
+                raise InvalidArgument(f"{entry.provider} reports agent {entry.agent_id!r} for this session, not {agent_id!r}")
+            agent_id = entry.agent_id
         with self.gw.locked():
             target = self._target(session_key, agent_id)
             self._refuse_other_link(entry, target)

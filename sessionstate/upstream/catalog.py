@@ -25,13 +25,16 @@ LOCAL_HOST = "local"
 
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
-    """One external session: ``provider`` is the monitor's key for the provider that reads it."""
+    """One external session: ``provider`` is the monitor's key for the provider that reads it;
+    ``agent_id``, when the source knows it, is the gateway agent the session belongs to (adoption
+    takes it from here rather than guessing it from a session key)."""
 
     provider: str
     thread_id: str
     host: str = LOCAL_HOST
     title: str | None = None
     updated_at: float | None = None
+    agent_id: str | None = None
 
 
 class CatalogSource(Protocol):

@@ -21,8 +21,8 @@ Rules (from the transcript format):
 * Anything else - other line types, unknown shapes, malformed JSON - is simply
   "not a human turn"; it never fails a scan.
 
-Small string fields (``type``, ``uuid``, ``timestamp``, ``userType``, a block's
-``type``) are kept only up to ``SMALL_FIELD_CHARS``: ``None`` means absent,
+Small string fields (``type``, ``uuid``, ``id``, ``timestamp``, ``userType``,
+``message.role``, a block's ``type``) are kept only up to ``SMALL_FIELD_CHARS``: ``None`` means absent,
 ``""`` means present but not a string or too long to be meaningful.
 """
 
@@ -53,11 +53,13 @@ class LineFacts:
     is_object: bool = False
     type: str | None = None
     uuid: str | None = None
+    entry_id: str | None = None  # a top-level ``id`` (Pi's entry id)
     timestamp: str | None = None
     user_type: str | None = None
     compact_summary: bool = False
     sidechain: bool = False
     message_is_object: bool = False
+    role: str | None = None  # ``message.role`` (Pi's turns name their author there)
     # "string" | "blocks" | "other"; None when message.content is absent.
     content_kind: str | None = None
     has_text_block: bool = False
@@ -135,6 +137,8 @@ def facts_from_line(line: bytes) -> LineFacts:
         facts.type = small_field(obj["type"])
     if "uuid" in obj:
         facts.uuid = small_field(obj["uuid"])
+    if "id" in obj:
+        facts.entry_id = small_field(obj["id"])
     if "timestamp" in obj:
         facts.timestamp = small_field(obj["timestamp"])
     if "userType" in obj:
@@ -145,6 +149,8 @@ def facts_from_line(line: bytes) -> LineFacts:
     if not isinstance(message, dict):
         return facts
     facts.message_is_object = True
+    if "role" in message:
+        facts.role = small_field(message["role"])
     if "content" not in message:
         return facts
     content = message["content"]

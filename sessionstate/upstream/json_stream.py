@@ -74,17 +74,20 @@ _PATH_TARGETS: dict[tuple[Any, ...], str] = {
     (): "root",
     ("type",): "type",
     ("uuid",): "uuid",
+    ("id",): "entry_id",
     ("timestamp",): "timestamp",
     ("userType",): "user_type",
     ("isCompactSummary",): "compact",
     ("isSidechain",): "sidechain",
     ("message",): "message",
+    ("message", "role"): "role",
     ("message", "content"): "content",
     ("message", "content", _ARRAY_LEVEL): "block",
     ("message", "content", _ARRAY_LEVEL, "type"): "block_type",
     ("message", "content", _ARRAY_LEVEL, "text"): "block_text",
 }
-_SMALL_TARGETS = frozenset({"key", "type", "uuid", "timestamp", "user_type", "block_type"})
+_FACT_FIELDS = ("type", "uuid", "entry_id", "timestamp", "user_type", "role")
+_SMALL_TARGETS = frozenset({"key", "block_type", *_FACT_FIELDS})
 
 
 def _decode_complete(raw: bytes) -> str | None:
@@ -370,7 +373,7 @@ class LineScanner:
             return
         if target == "root":
             facts.is_object = kind == "o"
-        elif target in ("type", "uuid", "timestamp", "user_type"):
+        elif target in _FACT_FIELDS:
             setattr(facts, target, "")  # present; a string value overwrites it
         elif target == "compact":
             facts.compact_summary = False
@@ -378,6 +381,7 @@ class LineScanner:
             facts.sidechain = False
         elif target == "message":
             facts.message_is_object = kind == "o"
+            facts.role = None
             self._reset_content(None)
         elif target == "content":
             self._reset_content({"s": "string", "a": "blocks"}.get(kind, "other"))
@@ -497,7 +501,7 @@ class LineScanner:
             self._mode = _COLON
             return
         facts = self._facts
-        if target in ("type", "uuid", "timestamp", "user_type"):
+        if target in _FACT_FIELDS:
             setattr(facts, target, "" if over else small_field(value))
         elif target == "block_type":
             self._block_type = "" if over else small_field(value)

@@ -6,7 +6,8 @@ in ONE transaction, compare-and-sets the link (generation + version) and records
 ``human_direct_message`` events through the gateway's normal path (so watchers get their one
 notice). A failed compare-and-set means a Continue, a drop or a session delete raced the check:
 nothing of it lands. Recording failures roll the marker back too, so the next tick retries
-(the dedupe key ``upstream:<provider>:<thread>:<activity id>`` absorbs repeats).
+(the dedupe key ``upstream:<session key>:<source16>:<activity id>``, ``dedupe.py``, absorbs
+repeats).
 
 Outcomes per link: ``found`` resets the miss count; ``missing`` counts a miss, and the third in
 a row drops the link and records one ``upstream_missing`` (dedupe key per link generation);
@@ -24,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ..store import UpstreamLink
+from .dedupe import activity_key, missing_key
 from .echo import drop_self_echoes
 from .linking import PRIME_MAX_ROUNDS, link_store, prime
 from .providers.base import CheckStatus, UpstreamActivity, UpstreamProvider
@@ -58,6 +61,7 @@ class TickReport:
     primed: int = 0  # links whose marker reached the thread's end this tick
     skipped_running: int = 0  # links not checked: their session has an active run (R28)
     missing_deferred: int = 0  # upstream_missing appends that failed; retried next tick (R28)
+    skipped_ambiguous: int = 0  # links not checked: their session key is linked under several agents
 
     def add(self, other: "TickReport") -> None:
         for f in fields(self):
@@ -107,12 +111,18 @@ class UpstreamMonitor:
             try:
                 with self.gw.locked():
                     links = self.links.watched()
+                    agents = Counter(link.session_key for link in self.links.all())
                     running = {(r.child_key, r.child_agent_id) for r in self.gw.runs.active_runs()}
             except Exception:
                 log.exception("upstream monitor: reading links failed")
                 report.errors += 1
-                links = []
+                links, agents = [], Counter()
             for link in links:
+                if agents[link.session_key] > 1:  # one key linked under several agents: whose is it?
+                    log.warning("upstream link %s is held by %d agents; not checked", link.session_key,
+                                agents[link.session_key])
+                    report.skipped_ambiguous += 1
+                    continue
                 if (link.session_key, link.agent_id) in running:  # R28: its own turn is writing
                     report.skipped_running += 1
                     continue
@@ -203,7 +213,7 @@ class UpstreamMonitor:
             "kind": "human_direct_message",
             "actor_type": "human",
             "summary": summary,
-            "dedupe_key": f"upstream:{link.provider}:{link.thread_id}:{activity.activity_id}",
+            "dedupe_key": activity_key(link.session_key, link.provider, link.host, link.thread_id, activity.activity_id),
             "occurred_at": activity.occurred_at,
             "payload": {"provider": link.provider, "channel": link.provider,
                         "turns": activity.turns, "burstOverflow": activity.burst_overflow},
@@ -228,7 +238,7 @@ class UpstreamMonitor:
         sequence = self.gw.record_event(
             link.session_key, "upstream_missing", actor_type="system", agent_id=link.agent_id,
             summary=f"upstream {link.provider} session is gone; link dropped",
-            dedupe_key=f"upstream-missing:{link.generation}",
+            dedupe_key=missing_key(link.session_key, link.provider, link.host, link.thread_id, link.generation),
             payload={"provider": link.provider},
         )
         if sequence is None:

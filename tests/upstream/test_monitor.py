@@ -15,6 +15,8 @@ from sessionstate.errors import InvalidArgument, SessionExists
 from sessionstate.services.notice.announce import created_line
 from sessionstate.upstream.adoption import Adopter
 from sessionstate.upstream.catalog import CatalogEntry
+from sessionstate.upstream.catalog import LOCAL_HOST as HOST
+from sessionstate.upstream.dedupe import activity_key
 from sessionstate.upstream.monitor import MISSES_BEFORE_DROP, UpstreamMonitor
 from sessionstate.upstream.providers import CheckResult, UpstreamProvider
 
@@ -50,7 +52,7 @@ def test_activity_is_recorded_once_and_the_marker_advances(world: World) -> None
     assert json.loads(marker_after)["off"] == world.builder(THREAD).path_under(world.root).stat().st_size
 
     assert monitor.tick().activities_recorded == 0
-    assert world.dedupe_keys(key) == [f"upstream:claude-jsonl:{THREAD}:{uuid}"]
+    assert world.dedupe_keys(key) == [activity_key(key, "claude-jsonl", HOST, THREAD, uuid)]
     (event,) = world.events(key, "human_direct_message")
     assert event["actorType"] == "human"
     assert event["summary"] == "human message via claude-jsonl"
@@ -82,7 +84,7 @@ def test_self_echo_is_suppressed(world: World) -> None:
     human = world.human(THREAD, "this one is really typed by a human")
     report = world.monitor().tick()
     assert (report.echoes_suppressed, report.activities_recorded) == (2, 1)
-    assert world.dedupe_keys(key) == [f"upstream:claude-jsonl:{THREAD}:{human}"]
+    assert world.dedupe_keys(key) == [activity_key(key, "claude-jsonl", HOST, THREAD, human)]
 
 
 def test_three_misses_emit_one_upstream_missing_and_drop_the_link(world: World) -> None:
@@ -179,7 +181,7 @@ def test_continue_after_the_drop_creates_a_new_link(world: World) -> None:
     assert monitor.tick().activities_recorded == 0
     uuid = world.human(THREAD, "typed after the Continue")
     assert monitor.tick().activities_recorded == 1
-    assert world.dedupe_keys(key) == [f"upstream:claude-jsonl:{THREAD}:{uuid}"]
+    assert world.dedupe_keys(key) == [activity_key(key, "claude-jsonl", HOST, THREAD, uuid)]
     kinds = [e["kind"] for e in world.events(key)]
     assert kinds == ["created", "adopted", "upstream_missing", "adopted", "human_direct_message"]  # one created
     # The new generation can go missing again and emit its own single upstream_missing.
@@ -321,7 +323,7 @@ def test_concurrent_appends_while_the_monitor_ticks(world: World) -> None:
     thread.join()
     monitor.tick()
     keys = world.dedupe_keys(key)
-    assert sorted(keys) == sorted(f"upstream:claude-jsonl:{THREAD}:{u}" for u in humans)
+    assert sorted(keys) == sorted(activity_key(key, "claude-jsonl", HOST, THREAD, u) for u in humans)
     assert len(keys) == len(set(keys)) == 50
     assert monitor.totals.activities_recorded == 50 and monitor.totals.errors == 0
     assert ticks > 1
@@ -503,4 +505,4 @@ def test_default_echo_source_is_the_gateways_transcript(world: World) -> None:
     typed = world.human(THREAD, "actually wait")
     report = UpstreamMonitor(world.gw, world.providers).tick()
     assert (report.echoes_suppressed, report.activities_recorded) == (1, 1)
-    assert world.dedupe_keys(key) == [f"upstream:claude-jsonl:{THREAD}:{typed}"]
+    assert world.dedupe_keys(key) == [activity_key(key, "claude-jsonl", HOST, THREAD, typed)]

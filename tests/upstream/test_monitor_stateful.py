@@ -24,6 +24,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from sessionstate.services.notice.announce import created_line
 from sessionstate.upstream.catalog import CatalogEntry
+from sessionstate.upstream.catalog import LOCAL_HOST as HOST
+from sessionstate.upstream.dedupe import activity_key
 from sessionstate.upstream.monitor import UpstreamMonitor
 
 from tests.upstream.jsonl_fixtures import append_bytes, encode
@@ -188,7 +190,7 @@ class MonitorMachine(RuleBasedStateMachine):
         if not hasattr(self, "world"):
             return
         keys = self.world.dedupe_keys(self.key)
-        prefix = f"upstream:claude-jsonl:{THREAD}:"
+        prefix = activity_key(self.key, "claude-jsonl", HOST, THREAD, "")
         assert len(keys) == len(set(keys))
         assert {k[len(prefix):] for k in keys} == self.model.expected
 
@@ -285,7 +287,7 @@ class NodeMonitorMachine(RuleBasedStateMachine):
             return
         keys = self.world.dedupe_keys(self.key)
         assert len(keys) == len(set(keys))
-        prefix = f"upstream:paired-node:{NODE_THREAD}:"
+        prefix = activity_key(self.key, "paired-node", NODE_ENTRY.host, NODE_THREAD, "")
         recorded = {k[len(prefix):]: v for k, v in self.world.human_activities(self.key).items()}
         assert recorded == self.model.expected
 

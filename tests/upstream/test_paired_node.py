@@ -11,7 +11,10 @@ from sessionstate.upstream.providers import (
     PROVIDERS,
     CheckStatus,
     ClaudeJsonlProvider,
+    CodexAppServerProvider,
+    OpenCodeProvider,
     PairedNodeProvider,
+    PiSessionProvider,
     provider_class,
 )
 from tests.upstream.fake_node import InMemoryNodeClient
@@ -182,7 +185,8 @@ def test_odd_answers_do_not_raise() -> None:
 
 
 def test_registry() -> None:
-    assert PROVIDERS == {"claude-jsonl": ClaudeJsonlProvider, "paired-node": PairedNodeProvider}
+    assert PROVIDERS == {"claude-jsonl": ClaudeJsonlProvider, "paired-node": PairedNodeProvider,
+                         "codex": CodexAppServerProvider, "opencode": OpenCodeProvider, "pi": PiSessionProvider}
     assert provider_class("paired-node") is PairedNodeProvider
     with pytest.raises(KeyError, match="claude-jsonl"):
         provider_class("nope")

@@ -13,16 +13,22 @@ from .base import (
     UpstreamProvider,
 )
 from .claude_jsonl import ClaudeJsonlProvider
+from .codex_app_server import CodexAppServerProvider
+from .opencode_cli import OpenCodeProvider
 from .paired_node import (
     NodeTranscriptClient,
     NodeUnavailable,
     PairedNodeProvider,
 )
+from .pi_session import PiSessionProvider
 
 #: Provider classes by ``name`` (the value stored in an upstream link).
 PROVIDERS: dict[str, type[UpstreamProvider]] = {
     ClaudeJsonlProvider.name: ClaudeJsonlProvider,
     PairedNodeProvider.name: PairedNodeProvider,
+    CodexAppServerProvider.name: CodexAppServerProvider,
+    OpenCodeProvider.name: OpenCodeProvider,
+    PiSessionProvider.name: PiSessionProvider,
 }
 
 
@@ -39,9 +45,12 @@ __all__ = [
     "CheckResult",
     "CheckStatus",
     "ClaudeJsonlProvider",
+    "CodexAppServerProvider",
     "NodeTranscriptClient",
     "NodeUnavailable",
+    "OpenCodeProvider",
     "PairedNodeProvider",
+    "PiSessionProvider",
     "UpstreamActivity",
     "UpstreamProvider",
     "provider_class",
