@@ -111,9 +111,8 @@ class NemesisReport:
     def replay_command(self) -> str:
         s = self.settings
         command = (f"./dev trials --only nemesis --seed {self.seed} --nemesis-backend {s.backend}"
-                   f" --nemesis-seconds {s.seconds:g}")
-        if (s.lease, s.heartbeat, s.window) != (Settings.lease, Settings.heartbeat, Settings.window):
-            command += f" --nemesis-lease {s.lease:g} --nemesis-heartbeat {s.heartbeat:g} --nemesis-window {s.window:g}"
+                   f" --nemesis-seconds {s.seconds:g} --nemesis-lease {s.lease:g}"
+                   f" --nemesis-heartbeat {s.heartbeat:g} --nemesis-window {s.window:g}")
         return command + (f" --nemesis-bug {s.bug}" if s.bug else "")
 
     def summary(self) -> str:
@@ -449,7 +448,7 @@ def _run(work: Path, seed: int, settings: Settings, report: NemesisReport, stack
         if resolved < report.commits_cut - killed:  # a killed worker may take one with it
             report.findings.append(f"R29: {report.commits_cut} COMMIT answers were lost, only {resolved} resolved")
     if settings.backend == "sqlite":
-        report.trace = _replay(work, report)
+        report.trace = _replay(work, report, clock_skew(histories))
 
 
 def _set_up(db: Database, work: Path) -> dict[tuple[str, str], int]:
@@ -655,15 +654,23 @@ def _take(verdict: Verdict, report: NemesisReport) -> None:
     report.resolutions.update(verdict.resolutions)
 
 
-def _replay(work: Path, report: NemesisReport) -> str:
+def clock_skew(histories: list[dict[str, Any]]) -> float:
+    """The largest difference between two gateways' clocks the run made (its clock jumps)."""
+    offsets = [0.0] + [float(e["offset"]) for e in histories if e["op"] == "clock"]
+    return max(offsets) - min(offsets)
+
+
+def _replay(work: Path, report: NemesisReport, skew: float) -> str:
     """Spec 15: the workers' traces merged and replayed against the spec."""
-    from sessionstate.verify.trace_check import TraceChecker, Violation
+    from sessionstate.verify.trace_check import Violation
     from sessionstate.verify.trace_read import TraceFormatError, read_trace
+
+    from .nemesis_trace import NemesisTraceChecker
 
     paths = sorted(work.glob("trace-*.jsonl"))
     try:
         files = [read_trace(p) for p in paths]
-        summary = TraceChecker().run(files)
+        summary = NemesisTraceChecker(skew).run(files)
     except TraceFormatError as exc:
         report.findings.append(f"T1: {exc}")
         return "format error"
