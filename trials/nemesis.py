@@ -149,7 +149,7 @@ class NemesisReport:
 def make_schedule(seed: int, settings: Settings) -> list[Fault]:
     """The faults of a run, from its seed alone: each kind the backend offers, at least one
     stall and one kill (and on PostgreSQL a lost drain answer of each cut), then random ones
-    every ~1.5 s; they overlap freely."""
+    every ~1.5 s (half the lease, when longer); they overlap freely."""
     rng = random.Random(seed)
     names = worker_names(settings.workers)
     kinds = FAULTS[settings.backend]
@@ -176,10 +176,11 @@ def make_schedule(seed: int, settings: Settings) -> list[Fault]:
                      fault("lose-commit", rng.uniform(0.5, span), "after drain")]
     if settings.backend == "pgpair":
         schedule.append(Fault(rng.uniform(0.3, 0.7) * span, "failover"))
+    gap = max(1.5, settings.lease / 2)  # a stall lasts about twice the lease: keep some time between them
     at = rng.uniform(0.5, 1.5)
     while at < span:
         schedule.append(fault(rng.choice(kinds), at))
-        at += rng.expovariate(1 / 1.5)
+        at += rng.expovariate(1 / gap)
     return sorted(schedule, key=lambda f: f.at)
 
 

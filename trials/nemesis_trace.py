@@ -44,7 +44,7 @@ class NemesisTraceChecker(TraceChecker):
         self.skew = skew
         self.every_wake: dict[str, list[float]] = {}  # per watcher, every wake's time in every trace
 
-    def run(self, files: list[TraceFile], on_unit=None) -> Summary:  # type: ignore[no-untyped-def]
+    def run(self, files: list[TraceFile], on_unit: Any = None) -> Summary:
         for trace in files:
             for line in trace.lines:
                 if line.op == "wake":
