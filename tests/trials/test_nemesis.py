@@ -94,3 +94,40 @@ def test_a_schedule_is_a_function_of_its_seed_and_holds_the_faults_ci_relies_on(
             assert {"before drain", "after drain"} <= modes
         assert ("failover" in kinds) == (backend == "pgpair")
     assert make_schedule(2, Settings()) != make_schedule(SEED, Settings())
+
+
+def test_the_runner_part_prints_the_table_and_a_finding_with_its_replay_command(monkeypatch, tmp_path):
+    import io
+
+    from trials import nemesis, runner
+
+    calls: list[tuple[int, Settings]] = []
+
+    def recorded(seed: int, settings: Settings, **_: object) -> NemesisReport:
+        calls.append((seed, settings))
+        report = NemesisReport(seed, settings, acknowledged=40, delivered=5, heal_seconds=1.5, heal_bound=8.0)
+        report.faults.update({"stall": 1, "kill": 2})
+        report.operations.update({"drain": 3})
+        if settings.backend == "postgres":
+            report.findings.append("INV10: agent:n0:main was delivered 2 times: a line")
+        return report
+
+    monkeypatch.setattr(nemesis, "run_nemesis", recorded)
+    monkeypatch.setattr(runner, "_missing_postgres", lambda *a, **k: None)
+    out = io.StringIO()
+    code = runner.run_trials(runner.parser().parse_args(
+        ["--fast", "--only", "nemesis", "--seed", "7", "--nemesis-keep", str(tmp_path)]), out)
+    text = out.getvalue()
+    assert code == 1, text
+    assert [(seed, s.backend, s.seconds, s.lease) for seed, s in calls] == [(7, "sqlite", 20.0, 3.0),
+                                                                            (7, "postgres", 20.0, 3.0)]
+    assert "nemesis (sqlite): sqlite, 3 gateway processes, 20s of faults: 3 operations, 3 faults, 40 acknowledged," \
+           " 0 lost, 0 duplicated" in text
+    assert "faults: kill" in text and "time to heal (s)" in text
+    assert "nemesis (postgres): INV10: agent:n0:main was delivered 2 times" in text
+    assert "replay: ./dev trials --only nemesis --seed 7 --nemesis-backend postgres --nemesis-seconds 20" \
+           " --nemesis-lease 3 --nemesis-heartbeat 1 --nemesis-window 2" in text
+    before = len(calls)
+    args = runner.parser().parse_args(["--only", "nemesis", "--nemesis-backends", "oracle"])
+    assert runner.run_trials(args, out) == 1 and "unknown backend(s) ['oracle']" in out.getvalue()
+    assert len(calls) == before  # nothing ran
