@@ -43,7 +43,7 @@ from .nemesis_world import (
 )
 
 _SINCE = re.compile(r'session_status sessionKey "(?P<target>[^"]+)" changesSince (?P<since>\d+)\.$')
-OPEN_SECONDS = 60.0
+OPEN_SECONDS = 150.0  # a stalled process may hold SQLite's write lock for a lease and more
 TURN_RETRY_SECONDS = 120.0  # a bound for a store that never answers again, not a measurement
 
 
