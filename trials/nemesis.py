@@ -200,7 +200,6 @@ class Member:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.command_lock = threading.Lock()
         self.offset = 0.0
-        self.errors: list[str] = []
 
 
 class Cluster:
@@ -422,7 +421,7 @@ def _run(work: Path, seed: int, settings: Settings, report: NemesisReport, stack
         return
     injector = Injector(cluster, db, settings, report)
     injector.play(report.schedule, settings.seconds, progress)
-    _heal(cluster, db, settings, report, injector)
+    _heal(cluster, db, settings, report)
     attached: dict[str, list[str]] = {}
     for name, member in cluster.members.items():
         answer = cluster.command(name, "state")
@@ -479,7 +478,6 @@ class Injector:
         self.threads: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.server_lock = threading.Lock()  # one restart or failover at a time
-        self.failed_over = False
 
     def count(self, fault: Fault, done: bool) -> None:
         with self.lock:
@@ -582,7 +580,6 @@ class Injector:
             self.db.pair.kill_primary()
             time.sleep(0.3)
             self.db.pair.promote()
-            self.failed_over = True
         self.count(fault, True)
 
     def _cut(self, fault: Fault) -> None:
@@ -601,7 +598,7 @@ class Injector:
         self.count(fault, True)
 
 
-def _heal(cluster: Cluster, db: Database, settings: Settings, report: NemesisReport, injector: Injector) -> None:
+def _heal(cluster: Cluster, db: Database, settings: Settings, report: NemesisReport) -> None:
     """The faults stop; every worker up with a right clock; the clients stop; then every pair
     must be caught up within LIV1's bound (the agents' turns drain when woken)."""
     if db.proxy is not None:

@@ -39,7 +39,7 @@ from typing import Any
 
 from . import nemesis_bugs
 from .nemesis_world import (
-    CHURN_PAIRS, CHURN_SESSIONS, LOG_ONLY, NOTIFYING, SESSIONS, STABLE_PAIRS, WATCHERS, own_watchers,
+    CHURN_PAIRS, CHURN_SESSIONS, LOG_ONLY, NOTIFYING, SESSIONS, WATCHERS, own_watchers,
 )
 
 _SINCE = re.compile(r'session_status sessionKey "(?P<target>[^"]+)" changesSince (?P<since>\d+)\.$')
