@@ -18,7 +18,7 @@ PARTS = ("crash", "concurrency", "threads", "ordering", "restart", "failover", "
 # The nemesis's slow profile keeps the product's lease, heartbeat and wake window (15, 5, 20 s);
 # the fast one shrinks them so that stalls past the lease and heals fit in a CI minute.
 SLOW = {"crash_trials": 50, "events": 10_000, "restart_trials": 5, "failover_trials": 3,
-        "failover_modes": "sync,async", "nemesis_seconds": 600.0, "nemesis_backends": "sqlite,pgpair",
+        "failover_modes": "sync,async", "nemesis_seconds": 600.0, "nemesis_backends": "sqlite,postgres,pgpair",
         "nemesis_lease": 15.0, "nemesis_heartbeat": 5.0, "nemesis_window": 20.0}
 FAST = {"crash_trials": 3, "events": 500, "restart_trials": 1, "failover_trials": 1, "failover_modes": "sync",
         "nemesis_seconds": 20.0, "nemesis_backends": "sqlite,postgres", "nemesis_lease": 3.0,
@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--nemesis-backends", "--nemesis-backend", default=None, metavar="B",
                         help="the nemesis's databases: sqlite, postgres (a throwaway server, restarted, behind"
                              " the commit-dropping proxy), pgpair (with a synchronous standby and a failover);"
-                             " slow sqlite,pgpair, fast sqlite,postgres")
+                             " slow all three, fast sqlite,postgres")
     parser.add_argument("--nemesis-lease", type=float, default=None, metavar="S",
                         help="the workers' claim lease (R20; slow 15 as shipped, fast 3)")
     parser.add_argument("--nemesis-heartbeat", type=float, default=None, metavar="S",
