@@ -439,6 +439,11 @@ def _run(work: Path, seed: int, settings: Settings, report: NemesisReport, stack
         cursors={(w, t): (int(a), int(b), int(c)) for w, t, a, b, c in cursors},
         claims={k: s for k, s in claims}, servers={s for (s,) in servers},
     )
+    (work / "durable.json").write_text(json.dumps({  # kept with the histories: the verdict can be read again
+        "events": [[s, *v] for s, v in sorted(durable.events.items())], "heads": durable.heads,
+        "cursors": [[w, t, *p] for (w, t), p in sorted(durable.cursors.items())], "claims": durable.claims,
+        "servers": sorted(durable.servers), "seeds": [[w, t, l] for (w, t), l in sorted(seeds.items())],
+        "attached": attached}), encoding="utf-8")
     histories = _histories(work)
     verdict = judge(histories, durable, seeds)
     check_claims(histories, durable, attached, verdict)
@@ -690,7 +695,7 @@ def _keep(work: Path, keep: Path, report: NemesisReport) -> None:
 
     keep.mkdir(parents=True, exist_ok=True)
     for path in work.iterdir():
-        if path.suffix in (".jsonl", ".txt"):
+        if path.suffix in (".jsonl", ".txt", ".json"):
             shutil.copy2(path, keep / path.name)
     summary = {"seed": report.seed, "settings": asdict(report.settings), "ok": report.ok,
                "schedule": [asdict(f) for f in report.schedule], "faults": dict(report.faults),

@@ -142,6 +142,11 @@ def _check_deliveries(entries: list[dict[str, Any]], durable: Durable, deleted: 
     """INV10/R21 (no episode twice), INV5 (no notice about the watcher's own act) and, on the
     stable pairs, LIV2 (every other actor's notifying event reached the watcher by a notice)."""
     counts: Counter[tuple[str, str]] = Counter()
+    delivered_at: dict[tuple[str, str], list[float]] = defaultdict(list)
+    deletions: dict[str, list[float]] = defaultdict(list)  # a target deleted: its next life's texts may repeat
+    for entry in entries:
+        if entry["op"] in ("deleting", "delete"):
+            deletions[entry["session"]].append(entry["t"])
     uncertain: set[tuple[str, str]] = set()
     covered: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
     for entry in entries:
@@ -150,7 +155,7 @@ def _check_deliveries(entries: list[dict[str, Any]], durable: Durable, deleted: 
         watcher = entry["watcher"]
         for line in entry["lines"]:
             verdict.delivered += 1
-            counts[(watcher, line)] += 1
+            delivered_at[(watcher, line)].append(entry["t"])
             if entry.get("tag") == "U":
                 uncertain.add((watcher, line))
             found = _SINCE.search(line)
@@ -160,6 +165,12 @@ def _check_deliveries(entries: list[dict[str, Any]], durable: Durable, deleted: 
             version = entry.get("versions", {}).get(target)
             covered[(watcher, target)].append((since, since if version is None else version))
             _check_not_self(watcher, target, since, durable, deleted, verdict)
+    for (watcher, line), times in delivered_at.items():
+        found = _SINCE.search(line)
+        cuts = deletions.get(found["target"], []) if found is not None else []
+        # One episode per life of the target: a session deleted and created again starts its
+        # state version afresh, so its first episode's text may be an earlier life's (R14, R27).
+        counts[(watcher, line)] = 1 + sum(1 for a, b in zip(times, times[1:]) if not any(a < t < b for t in cuts))
     for (watcher, line), n in sorted(counts.items()):
         if n == 1:
             continue
