@@ -17,7 +17,9 @@ plus the window) ended more than 1 s before ``now``, was stranded.
   merge may take it first, and INV4 then sees a notice for an L the pair has not reached yet
   (found at ``--seed 1 --nemesis-seconds 15``). Here a tied unit that queues a notice for a
   pair fits only where that pair is pending at the notice's L, so the merge orders it after
-  the move it reacted to; checked as before once merged.
+  the move it reacted to; checked as before once merged. Likewise a reset or a delete that
+  found nothing left to remove (another process unwatched the pair at the same key) fits only
+  where its session has no cursor left: a false R14 otherwise (``--seed 51018``, slow profile).
 - *Clocks jumped apart*: spec 7a states LIV1 for gateways that share one time ("at most 1 s
   late"); with clocks ``skew`` seconds apart the same wake is late by up to that much more on
   paper. WAKE1 needs no allowance: the durable wake slot compares the same clock values the
@@ -59,6 +61,8 @@ class NemesisTraceChecker(TraceChecker):
             return False
         own = self._outcome(unit)  # a unit's own steps come before the notices they open
         for line in unit.lines:
+            if line.op in ("reset", "delete") and not self._leaves_none(line, own, overlay):
+                return False
             if line.op != "notice" or line.data.get("queued") is not True:
                 continue
             found = _SINCE.search(str(line.data.get("text", "")))
@@ -70,6 +74,21 @@ class NemesisTraceChecker(TraceChecker):
             if found is None or positions is None:
                 continue
             if derive_state(positions) not in PENDING_STATES or positions.last_seen != int(found[1]):
+                return False
+        return True
+
+    def _leaves_none(self, line: TraceLine, own: dict[Any, Any], overlay: dict[Any, Any]) -> bool:
+        """A reset (delete) removes every cursor of its session: the unit fits only where the
+        pairs it leaves standing are none (R14), its own steps applied."""
+        try:
+            session = line.data["session"]
+            target = _target(session) if line.op == "delete" else None
+        except (KeyError, ValueError):
+            return False
+        key = target[0] if target is not None else str(session)
+        for pair in set(self.pairs) | set(overlay):
+            positions = own[pair] if pair in own else overlay[pair] if pair in overlay else self.pairs.get(pair)
+            if positions is not None and (pair[0] == key or (target is not None and pair[1] == target)):
                 return False
         return True
 
