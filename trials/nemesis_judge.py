@@ -9,6 +9,7 @@ serialised commits).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -141,6 +142,7 @@ def _check_deliveries(entries: list[dict[str, Any]], durable: Durable, deleted: 
                       seeds: dict[tuple[str, str], int], verdict: Verdict) -> None:
     """INV10/R21 (no episode twice), INV5 (no notice about the watcher's own act) and, on the
     stable pairs, LIV2 (every other actor's notifying event reached the watcher by a notice)."""
+    by_target = _by_target(durable)
     counts: Counter[tuple[str, str]] = Counter()
     delivered_at: dict[tuple[str, str], list[float]] = defaultdict(list)
     deletions: dict[str, list[float]] = defaultdict(list)  # a target deleted: its next life's texts may repeat
@@ -164,7 +166,7 @@ def _check_deliveries(entries: list[dict[str, Any]], durable: Durable, deleted: 
             target, since = found["target"], int(found["since"])
             version = entry.get("versions", {}).get(target)
             covered[(watcher, target)].append((since, since if version is None else version))
-            _check_not_self(watcher, target, since, durable, deleted, verdict)
+            _check_not_self(watcher, target, since, durable, by_target, deleted, verdict)
     for (watcher, line), times in delivered_at.items():
         found = _SINCE.search(line)
         cuts = deletions.get(found["target"], []) if found is not None else []
@@ -185,10 +187,15 @@ def _check_deliveries(entries: list[dict[str, Any]], durable: Durable, deleted: 
             verdict.fail("LIV2", f"the stable pair {watcher} -> {target} has no cursor")
             continue
         seed = seeds.get((watcher, target), 0)
-        spans = covered[(watcher, target)]
-        missed = [s for s, (session, _, kind, actor) in sorted(durable.events.items())
-                  if session == target and seed < s <= cursor[0] and kind in _NOTIFYING and actor != watcher
-                  and not any(since < s <= upto for since, upto in spans)]
+        spans = _union(covered[(watcher, target)])
+        starts = [since for since, _ in spans]
+        missed = []
+        for s, kind, actor in by_target.get(target, []):
+            if not (seed < s <= cursor[0]) or kind not in _NOTIFYING or actor == watcher:
+                continue
+            i = bisect.bisect_left(starts, s) - 1  # the last span starting below s
+            if i < 0 or s > spans[i][1]:
+                missed.append(s)
         if missed:
             verdict.fail("LIV2", f"{watcher} -> {target}: {len(missed)} event(s) acknowledged by its cursor"
                                  f" (L = {cursor[0]}) never reached it by a delivered notice: {missed[:8]}")
@@ -197,15 +204,35 @@ def _check_deliveries(entries: list[dict[str, Any]], durable: Durable, deleted: 
 _NOTIFYING = frozenset({"human_direct_message", "goal_changed", "upstream_missing"})
 
 
-def _check_not_self(watcher: str, target: str, since: int, durable: Durable, deleted: set[str],
+def _by_target(durable: Durable) -> dict[str, list[tuple[int, str, str | None]]]:
+    """Each session's events, (sequence, kind, actor), in sequence order."""
+    by_target: dict[str, list[tuple[int, str, str | None]]] = defaultdict(list)
+    for s, (session, _, kind, actor) in sorted(durable.events.items()):
+        by_target[session].append((s, kind, actor))
+    return by_target
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Half-open spans (since, upto] merged where they overlap or touch, in order."""
+    merged: list[tuple[int, int]] = []
+    for since, upto in sorted(spans):
+        if merged and since <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], upto))
+        else:
+            merged.append((since, upto))
+    return merged
+
+
+def _check_not_self(watcher: str, target: str, since: int, durable: Durable,
+                    by_target: dict[str, list[tuple[int, str, str | None]]], deleted: set[str],
                     verdict: Verdict) -> None:
     if target in deleted or _pruned(durable, target, since + 1):
         return
-    later = [(s, kind, actor) for s, (session, _, kind, actor) in durable.events.items()
-             if session == target and s > since]
+    events = by_target.get(target, [])
+    later = events[bisect.bisect_right(events, (since, "\uffff", "\uffff")):]
     if not any(kind in _NOTIFYING and actor != watcher for _, kind, actor in later):
         verdict.fail("INV5", f"{watcher} was told about {target} changesSince {since}, but every later event there"
-                             f" is its own or log-only: {sorted(later)[:6]}")
+                             f" is its own or log-only: {later[:6]}")
 
 
 def _check_feed(entries: list[dict[str, Any]], durable: Durable, deleted: set[str], verdict: Verdict) -> None:
