@@ -4,7 +4,8 @@ For the fault trials of spec R29: ``arm(AFTER_COMMIT)`` makes the next client me
 ``COMMIT`` reach the server, then closes both sides before the server's answer comes back (the
 transaction commits, the client cannot know); ``arm(BEFORE_COMMIT)`` closes them without
 forwarding it (the server rolls the transaction back). ``refuse(seconds)`` turns new
-connections away for a while (no server answers a resolution). libpq reaches the proxy with
+connections away for a while (no server answers a resolution); ``cut_all()`` closes every
+connection through it at once (a network cut). libpq reaches the proxy with
 ``host=<proxy.directory>`` and the server's port: the proxy listens on ``.s.PGSQL.<port>``.
 
 ``on_drop``, when given, runs in the proxy's thread after an ``AFTER_COMMIT`` COMMIT reached
@@ -42,12 +43,30 @@ class CommitDroppingProxy:
         self.dropped = 0  # how many COMMITs were cut off
         self._closed = False
         self._on_drop = on_drop
+        self._containing: bytes | None = None
+        self._live: set[socket.socket] = set()
         threading.Thread(target=self._accept, name="pgproxy", daemon=True).start()
 
-    def arm(self, mode: str) -> None:
-        """Cut off the next COMMIT (``AFTER_COMMIT`` or ``BEFORE_COMMIT``)."""
+    def arm(self, mode: str, containing: bytes | None = None) -> None:
+        """Cut off the next COMMIT (``AFTER_COMMIT`` or ``BEFORE_COMMIT``); with ``containing``,
+        the next one whose message holds those bytes too (a drain's witness, say)."""
         with self._lock:
-            self._armed = mode
+            self._armed, self._containing = mode, containing
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = self._containing = None
+
+    def cut_all(self) -> int:
+        """Close every connection through the proxy at once (a network cut); how many."""
+        with self._lock:
+            live, self._live = list(self._live), set()
+        for sock in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(live) // 2
 
     def refuse(self, seconds: float) -> None:
         """Turn new connections away for ``seconds``."""
@@ -81,6 +100,8 @@ class CommitDroppingProxy:
                 client.close()
                 server.close()
                 continue
+            with self._lock:
+                self._live.update((client, server))
             threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
 
     def _take_armed(self, chunk: bytes) -> str | None:
@@ -88,7 +109,9 @@ class CommitDroppingProxy:
         if not chunk.startswith(b"Q") or b"COMMIT" not in chunk:
             return None
         with self._lock:
-            mode, self._armed = self._armed, None
+            if self._containing is not None and self._containing not in chunk:
+                return None
+            mode, self._armed, self._containing = self._armed, None, None
         return mode
 
     def _pump(self, client: socket.socket, server: socket.socket) -> None:
@@ -121,6 +144,8 @@ class CommitDroppingProxy:
         except OSError:
             return
         finally:
+            with self._lock:
+                self._live.difference_update(sockets)
             for sock in sockets:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)

@@ -46,6 +46,7 @@ class ThrowawayServer:
         self._settings = settings
         self._dir = Path(tempfile.mkdtemp(prefix="sessionstate-restart-"))
         self._data = self._dir / "data"
+        self.directory = self._dir  # its socket's directory (a proxy in front of it connects there)
         self.url = f"postgresql+psycopg://postgres@/postgres?host={self._dir}"
 
     def _run(self, *args: str) -> None:

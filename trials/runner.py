@@ -14,10 +14,15 @@ from typing import TextIO
 
 from sessionstate.verify import results as _results
 
-PARTS = ("crash", "concurrency", "threads", "ordering", "restart", "failover")
+PARTS = ("crash", "concurrency", "threads", "ordering", "restart", "failover", "nemesis")
+# The nemesis's slow profile keeps the product's lease, heartbeat and wake window (15, 5, 20 s);
+# the fast one shrinks them so that stalls past the lease and heals fit in a CI minute.
 SLOW = {"crash_trials": 50, "events": 10_000, "restart_trials": 5, "failover_trials": 3,
-        "failover_modes": "sync,async"}
-FAST = {"crash_trials": 3, "events": 500, "restart_trials": 1, "failover_trials": 1, "failover_modes": "sync"}
+        "failover_modes": "sync,async", "nemesis_seconds": 600.0, "nemesis_backends": "sqlite,postgres,pgpair",
+        "nemesis_lease": 15.0, "nemesis_heartbeat": 5.0, "nemesis_window": 20.0}
+FAST = {"crash_trials": 3, "events": 500, "restart_trials": 1, "failover_trials": 1, "failover_modes": "sync",
+        "nemesis_seconds": 20.0, "nemesis_backends": "sqlite,postgres", "nemesis_lease": 3.0,
+        "nemesis_heartbeat": 1.0, "nemesis_window": 2.0}
 ORDERING_WRITERS, ORDERING_READERS = 4, 2
 THREADS = 8  # the threads trial's recording threads on one gateway (LIV3)
 
@@ -42,6 +47,22 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--failover-modes", default=None, metavar="MODES",
                         help="the standby modes of the failover trials: sync, async or sync,async"
                              " (slow sync,async, fast sync)")
+    parser.add_argument("--nemesis-seconds", type=float, default=None, metavar="S",
+                        help="seconds of overlapping faults per nemesis backend (slow 600, fast 20)")
+    parser.add_argument("--nemesis-backends", "--nemesis-backend", default=None, metavar="B",
+                        help="the nemesis's databases: sqlite, postgres (a throwaway server, restarted, behind"
+                             " the commit-dropping proxy), pgpair (with a synchronous standby and a failover);"
+                             " slow all three, fast sqlite,postgres")
+    parser.add_argument("--nemesis-lease", type=float, default=None, metavar="S",
+                        help="the workers' claim lease (R20; slow 15 as shipped, fast 3)")
+    parser.add_argument("--nemesis-heartbeat", type=float, default=None, metavar="S",
+                        help="the workers' heartbeat (R20; slow 5 as shipped, fast 1)")
+    parser.add_argument("--nemesis-window", type=float, default=None, metavar="S",
+                        help="the workers' wake window (R23; slow 20 as shipped, fast 2)")
+    parser.add_argument("--nemesis-bug", default=None, metavar="NAME",
+                        help="seed a known bug into every nemesis worker (trials/nemesis_bugs.py): the run must fail")
+    parser.add_argument("--nemesis-keep", type=Path, default=None, metavar="DIR",
+                        help="keep each nemesis run's histories, traces and report.json in DIR/BACKEND-SEED")
     parser.add_argument("--db", default=None, metavar="URL",
                         help="run the crash, concurrency, threads and ordering trials on this database's backend:"
                              " a PostgreSQL URL gets a fresh schema per trial (dropped after), a SQLite"
@@ -76,6 +97,7 @@ def run_trials(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             "ordering": lambda: _ordering(profile, args.seed, say, database),
             "restart": lambda: _restart(profile, args.seed, say, required=required),
             "failover": lambda: _failover(profile, args.seed, say, required=required),
+            "nemesis": lambda: _nemesis(profile, args, say, required=required),
         }
         failures: list[str] = []
         for part in PARTS:
@@ -211,4 +233,41 @@ def _failover(profile: dict, seed: int, say, *, required: bool) -> list[str]:
                          f"failover_{mode}_loss_window_ms": report.loss_window_ms})
         failures += [f"failover ({mode}): {f}\n  replay: ./dev trials --only failover --failover-modes {mode}"
                      f" --seed {seed}" for f in report.failures]
+    return failures
+
+
+def _nemesis(profile: dict, args: argparse.Namespace, say, *, required: bool) -> list[str]:
+    """The nemesis (trials/nemesis.py) on each backend asked for; a PostgreSQL backend without
+    the server binaries is skipped (failed when asked for by ``--only``)."""
+    from .nemesis import BACKENDS, Settings, run_nemesis
+    from .nemesis_bugs import BUGS
+
+    backends = [b.strip() for b in str(profile["nemesis_backends"]).split(",") if b.strip()]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        return [f"nemesis: unknown backend(s) {unknown}: {', '.join(BACKENDS)}"]
+    if args.nemesis_bug is not None and args.nemesis_bug not in BUGS:
+        return [f"nemesis: unknown seeded bug {args.nemesis_bug!r}: {', '.join(BUGS)}"]
+    failures: list[str] = []
+    for backend in backends:
+        if backend != "sqlite":
+            tools = ("initdb", "pg_ctl") + (("pg_basebackup",) if backend == "pgpair" else ())
+            missing = _missing_postgres(f"nemesis ({backend})", say, required=required, tools=tools)
+            if missing is not None:
+                failures += missing
+                continue
+        settings = Settings(backend=backend, seconds=float(profile["nemesis_seconds"]),
+                            lease=float(profile["nemesis_lease"]), heartbeat=float(profile["nemesis_heartbeat"]),
+                            window=float(profile["nemesis_window"]), bug=args.nemesis_bug)
+        keep = args.nemesis_keep / f"{backend}-{args.seed}" if args.nemesis_keep is not None else None
+        report = run_nemesis(args.seed, settings, keep=keep,
+                             progress=lambda line: sys.stderr.write(line + "\n"))
+        say(f"nemesis ({backend}): {report.summary()}")
+        say(report.table())
+        _results.stat(**{f"nemesis_{backend}_acknowledged": report.acknowledged,
+                         f"nemesis_{backend}_lost": report.lost,
+                         f"nemesis_{backend}_duplicated": report.duplicated,
+                         f"nemesis_{backend}_heal_seconds": report.heal_seconds})
+        if not report.ok:
+            failures.append(f"nemesis ({backend}): {report.failure_text()}")
     return failures

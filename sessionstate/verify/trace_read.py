@@ -204,10 +204,13 @@ def merge(
                 if (unit.commit_key, 0 if unit.has_event(unit.commit_key) else 1) == best]
         choice = tied[0]
         if len(tied) > 1:
+            # Each process's run of units tied at this key, in its own order: a candidate must
+            # leave every other process's whole run fitting, not only its next unit.
+            runs = {proc: _tied_run(by_proc[proc], cursors[proc], best) for proc, _ in tied}
             fitting = [(p, u) for p, u in tied if fits(u, {})]
             for candidate in fitting:
                 after = outcome(candidate[1])
-                if all(fits(u, after) for p, u in tied if p != candidate[0]):
+                if all(_run_fits(runs[p], after, fits, outcome) for p, _ in tied if p != candidate[0]):
                     choice = candidate
                     break
             else:
@@ -215,3 +218,23 @@ def merge(
         proc, unit = choice
         cursors[proc] += 1
         yield unit
+
+
+def _tied_run(units: list[Unit], start: int, key: tuple[int, int]) -> list[Unit]:
+    run: list[Unit] = []
+    for unit in units[start:]:
+        if (unit.commit_key, 0 if unit.has_event(unit.commit_key) else 1) != key:
+            break
+        run.append(unit)
+    return run
+
+
+def _run_fits(run: list[Unit], overlay: Overlay, fits: Callable[[Unit, Overlay], bool],
+              outcome: Callable[[Unit], Overlay]) -> bool:
+    """Do a process's tied units still fit, one after the other, from ``overlay``?"""
+    positions = dict(overlay)
+    for unit in run:
+        if not fits(unit, positions):
+            return False
+        positions.update(outcome(unit))
+    return True
