@@ -38,7 +38,7 @@ def _stalled_claim() -> None:
 
     from sessionstate.services import cluster
 
-    def heartbeat(self: claims.Serving) -> None:  # claims.Serving.heartbeat, with R20's check taken out
+    def heartbeat(self: cluster.Cluster) -> None:  # cluster.Cluster.heartbeat, with R20's check taken out
         if self.server_id is None:
             return
         store = self._sink.store
@@ -49,11 +49,11 @@ def _stalled_claim() -> None:
                     store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), now)
                     for key in sorted(self._mine):  # the bug: whoever attached it since
                         store.serving.claim(key, self.server_id, self._sink.clock())
-                for dead in store.serving.dead_servers(now - claims.LEASE_SECONDS):
+                for dead in store.serving.dead_servers(now - cluster.LEASE_SECONDS):
                     if dead != self.server_id:
                         store.serving.remove_server(dead, self._sink.clock())
 
-    claims.Serving.heartbeat = heartbeat  # type: ignore[method-assign]
+    cluster.Cluster.heartbeat = heartbeat  # type: ignore[method-assign]
 
 
 def _guessed_drain() -> None:

@@ -359,10 +359,10 @@ def main(argv: list[str]) -> int:
     url, directory, name, life, seed = argv[0], Path(argv[1]), argv[2], int(argv[3]), int(argv[4])
     settings = json.loads(argv[5])
     nemesis_bugs.apply()
-    from sessionstate.services import change_pump, claims
+    from sessionstate.services import change_pump, cluster
 
-    claims.LEASE_SECONDS = settings["lease"]  # the nemesis's lease (15 s unless told)
-    change_pump.HEARTBEAT_SECONDS = claims.HEARTBEAT_SECONDS = settings["heartbeat"]
+    cluster.LEASE_SECONDS = settings["lease"]  # the nemesis's lease (15 s unless told)
+    change_pump.HEARTBEAT_SECONDS = cluster.HEARTBEAT_SECONDS = settings["heartbeat"]
     try:
         worker = Worker(url, directory, name, life, seed, settings)
     except Exception:

@@ -132,8 +132,9 @@ class Transactions(Protocol):
 class SessionTable(Protocol):
     """The core registry: one row per (session key, agent id), with its head."""
 
-    def insert_session(self, record: SessionRecord) -> None:
-        """Insert the row and its head (``last_sequence`` = ``pruned_max_sequence`` = 0)."""
+    def insert_session(self, record: SessionRecord) -> bool:
+        """Insert the row and its head (``last_sequence`` = ``pruned_max_sequence`` = 0);
+        ``False``, inserting nothing, when the row exists already (spec 13: a create race)."""
         ...
 
     def get_session(self, key: str, agent_id: str) -> SessionRecord | None: ...

@@ -127,11 +127,13 @@ class SqlStore:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def insert_session(self, record: SessionRecord) -> None:
-        # A duplicate (another process created it first) fails on the primary key: the
-        # transaction turns that into a StorageError.
-        self._run(self._sql.insert_session, record)
+    def insert_session(self, record: SessionRecord) -> bool:
+        # A row already there (another process created it between the caller's look and this
+        # write) inserts nothing: False, and the caller raises SessionExists.
+        if self._run(self._sql.insert_session, record).rowcount == 0:
+            return False
         self._run(self._sql.insert_head, (record.session_key, record.agent_id, record.created_at))
+        return True
 
     def get_session(self, key: str, agent_id: str) -> SessionRecord | None:
         row = self._run(self._sql.get_session, (key, agent_id)).fetchone()

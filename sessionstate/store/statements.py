@@ -104,7 +104,10 @@ class CoreStatements:
         )
 
         # -- sessions
-        self.insert_session = sql(f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        # A row already there (another process created it first) inserts nothing: the caller is
+        # told SessionExists rather than a unique violation (spec 13).
+        self.insert_session = sql(f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                                  " ON CONFLICT (session_key, agent_id) DO NOTHING")
         self.insert_head = sql(
             "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
             " pruned_max_sequence, updated_at) VALUES (?, ?, 0, 0, ?)"

@@ -7,8 +7,9 @@ Found by the nemesis's long run on PostgreSQL (``./dev trials --only nemesis --s
 workers delete and re-create the churn sessions. The loser looks for the session before its
 write transaction holds the lock, finds none, and its insert then fails on the sessions'
 primary key: PostgreSQL's ``duplicate key value violates unique constraint "sessions_pkey"``,
-SQLite's ``UNIQUE constraint failed``, both a plain ``StorageError``. Not fixed yet: expected
-to fail on both backends until it is.
+SQLite's ``UNIQUE constraint failed``, both a plain ``StorageError``. Fixed (spec 13, a race to
+create one session): the insert skips a row already there and the loser raises
+``SessionExists``.
 """
 
 from __future__ import annotations
@@ -16,15 +17,12 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from sessionstate import Gateway
 from sessionstate.errors import SessionExists
 
 K = "agent:k:main"
 
 
-@pytest.mark.xfail(strict=True, reason="nemesis finding: the loser gets an untyped unique violation")
 def test_the_loser_of_a_create_race_is_told_the_session_exists(db_url):
     with Gateway.open(db_url) as winner, Gateway.open(db_url) as loser:
         raised: list[BaseException] = []

@@ -7,8 +7,8 @@ its sweep withdrew the stale line, watched T again (re-creating T first when it 
 and an event froze the new cursor: A queued the new episode's notice beside the stale one, two
 lines for one pair in its queue (the replay's INV2). Delivery is not affected (R21: a drain
 drops the stale line and delivers the one for the durable L, as the test shows), but the queue
-is not what INV2 says until A's next sweep. Not fixed yet: the test states the rule and is
-expected to fail until it is.
+is not what INV2 says until A's next sweep. Fixed by R5's replacement: a notice entering a
+queue replaces the earlier episode's text for its pair.
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ def watch_again(a: Gateway, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["delete the target", "reset the watcher"])
-@pytest.mark.xfail(strict=True, reason="nemesis finding: a stale notice stays beside the new episode's until the"
-                                       " next sweep (INV2 in one gateway's queue)")
 def test_a_pair_removed_elsewhere_and_watched_again_holds_one_notice_in_the_queue(db_url, how):
     with Gateway.open(db_url, notify_on_create=False) as a, Gateway.open(db_url, notify_on_create=False) as b:
         a.create_session(W)

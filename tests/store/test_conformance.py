@@ -463,13 +463,17 @@ def test_a_savepoint_rollback_keeps_the_outer_work_and_drops_its_own_callbacks(s
     assert [e.summary for e in store.events_after(A, "a", 0, 10)] == ["kept", "after"]
 
 
-def test_a_database_error_leaves_the_store_as_a_storage_error(store):
+def test_a_session_row_already_there_is_not_inserted_again(store):
+    # spec 13, a create race: the second row inserts nothing and says so (the protocol raises
+    # SessionExists), where it used to be the database's unique violation.
     before = store.dump()
-    with pytest.raises(StorageError):
-        with store.transaction():  # a duplicate primary key: the database refuses it
-            store.insert_session(SessionRecord(A, "a", "subagent", None, None, None, 2.0, 2.0))
+    with store.transaction():
+        assert store.insert_session(SessionRecord(A, "a", "subagent", None, None, None, 2.0, 2.0)) is False
     assert store.get_session(A, "a").created_at == 1.0  # the first row stays as it was
     assert store.dump() == before
+    with store.transaction():
+        assert store.insert_session(SessionRecord("agent:a:new", "a", "main", None, None, None, 3.0, 3.0)) is True
+    assert store.get_session("agent:a:new", "a").created_at == 3.0
 
 
 # -- feature tables -----------------------------------------------------------------------

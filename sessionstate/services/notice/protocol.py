@@ -164,7 +164,8 @@ class NoticeProtocol(Recording):
             label, now, now,
         )
         with self.store.transaction():
-            self.store.insert_session(record)
+            if not self.store.insert_session(record):  # created by another process since the look above
+                raise SessionExists(f"session {key!r} (agent {agent!r}) already exists")
             if self.record_created:  # R27: log-only, before a spawn edge's child_spawned
                 created, inserted = self.store.append_event(
                     key, agent, "created", "system", None, None, f"session created ({kind})", None, now, now,

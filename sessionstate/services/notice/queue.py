@@ -54,6 +54,14 @@ class SystemEventQueue:
         queue = self._queues.setdefault(session_key, {})
         if text in queue:
             return False
+        if target is not None:
+            # R5, INV2: another text for the pair is an earlier episode another process ended
+            # (a delete, a reset) before this process's sweep withdrew it; the new one replaces it.
+            stale = [e for e in queue.values() if e.target == target]
+            if stale:
+                for entry in stale:
+                    del queue[entry.text]
+                self._removed(session_key, stale)
         self._entered += 1
         queue[text] = QueuedEvent(text, target, self._entered, wakes)
         if self.entry_observers:
