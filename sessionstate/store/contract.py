@@ -59,6 +59,7 @@ from .records import (
     PendingCursor,
     PositionsTuple,
     PruneObserver,
+    RecordedAlone,
     RunRecord,
     SessionRecord,
     UpstreamLink,
@@ -191,6 +192,16 @@ class SignalLog(Protocol):
         batch's notifying targets; ``{}`` when empty), read after the appends. A server backend
         sends the three in one round trip (a pipeline); raises ``UnknownSession`` as
         ``append_events`` does."""
+        ...
+
+    def record_alone(self, row: EventRow) -> RecordedAlone | None:
+        """One event (``append_event``'s arguments) as its own transaction, decided in the
+        database: the table's decision on the target's caught-up cursors runs there, generated
+        from the effect data (``decision_sql``), and the append, the head, the cursors, the
+        change feed's notification and the commit go in one round trip. ``None`` (nothing
+        done) where the backend does not, or not now: inside a transaction, under a
+        transaction observer, with a dedupe key; the caller then decides in Python. Raises
+        ``UnknownSession`` and ``StorageError`` as an append in its own transaction."""
         ...
 
     def head(self, key: str, agent_id: str) -> Head | None: ...

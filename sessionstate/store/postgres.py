@@ -24,7 +24,8 @@ gave for free (the ordering argument is written out in spec/notice-protocol.md,
 
 Beside it: ``postgres_statements.py`` (the statements only this backend runs: head locks and
 the ``unnest`` batch forms), ``postgres_trace.py`` (the statements sent, from libpq's trace),
-``postgres_feed.py`` (R22's listening side) and ``postgres_schema.py``.
+``postgres_feed.py`` (R22's listening side), ``postgres_schema.py``, ``postgres_batch.py`` (a
+group commit's append) and ``postgres_record.py`` (a lone record in one round trip).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from .postgres_connection import (
     PostgresConnection,
     postgres_url,
 )
+from .postgres_batch import BatchPlan
 from .postgres_errors import translate
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .postgres_statements import (
@@ -62,6 +64,7 @@ from .postgres_statements import (
     PUT_CURSORS_MAX_ROWS,
     PUT_PAIRS_SQL,
 )
+from .postgres_record import RecordsAlone
 from .postgres_trace import traced, traced_round_trips
 from .records import CaughtUpRow, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
 from .runs import SqlRunTable
@@ -79,7 +82,7 @@ __all__ = ["PRUNE_CHUNK_ROWS", "SCHEMES", "PostgresServingTable", "PostgresStore
 PRUNE_CHUNK_ROWS = 250
 
 
-class PostgresStore(PostgresConnected, SqlStore):
+class PostgresStore(RecordsAlone, PostgresConnected, SqlStore):
     """Durable signal log, heads, cursors and session registry in a PostgreSQL database."""
 
     path = None  # no file behind it
@@ -323,7 +326,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         if len(rows) < 2:  # the lone append locks its head itself
             appended = [self._append(row) for row in rows]
             return appended, self.caught_up_watchers_of(list(dict.fromkeys(watched))) if watched else {}
-        plan = _BatchPlan(rows)
+        plan = BatchPlan(rows)
         wanted = sorted({(r[0], r[1]) for r in rows} - self._locked)
         watched = list(dict.fromkeys(watched))
         lock, read = self._pg.cursor(), self._pg.cursor()
@@ -537,54 +540,6 @@ class PostgresStore(PostgresConnected, SqlStore):
             (),
         )
         return "ok" if not above else f"{above} event(s) above their session's head or without one"
-
-
-class _BatchPlan:
-    """The rows ``APPEND_MANY_SQL`` is sent (a dedupe key repeated in the batch goes once, as
-    its first row) and how its answer maps back onto the batch's rows."""
-
-    __slots__ = ("rows", "sent", "sent_from", "sent_index", "columns")
-
-    def __init__(self, rows: Sequence[EventRow]) -> None:
-        self.rows = rows
-        first_of: dict[str, int] = {}  # a dedupe key's first row in the batch
-        self.sent: list[EventRow] = []
-        self.sent_from: list[int] = []  # the position in ``rows`` of each row sent
-        self.sent_index: list[int] = []  # each row's index into ``sent`` (a repeated key: its first's)
-        for position, row in enumerate(rows):
-            dedupe_key = row[10]
-            if dedupe_key is not None and dedupe_key in first_of:
-                self.sent_index.append(first_of[dedupe_key])
-                continue
-            if dedupe_key is not None:
-                first_of[dedupe_key] = len(self.sent)
-            self.sent_index.append(len(self.sent))
-            self.sent_from.append(position)
-            self.sent.append(row)
-        self.columns = [list(column) for column in zip(*self.sent)]
-
-    def outcome(
-        self,
-        answer: Sequence[tuple[Any, ...]],
-        winner: Callable[[EventRow], int],
-        appended: Callable[[EventRow, int], tuple[int, bool]],
-    ) -> list[tuple[int, bool]]:
-        """``(sequence, inserted)`` per row from the statement's answer (``winner``: the
-        sequence of a dedupe key another session committed meanwhile)."""
-        outcome: dict[int, tuple[int, bool]] = {}
-        for ord_, sequence, inserted, new, _txid in answer:
-            if new and not inserted:  # its dedupe key was committed meanwhile on another session
-                sequence = winner(self.sent[ord_ - 1])
-            outcome[int(ord_) - 1] = (int(sequence), bool(inserted))
-        results: list[tuple[int, bool]] = []
-        for position, index in enumerate(self.sent_index):
-            sequence, inserted = outcome[index]
-            row = self.rows[position]
-            if inserted and self.sent_from[index] == position:
-                results.append(appended(row, sequence))
-            else:  # found by its dedupe key (in the log, or earlier in this batch)
-                results.append((sequence, False))
-        return results
 
 
 class PostgresServingTable(SqlServingTable):

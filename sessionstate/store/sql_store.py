@@ -23,7 +23,17 @@ from typing import Any
 
 from ..errors import StorageError
 from .contract import TransactionObserver
-from .records import CaughtUpRow, CursorRecord, EventRecord, EventRow, Head, PositionsTuple, PruneObserver, SessionRecord
+from .records import (
+    CaughtUpRow,
+    CursorRecord,
+    EventRecord,
+    EventRow,
+    Head,
+    PositionsTuple,
+    PruneObserver,
+    RecordedAlone,
+    SessionRecord,
+)
 from .statements import (
     BEHIND,
     EVERY,
@@ -197,6 +207,11 @@ class SqlStore:
         self.lock_targets({(row[0], row[1]) for row in rows})
         appended = self.append_events(rows)
         return appended, self.caught_up_watchers_of(list(dict.fromkeys(watched))) if watched else {}
+
+    def record_alone(self, row: EventRow) -> "RecordedAlone | None":
+        """A lone record decided in the database in one round trip (contract ``SignalLog``):
+        ``None`` here, where a statement costs no round trip; the caller decides in Python."""
+        return None
 
     def _append(self, row: EventRow) -> tuple[int, bool]:
         """``append_event`` for one row: the backend's own."""

@@ -266,26 +266,31 @@ def test_a_batch_of_events_is_one_append_statement_in_two_round_trips(pg_url, co
     assert trips[1] == ["COMMIT"], trips
 
 
-def test_one_event_learns_its_transaction_id_from_its_append(pg_url):
-    """R29 needs the transaction's id before COMMIT; a lone event's append returns it in its
-    own round trip, so no extra read is sent: five round trips of one statement each (BEGIN,
-    the locked append, the caught-up read, the cursor write, NOTIFY + COMMIT; pipelining two
-    statements costs more than the round trip it saves). A transaction that wrote no event
-    still reads it, before COMMIT is sent."""
+def test_one_event_in_a_callers_transaction_learns_its_transaction_id_from_its_append(pg_url):
+    """R29 needs the transaction's id before COMMIT; an event recorded in its caller's
+    transaction (R9: statement by statement, decided in Python) has its append return it in
+    its own round trip, so no extra read is sent: one statement a round trip (BEGIN, the
+    record's savepoint, the locked append, the caught-up read, the cursor write, its release,
+    NOTIFY + COMMIT). A
+    transaction that wrote no event still reads it, before COMMIT is sent. (Outside a
+    transaction a lone event is one round trip: test_postgres_lone_record.py.)"""
     gw = Gateway.open(pg_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
     try:
         for key in KEYS:
             gw.create_session(key)
         gw.watch(KEYS[0], KEYS[1])
         # Once untraced: a statement's first use prepares it in a round trip of its own.
-        assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
+        with gw.transaction():
+            assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
         gw.drain_system_events(KEYS[0])  # caught up again
         with gw.store.trace_round_trips() as trips:
-            assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
+            with gw.transaction():
+                assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
         sent = [s for trip in trips for s in trip]
         assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent
-        assert [len(trip) for trip in trips] == [1] * 5, trips
-        assert trips[0] == ["BEGIN"] and "pg_current_xact_id()" in trips[1][0], trips
+        assert [len(trip) for trip in trips] == [1] * 7, trips  # the record's own savepoint: two more
+        assert trips[:2] == [["BEGIN"], ["SAVEPOINT sp1"]] and "pg_current_xact_id()" in trips[2][0], trips
+        assert trips[5] == ["RELEASE sp1"], trips
         assert trips[-1][0].startswith("NOTIFY"), trips  # NOTIFY ...; COMMIT: one message
         with gw.store.trace_round_trips() as drained:
             gw.drain_system_events(KEYS[0])  # writes a cursor, appends nothing
