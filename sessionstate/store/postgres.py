@@ -41,7 +41,7 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
 from ..errors import CommitOutcomeUnknown, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
-from . import commit_outcome, postgres_schema, tables  # noqa: F401  (tables registers every table module)
+from . import commit_outcome, postgres_record, postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import POSTGRES
 from .postgres_connection import (
     CONNECT_TIMEOUT_SECONDS,
@@ -64,7 +64,6 @@ from .postgres_statements import (
     PUT_CURSORS_MAX_ROWS,
     PUT_PAIRS_SQL,
 )
-from .postgres_record import RecordsAlone
 from .postgres_trace import traced, traced_round_trips
 from .records import CaughtUpRow, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
 from .runs import SqlRunTable
@@ -82,7 +81,7 @@ __all__ = ["PRUNE_CHUNK_ROWS", "SCHEMES", "PostgresServingTable", "PostgresStore
 PRUNE_CHUNK_ROWS = 250
 
 
-class PostgresStore(RecordsAlone, PostgresConnected, SqlStore):
+class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
     """Durable signal log, heads, cursors and session registry in a PostgreSQL database."""
 
     path = None  # no file behind it
@@ -114,6 +113,7 @@ class PostgresStore(RecordsAlone, PostgresConnected, SqlStore):
         self.witness = commit_outcome.CommitWitness()  # R29: read when an id's status is unknown
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
+        self.record_function = postgres_record.function_name()  # the one _create_schema creates
         self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
         self._run = self._execute
         self._run_many = self._execute_many

@@ -237,7 +237,7 @@ class RecordsAlone:
     _resolving_connection: Callable[[], "psycopg.Connection[Any]"]
     _execute: Callable[..., Any]
 
-    record_function = function_name()
+    record_function: str  # ``function_name()`` when the store opened (``PostgresStore.__init__``)
 
     def record_alone(self, row: EventRow) -> RecordedAlone | None:
         """One event as its own transaction in one round trip: its sequence and the notices
