@@ -286,10 +286,14 @@ class CursorTable(Protocol):
         ...
 
     def put_pair_cursors(
-        self, changes: Sequence[tuple[str, tuple[str, str], PositionsTuple | None]], now: float
+        self, changes: Sequence[tuple[str, tuple[str, str], PositionsTuple | None]], now: float, *,
+        with_commit: bool = False,
     ) -> None:
         """``put_cursors`` for pairs on several targets, ``(watcher, target, positions)``; a
-        pair named twice ends at its last positions. One statement on a server backend."""
+        pair named twice ends at its last positions. One statement on a server backend, which
+        with ``with_commit`` (the caller's last statement before the commit of a transaction
+        it opened itself) may hold it back and send it in the ``COMMIT``'s own message: the
+        transaction reads nothing after it."""
         ...
 
     def has_watchers(self, target_key: str, target_agent_id: str) -> bool:

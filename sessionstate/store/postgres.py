@@ -63,6 +63,7 @@ from .postgres_statements import (
     LOCK_HEADS_SQL,
     PUT_CURSORS_MAX_ROWS,
     PUT_PAIRS_SQL,
+    put_cursors_literal,
 )
 from .postgres_trace import traced, traced_round_trips
 from .records import CaughtUpRow, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
@@ -120,6 +121,7 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
         # R22: what this transaction must tell the other servers, sent with its commit.
         self._changed_watchers: list[str] = []
         self._notified_events: list[NotifiedEvent] = []
+        self._with_commit: list[str] = []  # a transaction's last writes, sent with its COMMIT
         # R29: how the commits whose answer was lost were resolved (diagnostics, tests).
         self.commit_resolutions = dict.fromkeys(commit_outcome.OUTCOMES, 0)
         try:
@@ -215,8 +217,10 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
                 raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on, appended, self._appended_rows = self._timeline, self._appended_rows, []
         witness = self.witness.statement(txid)
+        writes, self._with_commit = self._with_commit, []
         try:
-            self._control(witness + self._take_notifications() + "COMMIT", committing=True)
+            self._control("".join(w + "; " for w in writes) + witness + self._take_notifications() + "COMMIT",
+                          committing=True)
         except CommitOutcomeUnknown:
             outcome = commit_outcome.settle(
                 self._resolving_connection, txid, began_on, self.witness if witness else None, appended)
@@ -274,6 +278,7 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
         self._after_commit = []
         self._locked.clear()
         self._changed_watchers, self._notified_events = [], []
+        self._with_commit = []
 
     # -- the signal log ---------------------------------------------------------------------
 
@@ -422,9 +427,16 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
         keys, agents = [t[0] for t in targets], [t[1] for t in targets]
         return caught_up_rows_by_target(self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall())
 
-    def put_pair_cursors(self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float) -> None:
-        """The upserts in one statement (``PUT_PAIRS_SQL``), whatever their number."""
+    def put_pair_cursors(
+        self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float, *, with_commit: bool = False
+    ) -> None:
+        """The upserts in one statement (``PUT_PAIRS_SQL``), whatever their number; with
+        ``with_commit`` in the outermost transaction, that statement goes in the ``COMMIT``'s
+        own message (a batch's last write: one round trip fewer)."""
         upserts, deletes = last_changes(changes, now)
+        if with_commit and self._depth == 1 and upserts and not deletes:
+            self._with_commit.append(put_cursors_literal(upserts))
+            return
         if len(upserts) == 1:
             self._execute(self._sql.put_cursor, upserts[0])
         elif upserts:

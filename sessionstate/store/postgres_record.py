@@ -38,6 +38,7 @@ from . import commit_outcome
 from .commit_outcome import ABORTED, COMMITTED, UNKNOWN, WITNESS_TABLE
 from .decision_sql import fired
 from .postgres_errors import translate
+from .postgres_statements import literal
 from .postgres_feed import MAX_PAYLOAD_BYTES, RESYNC_PAYLOAD, encode_changes
 from .records import EventRow, RecordedAlone
 from .statements import CAUGHT_UP_CURSOR, EVENT_COLUMNS
@@ -122,19 +123,6 @@ def function_ddl() -> str:
     )
 
 
-def _literal(value: Any) -> str:
-    """A value as an SQL literal (the connection sets ``standard_conforming_strings``)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) + "::float8"
-    return "'" + str(value).replace("'", "''") + "'"
-
-
 def note_parts(row: EventRow) -> tuple[str, str] | None:
     """R22's payload for this one event, split around its sequence (not known before the
     append): ``(head, tail)``; ``None`` when the event alone does not fit one notification."""
@@ -154,7 +142,7 @@ def call_statement(
     """The one message: ``BEGIN``, the function's call, ``COMMIT``."""
     head, tail = note if note is not None else (None, None)
     args = (*row[:10], notifies, channel if notifies else None, head, tail, owner, number)
-    return "BEGIN; SELECT * FROM " + name + "(" + ", ".join(map(_literal, args)) + "); COMMIT"
+    return "BEGIN; SELECT * FROM " + name + "(" + ", ".join(map(literal, args)) + "); COMMIT"
 
 
 def answer(row: Sequence[Any] | None) -> RecordedAlone | None:

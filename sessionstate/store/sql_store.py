@@ -326,11 +326,11 @@ class SqlStore:
             self._run_many(self._sql.delete_cursor, [(w, target_key, target_agent_id) for w, p in changes if p is None])
 
     def put_pair_cursors(
-        self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float
+        self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float, *, with_commit: bool = False
     ) -> None:
         """``put_cursors`` for pairs of several targets: ``(watcher, target, positions)``, a
-        pair named twice ends at its last positions. Here the rows one after the other (no
-        round trip to save)."""
+        pair named twice ends at its last positions. Here the rows one after the other, at
+        once whatever ``with_commit`` says (no round trip to save)."""
         upserts, deletes = last_changes(changes, now)
         if upserts:
             self._run_many(self._sql.put_cursor, upserts)

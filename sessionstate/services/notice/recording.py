@@ -261,6 +261,7 @@ class Recording(Turns):
         sequences: list[int | None] = []
         inserted_count = 0
         trace = self.tracer
+        own_transaction = not self.store.in_transaction
         with self.store.transaction():
             # Resolved here, so a storage failure while reading is the append's (R15); an
             # unknown session raises UnknownSession and the transaction rolls back.
@@ -297,7 +298,7 @@ class Recording(Turns):
                             notices += batch.decide(self._fire_event, e.target, e.actor_id, sequence, e.kind)
                         material.append((e.target, e.actor_id))
             if batch is not None:
-                batch.write(now)
+                batch.write(now, last=own_transaction)
         return sequences, notices, material, inserted_count
 
     def _record_alone(self, e: PreparedEvent, now: float, floor: float) -> tuple[
