@@ -264,6 +264,13 @@ class CursorTable(Protocol):
         after ``lock_watcher_targets``)."""
         ...
 
+    def pending_for_drain(self, watcher: str) -> list[CursorRecord]:
+        """``lock_watcher_targets`` then ``pending_cursors_held_by``, in the caller's
+        transaction: a drain's start. A server backend runs the two as one call, sent with
+        the transaction's ``BEGIN`` (one round trip), the read still starting after the locks
+        are held; a cursor on a target it could not lock is left out."""
+        ...
+
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
         """Cursors with ``key`` as watcher or (key, agent) as target (R14's delete)."""
         ...
@@ -280,9 +287,12 @@ class CursorTable(Protocol):
         target_agent_id: str,
         changes: Sequence[tuple[str, PositionsTuple | None]],
         now: float,
+        *,
+        with_commit: bool = False,
     ) -> None:
         """Upsert the given positions (stamping ``updated_at``) or delete (``None``). A new
-        row is ``explicit`` until ``set_provenance`` says otherwise; an update keeps it."""
+        row is ``explicit`` until ``set_provenance`` says otherwise; an update keeps it.
+        ``with_commit``: as ``put_pair_cursors``' (upserts only)."""
         ...
 
     def put_pair_cursors(

@@ -52,6 +52,7 @@ from .postgres_connection import (
     postgres_url,
 )
 from .postgres_batch import BatchPlan
+from .postgres_drain import drain_function_ddl, drain_function_name
 from .postgres_errors import translate
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .postgres_statements import (
@@ -63,6 +64,7 @@ from .postgres_statements import (
     LOCK_HEADS_SQL,
     PUT_CURSORS_MAX_ROWS,
     PUT_PAIRS_SQL,
+    literal,
     put_cursors_literal,
 )
 from .postgres_trace import traced, traced_round_trips
@@ -115,6 +117,7 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
         self.record_function = postgres_record.function_name()  # the one _create_schema creates
+        self._drain_read = "SELECT * FROM " + drain_function_name(self._sql) + "("
         self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
         self._run = self._execute
         self._run_many = self._execute_many
@@ -149,6 +152,8 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
             # The schema's commit is as durable as the store's (a server may default to off).
             conn.exec_driver_sql(f"SET LOCAL synchronous_commit = {self._synchronous_commit}")
             postgres_schema.prepare(conn, self.where, create=create)
+            if conn.exec_driver_sql("SELECT current_setting('transaction_read_only')").scalar() != "on":
+                conn.exec_driver_sql(drain_function_ddl(self._sql))  # its name hashes its body
 
     # -- R22: telling other servers ---------------------------------------------------------
 
@@ -434,8 +439,7 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
         ``with_commit`` in the outermost transaction, that statement goes in the ``COMMIT``'s
         own message (a batch's last write: one round trip fewer)."""
         upserts, deletes = last_changes(changes, now)
-        if with_commit and self._depth == 1 and upserts and not deletes:
-            self._with_commit.append(put_cursors_literal(upserts))
+        if with_commit and upserts and not deletes and self._write_with_commit(upserts):
             return
         if len(upserts) == 1:
             self._execute(self._sql.put_cursor, upserts[0])
@@ -443,6 +447,31 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
             self._execute(PUT_PAIRS_SQL, [list(column) for column in zip(*upserts)])
         if deletes:
             self._execute_many(self._sql.delete_cursor, deletes)
+
+    def pending_for_drain(self, watcher: str) -> list[CursorRecord]:
+        """The drain's lock and read in one function call (``postgres_drain``), sent with the
+        transaction's ``BEGIN`` when that is still unsent: one round trip."""
+        if not self._depth:
+            return super().pending_for_drain(watcher)
+        call = self._drain_read + literal(watcher) + ")"
+        cur = self._cur
+        if self._begin_unsent:
+            self._begin_unsent = False
+            cur.execute("BEGIN; " + call, None, prepare=False)
+            cur.nextset()  # past BEGIN's result
+        else:
+            cur.execute(call, None, prepare=False)
+        rows = cur.fetchall()
+        if rows:
+            self._txid = str(rows[0][-1])  # R29: the transaction's id, each row's last column
+        self._locked |= {(r[1], r[2]) for r in rows}
+        return [cursor_record(r) for r in rows]
+
+    def _write_with_commit(self, upserts: list[tuple[Any, ...]]) -> bool:
+        if self._depth != 1:
+            return False
+        self._with_commit.append(put_cursors_literal(upserts))
+        return True
 
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock, in key order, the heads of every target ``watcher`` holds a cursor on (a drain

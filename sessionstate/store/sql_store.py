@@ -311,13 +311,18 @@ class SqlStore:
         target_agent_id: str,
         changes: Sequence[tuple[str, PositionsTuple | None]],
         now: float,
+        *,
+        with_commit: bool = False,
     ) -> None:
-        """Write new positions (insert or update) or delete (``None``) for watchers of a target."""
+        """Write new positions (insert or update) or delete (``None``) for watchers of a
+        target; ``with_commit`` as ``put_pair_cursors``'."""
         upserts = [
             (watcher, target_key, target_agent_id, p[0], p[1], p[2], now)
             for watcher, p in changes
             if p is not None
         ]
+        if with_commit and upserts and len(upserts) == len(changes) and self._write_with_commit(upserts):
+            return
         if len(upserts) == 1:
             self._run(self._sql.put_cursor, upserts[0])
         elif upserts:
@@ -336,6 +341,21 @@ class SqlStore:
             self._run_many(self._sql.put_cursor, upserts)
         if deletes:
             self._run_many(self._sql.delete_cursor, deletes)
+
+    def _write_with_commit(self, upserts: list[tuple[Any, ...]]) -> bool:
+        """Hold ``upserts`` back for the outermost ``COMMIT``'s own message; ``False`` (write
+        them now) where a statement costs no round trip, or not in the outermost level."""
+        return False
+
+    def pending_for_drain(self, watcher: str) -> list[CursorRecord]:
+        """A drain's start (contract ``CursorTable``): the heads of the watcher's targets
+        locked, then its pending cursors read with their effective positions."""
+        self.lock_watcher_targets(watcher)
+        return self.pending_cursors_held_by(watcher)
+
+    def lock_watcher_targets(self, watcher: str) -> None:
+        """Lock the heads of the targets ``watcher`` holds cursors on (the backend's own)."""
+        raise NotImplementedError
 
     def _put_cursor_rows(self, upserts: list[tuple[Any, ...]]) -> None:
         """Several cursor upserts (a backend may send them as one statement)."""

@@ -292,14 +292,36 @@ def test_one_event_in_a_callers_transaction_learns_its_transaction_id_from_its_a
         assert trips[:2] == [["BEGIN"], ["SAVEPOINT sp1"]] and "pg_current_xact_id()" in trips[2][0], trips
         assert trips[5] == ["RELEASE sp1"], trips
         assert trips[-1][0].startswith("NOTIFY"), trips  # NOTIFY ...; COMMIT: one message
+        with gw.store.trace_round_trips() as watched:
+            gw.watch(KEYS[1], KEYS[0])  # writes a cursor, appends nothing, reads nothing back
+        txid_read = [i for i, trip in enumerate(watched) if any("pg_current_xact_id_if_assigned" in s for s in trip)]
+        assert txid_read == [len(watched) - 2], watched
+        assert watched[-1][-1].startswith("NOTIFY "), watched  # NOTIFY ...; COMMIT (traced to its first quote)
+    finally:
+        gw.close()
+
+
+def test_a_drain_is_two_round_trips_and_learns_its_transaction_id_from_its_read(pg_url):
+    """Issue 49: BEGIN with the drain's lock-and-read function (its rows carry the
+    transaction's id, R29), then one message: the acknowledgement, the commit witness,
+    NOTIFY and COMMIT (traced up to its first quote)."""
+    gw = Gateway.open(pg_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
+    try:
+        for key in KEYS:
+            gw.create_session(key)
+        gw.watch(KEYS[0], KEYS[1])
+        seeded = gw.store.head(KEYS[1], "a")
+        assert seeded is not None and gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x")
         with gw.store.trace_round_trips() as drained:
-            gw.drain_system_events(KEYS[0])  # writes a cursor, appends nothing
-        txid_read = [i for i, trip in enumerate(drained) if any("pg_current_xact_id_if_assigned" in s for s in trip)]
-        # The last round trip is the drain's commit witness, NOTIFY ...; COMMIT: one message
-        # (traced up to its first quote).
-        last = drained[-1][-1]
-        assert txid_read == [len(drained) - 2] and last.startswith(f"INSERT INTO {WITNESS_TABLE} "), drained
-        assert last.endswith("; NOTIFY "), drained
+            assert gw.drain_system_events(KEYS[0]) == [notice_text(KEYS[1], seeded.last_sequence)]
+        assert len(drained) == 2 and all(len(trip) == 1 for trip in drained), drained
+        assert drained[0][0].startswith("BEGIN; SELECT * FROM sessionstate_drain_read_"), drained
+        assert drained[1][0].startswith("INSERT INTO session_watch_cursors "), drained
+        assert not any("pg_current_xact_id_if_assigned" in s for trip in drained for s in trip), drained
+        assert gw.drain_system_events(KEYS[0]) == []
+        head = gw.store.head(KEYS[1], "a")
+        assert head is not None
+        assert gw.store.cursor(KEYS[0], KEYS[1], "a").positions == (head.last_sequence,) * 3  # acknowledged
     finally:
         gw.close()
 
