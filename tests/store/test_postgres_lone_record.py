@@ -212,3 +212,21 @@ def test_settle_is_unknown_while_the_old_process_cannot_be_ended() -> None:
     outcome = postgres_record.settle(server.connect, "run-1", (123, "start"), "owner", 7, seconds=3,
                                      sleep=lambda s: None, clock=lambda: float(next(clock)))
     assert outcome == (UNKNOWN, None) and server.ended
+
+
+def test_a_failure_at_the_functions_last_statement_rolls_back_the_append_and_the_freezes(gw: Gateway, pg_url: str) -> None:
+    """R9 and R15 inside the one round trip: the witness write (the function's last
+    statement) fails, so the append, the head and the three freezes before it roll back with
+    it; nothing is queued, the record returns ``None``, and the connection records again."""
+    table = commit_outcome.WITNESS_TABLE
+    before = run_beside(pg_url, "SELECT count(*) FROM session_state_events"), cursors(pg_url)
+    run_beside(pg_url, f"ALTER TABLE {table} RENAME TO {table}_away")
+    try:
+        assert gw.record_event(T, "goal_changed", actor_type="human", summary="lost") is None
+    finally:
+        run_beside(pg_url, f"ALTER TABLE {table}_away RENAME TO {table}")
+    assert (run_beside(pg_url, "SELECT count(*) FROM session_state_events"), cursors(pg_url)) == before
+    for watcher in WATCHERS:
+        assert gw.pending_system_events(watcher) == []
+    assert gw.ops.stats["append_failures"] == 1
+    assert gw.record_event(T, "goal_changed", actor_type="human", summary="kept") is not None
