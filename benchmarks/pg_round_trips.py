@@ -1,6 +1,7 @@
 """PostgreSQL's write paths against the floor of one durable insert, through a latency relay.
 
 Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/pg_round_trips.py [--latency MS] [--rounds R]
+     another tree's code: PYTHONPATH=TREE ... (the script's own directory comes first, then TREE)
 
 The floor is bare psycopg on its own autocommit connection doing one
 ``INSERT INTO session_state_events ... RETURNING sequence`` (one round trip, its commit
@@ -12,8 +13,9 @@ included), through the same relay. Against it, in the same run, interleaved samp
 - ``record_freezes_3_main`` / ``record_freezes_3_sub``: ``record_event`` on a target whose
   three caught-up watchers it freezes, main-style (``agent:wN:main``, woken, R12) or
   sub-agent (``agent:main:subagent:wN``, never woken); every watcher drains, untimed, before;
-- ``batch_8`` / ``batch_32``: ``record_events`` of N notifying events on the freezing target
-  (µs per call; per event in the JSON too);
+  the gateway's clock stands still, so main-style watchers are inside their wake window;
+- ``batch_8`` / ``batch_32``: ``record_events`` of N notifying events on the freezing target,
+  its watchers drained (until empty) before (µs per call; per event in the JSON too);
 - ``drain``: ``drain_system_events`` of a watcher owing one notice.
 
 ``--latency MS`` holds every chunk MS milliseconds each way (``pg_batch._relay``: TCP on
@@ -71,8 +73,10 @@ def measure(url: str, rounds: int) -> dict[str, Any]:
             raw.execute(insert, ("agent:main:subagent:floor", NOW, NOW), prepare=True).fetchone()
 
         def drain_all(watchers: tuple[str, ...]) -> None:
+            # Until nothing is left: a drain after several events leaves one follow-up (R8).
             for w in watchers:
-                gw.drain_system_events(w)
+                while gw.drain_system_events(w):
+                    pass
 
         def batch(n: int) -> Callable[[], None]:
             events = [{"session_key": T_MAIN, "kind": KIND, **event} for _ in range(n)]
@@ -86,7 +90,7 @@ def measure(url: str, rounds: int) -> dict[str, Any]:
             "batch_8": (batch(8), lambda: drain_all(MAIN)),
             "batch_32": (batch(32), lambda: drain_all(MAIN)),
             "drain": (lambda: gw.drain_system_events(MAIN[0]),
-                      lambda: (drain_all(MAIN), gw.record_event(T_MAIN, KIND, **event))),
+                      lambda: (drain_all(MAIN), gw.record_event(T_MAIN, KIND, **event))),  # one notice owed
         }
         trips: dict[str, int] = {}
         for name, (run, before) in paths.items():
