@@ -18,7 +18,7 @@ included), through the same relay. Against it, in the same run, interleaved samp
   its watchers drained (until empty) before (µs per call; per event in the JSON too);
 - ``drain``: ``drain_system_events`` of a watcher owing one notice.
 
-``--latency MS`` holds every chunk MS milliseconds each way (``pg_batch._relay``: TCP on
+``--latency MS`` holds every chunk MS milliseconds each way (``latency_relay.relay``: TCP on
 127.0.0.1 to the server's socket); 0 talks to the socket directly. Round trips of each path
 are counted from libpq's trace (``trace_round_trips``). Printed as JSON: median µs per path,
 its ratio to the floor's median, and its round trips.
@@ -36,6 +36,8 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from latency_relay import connect, relay  # noqa: E402  (beside this script)
+
 NOW = 1_800_000_000.0
 MAIN = ("agent:w1:main", "agent:w2:main", "agent:w3:main")
 SUB = ("agent:main:subagent:w1", "agent:main:subagent:w2", "agent:main:subagent:w3")
@@ -43,18 +45,12 @@ T_MAIN, T_SUB, T_STEADY = "agent:main:subagent:tmain", "agent:main:subagent:tsub
 KIND = "human_direct_message"
 
 
-def _raw(url: str) -> Any:
-    from multiproc_latency import _pg_connect
-
-    return _pg_connect(url)
-
-
 def measure(url: str, rounds: int) -> dict[str, Any]:
     from sessionstate import Gateway
 
     gw = Gateway.open(url, clock=lambda: NOW, notify_on_create=False, record_created=False,
                       on_wake=lambda watcher, reason: None)  # the clock stands still: inside a window
-    raw = _raw(url)
+    raw = connect(url)
     try:
         for key in (*MAIN, *SUB, T_MAIN, T_SUB, T_STEADY):
             gw.create_session(key)
@@ -137,11 +133,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     options = parser.parse_args()
     from multiproc_latency import pg_schema
-    from pg_batch import _relay
 
     with pg_schema() as url:
         if options.latency:
-            url = _relay(url, options.latency / 1000)
+            url = relay(url, options.latency / 1000)
         result = measure(url, options.rounds)
     print(json.dumps({"latency_ms_each_way": options.latency, "rounds": options.rounds, **result}, indent=1))
 

@@ -20,6 +20,7 @@ from .contract import (
     Transactions,
     UpstreamLinkTable,
 )
+from .decision_sql import Decisions
 from .factory import BACKENDS, open_store
 from .records import (
     COMPLETED,
@@ -44,6 +45,7 @@ __all__ = [
     "COMPLETED",
     "ChangeFeed",
     "ChangeSet",
+    "Decisions",
     "FAILED",
     "RUNNING",
     "DEFAULT_SYNCHRONOUS",

@@ -3,7 +3,9 @@
 The transition table (``statemachine/table.py``) and the effect data
 (``statemachine/effectdata.py``) are the one source of the protocol; the Python effects and
 the Promela model are compiled from them, and so is the SQL here: nothing below names an
-effect's assignments by hand. A lone record on PostgreSQL decides its caught-up cursors on the
+effect's assignments by hand. The store imports nothing above it, so the table and the
+effects come in as plain data (``Decisions``: the gateway passes the statemachine's own when
+it opens the store, as it passes the notifying kinds). A lone record on PostgreSQL decides its caught-up cursors on the
 server (``postgres_record.py``) with ``fired``'s expressions, so the decision travels in the
 append's round trip; tests hold ``fired`` equal to ``statemachine.fire`` and to the Promela
 inlines on random cursor states.
@@ -15,13 +17,25 @@ state a set of positions is in is derived in SQL from the same equalities as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
-from ..statemachine.effectdata import EFFECT_DATA, EffectSpec, Expr, check
-from ..statemachine.table import CAUGHT_UP, NOTICE_PENDING, PENDING_WITH_MORE, TRANSITIONS, Transition
+__all__ = ["Decisions", "FiredSql", "expression", "fired", "state_condition"]
 
-__all__ = ["FiredSql", "expression", "fired", "state_condition"]
+Expr = Any  # effectdata's grammar: a name, None, ("max", a, b) or ("if_gt", a, b, then, else)
+# The watched states, by the statemachine's names (a test holds them equal to its STATES).
+CAUGHT_UP, NOTICE_PENDING, PENDING_WITH_MORE = "caught_up", "notice_pending", "pending_with_more"
+# R2's two event triggers on a watcher's cursor: the event's actor is that watcher, or not.
+MATERIAL_EVENT, SELF_EVENT = "material_event", "self_event"
+
+
+class Decisions(NamedTuple):
+    """The protocol as the SQL needs it: the transition table's rows (source, trigger,
+    destination, effect) and each effect's spec (``cursor``, ``L``, ``N``, ``M``,
+    ``opened``: ``statemachine.effectdata.EffectSpec``)."""
+
+    transitions: Iterable[tuple[str, str, str, str]]
+    effects: Mapping[str, Any]
 
 
 class FiredSql(NamedTuple):
@@ -66,10 +80,9 @@ def state_condition(state: str, names: Mapping[str, str]) -> str:
 def fired(
     trigger: str,
     names: Mapping[str, str],
+    decisions: Decisions,
     *,
     states: tuple[str, ...] = (CAUGHT_UP, NOTICE_PENDING, PENDING_WITH_MORE),
-    transitions: tuple[Transition, ...] = TRANSITIONS,
-    effects: Mapping[str, EffectSpec] = EFFECT_DATA,
 ) -> FiredSql:
     """``trigger`` fired on a watched pair with positions ``names`` (and sequence ``s``), as
     SQL: one ``CASE`` per output over the pair's derived state, each branch the effect the
@@ -77,15 +90,14 @@ def fired(
     branches to the states the caller's rows can be in (a read of caught-up cursors needs one).
     Only effects that keep or update a cursor can be rendered: the event triggers' kind."""
     branches: dict[str, list[str]] = {"L": [], "N": [], "M": [], "opened": []}
-    by_source = {t.source: t for t in transitions if t.trigger == trigger}
+    by_source = {source: effect for source, trig, _, effect in decisions.transitions if trig == trigger}
     for state in states:
-        transition = by_source.get(state)
-        if transition is None:
+        effect = by_source.get(state)
+        if effect is None:
             continue  # illegal here: every output NULL
-        spec = effects[transition.effect]
-        check(transition.effect, spec)
+        spec = decisions.effects[effect]
         if spec.cursor not in ("keep", "update"):
-            raise ValueError(f"{transition.effect}: a {spec.cursor} effect is not a decision on an existing row")
+            raise ValueError(f"{effect}: a {spec.cursor} effect is not a decision on an existing row")
         when = state_condition(state, names)
         for output in ("L", "N", "M", "opened"):
             branches[output].append(f"WHEN {when} THEN {expression(getattr(spec, output), names)}")

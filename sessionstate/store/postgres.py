@@ -52,7 +52,8 @@ from .postgres_connection import (
     postgres_url,
 )
 from .postgres_batch import BatchPlan
-from .postgres_drain import drain_function_ddl, drain_function_name
+from .decision_sql import Decisions
+from .postgres_drain import DrainReads, drain_function_ddl, drain_function_name
 from .postgres_errors import translate
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .postgres_statements import (
@@ -64,7 +65,6 @@ from .postgres_statements import (
     LOCK_HEADS_SQL,
     PUT_CURSORS_MAX_ROWS,
     PUT_PAIRS_SQL,
-    literal,
     put_cursors_literal,
 )
 from .postgres_trace import traced, traced_round_trips
@@ -84,7 +84,7 @@ __all__ = ["PRUNE_CHUNK_ROWS", "SCHEMES", "PostgresServingTable", "PostgresStore
 PRUNE_CHUNK_ROWS = 250
 
 
-class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
+class PostgresStore(postgres_record.RecordsAlone, DrainReads, PostgresConnected, SqlStore):
     """Durable signal log, heads, cursors and session registry in a PostgreSQL database."""
 
     path = None  # no file behind it
@@ -92,10 +92,13 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
     PRUNE_CHUNK_ROWS = PRUNE_CHUNK_ROWS
 
     def __init__(
-        self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL", create: bool = True
+        self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL", create: bool = True,
+        decisions: Decisions | None = None,
     ) -> None:
         """Connect to the database at ``url``; create the missing tables only when ``create``
-        (without it, a database without them raises ``StorageUnavailable``)."""
+        (without it, a database without them raises ``StorageUnavailable``). With
+        ``decisions`` (the table's, as plain data) a lone record is decided on the server in
+        one round trip (``postgres_record``)."""
         if not isinstance(synchronous, str) or synchronous.upper() not in SYNCHRONOUS_LEVELS:
             raise UnsupportedBackend(f"synchronous must be one of {SYNCHRONOUS_LEVELS}")
         parsed = postgres_url(url)
@@ -116,7 +119,8 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
         self.witness = commit_outcome.CommitWitness()  # R29: read when an id's status is unknown
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
-        self.record_function = postgres_record.function_name()  # the one _create_schema creates
+        self._decisions = decisions
+        self.record_function = None if decisions is None else postgres_record.function_name(decisions)
         self._drain_read = "SELECT * FROM " + drain_function_name(self._sql) + "("
         self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
         self._run = self._execute
@@ -153,7 +157,10 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
             conn.exec_driver_sql(f"SET LOCAL synchronous_commit = {self._synchronous_commit}")
             postgres_schema.prepare(conn, self.where, create=create)
             if conn.exec_driver_sql("SELECT current_setting('transaction_read_only')").scalar() != "on":
-                conn.exec_driver_sql(drain_function_ddl(self._sql))  # its name hashes its body
+                # The one-round-trip functions; each name hashes its body.
+                conn.exec_driver_sql(drain_function_ddl(self._sql))
+                if self._decisions is not None:
+                    conn.exec_driver_sql(postgres_record.function_ddl(self._decisions))
 
     # -- R22: telling other servers ---------------------------------------------------------
 
@@ -447,25 +454,6 @@ class PostgresStore(postgres_record.RecordsAlone, PostgresConnected, SqlStore):
             self._execute(PUT_PAIRS_SQL, [list(column) for column in zip(*upserts)])
         if deletes:
             self._execute_many(self._sql.delete_cursor, deletes)
-
-    def pending_for_drain(self, watcher: str) -> list[CursorRecord]:
-        """The drain's lock and read in one function call (``postgres_drain``), sent with the
-        transaction's ``BEGIN`` when that is still unsent: one round trip."""
-        if not self._depth:
-            return super().pending_for_drain(watcher)
-        call = self._drain_read + literal(watcher) + ")"
-        cur = self._cur
-        if self._begin_unsent:
-            self._begin_unsent = False
-            cur.execute("BEGIN; " + call, None, prepare=False)
-            cur.nextset()  # past BEGIN's result
-        else:
-            cur.execute(call, None, prepare=False)
-        rows = cur.fetchall()
-        if rows:
-            self._txid = str(rows[0][-1])  # R29: the transaction's id, each row's last column
-        self._locked |= {(r[1], r[2]) for r in rows}
-        return [cursor_record(r) for r in rows]
 
     def _write_with_commit(self, upserts: list[tuple[Any, ...]]) -> bool:
         if self._depth != 1:

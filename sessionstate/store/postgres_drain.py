@@ -19,10 +19,13 @@ trips in all.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
-from .statements import PENDING, CoreStatements
+from .postgres_statements import literal
+from .records import CursorRecord
+from .statements import PENDING, CoreStatements, cursor_record
 
-__all__ = ["drain_function_ddl", "drain_function_name"]
+__all__ = ["DrainReads", "drain_function_ddl", "drain_function_name"]
 
 _SIGNATURE = (
     "p_watcher text, OUT watcher varchar, OUT target_key varchar, OUT target_agent varchar, OUT last_seen bigint,"
@@ -74,3 +77,34 @@ def drain_function_ddl(sql: CoreStatements) -> str:
         f"CREATE OR REPLACE FUNCTION {drain_function_name(sql)}({_SIGNATURE})"
         f" RETURNS SETOF record LANGUAGE plpgsql VOLATILE AS $drain${body}$drain$"
     )
+
+
+class DrainReads:
+    """``PostgresStore.pending_for_drain``: the drain's lock and read as one call."""
+
+    _depth: int
+    _begin_unsent: bool
+    _cur: Any
+    _txid: str | None
+    _locked: set[tuple[str, str]]
+    _drain_read: str  # "SELECT * FROM <the function>(" (the store's, by its notifying kinds)
+
+    def pending_for_drain(self, watcher: str) -> list[CursorRecord]:
+        """The drain's lock and read in one function call (``postgres_drain``), sent with the
+        transaction's ``BEGIN`` when that is still unsent: one round trip."""
+        if not self._depth:
+            return super().pending_for_drain(watcher)  # type: ignore[misc]
+        call = self._drain_read + literal(watcher) + ")"
+        cur = self._cur
+        if self._begin_unsent:
+            self._begin_unsent = False
+            cur.execute("BEGIN; " + call, None, prepare=False)
+            cur.nextset()  # past BEGIN's result
+        else:
+            cur.execute(call, None, prepare=False)
+        rows = cur.fetchall()
+        if rows:
+            self._txid = str(rows[0][-1])  # R29: the transaction's id, each row's last column
+        self._locked |= {(r[1], r[2]) for r in rows}
+        return [cursor_record(r) for r in rows]
+

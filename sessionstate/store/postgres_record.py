@@ -33,10 +33,9 @@ from typing import Any
 import psycopg
 
 from ..errors import CommitOutcomeUnknown, StorageError, StorageUnavailable, UnknownSession
-from ..statemachine.table import CAUGHT_UP, MATERIAL_EVENT, SELF_EVENT
 from . import commit_outcome
 from .commit_outcome import ABORTED, COMMITTED, UNKNOWN, WITNESS_TABLE
-from .decision_sql import fired
+from .decision_sql import CAUGHT_UP, MATERIAL_EVENT, SELF_EVENT, Decisions, fired
 from .postgres_errors import translate
 from .postgres_statements import literal
 from .postgres_feed import MAX_PAYLOAD_BYTES, RESYNC_PAYLOAD, encode_changes
@@ -49,18 +48,18 @@ __all__ = ["RecordedAlone", "RecordsAlone", "call_statement", "function_ddl", "f
 _NAMES = {"L": "c.l", "N": "c.n", "M": "c.m", "s": "o_sequence"}
 
 
-def _decision() -> str:
+def _decision(decisions: Decisions) -> str:
     """The new positions and the notice of each caught-up row (R2: the actor's own cursor
     gets ``self_event``, every other ``material_event``), from the table's effect data."""
-    material = fired(MATERIAL_EVENT, _NAMES, states=(CAUGHT_UP,))
-    own = fired(SELF_EVENT, _NAMES, states=(CAUGHT_UP,))
+    material = fired(MATERIAL_EVENT, _NAMES, decisions, states=(CAUGHT_UP,))
+    own = fired(SELF_EVENT, _NAMES, decisions, states=(CAUGHT_UP,))
     return ", ".join(
         f"CASE WHEN c.own THEN {getattr(own, out)} ELSE {getattr(material, out)} END AS n{out.lower()}"
         for out in ("L", "N", "M", "opened")
     )
 
 
-def _body() -> str:
+def _body(decisions: Decisions) -> str:
     return f"""
 BEGIN
     PERFORM 1 FROM session_state_heads WHERE session_key = p_key AND agent_id = p_agent FOR UPDATE;
@@ -80,7 +79,7 @@ BEGIN
                    (p_actor_id IS NOT NULL AND watcher_session_key = p_actor_id) AS own
             FROM session_watch_cursors
             WHERE target_session_key = p_key AND target_agent_id = p_agent AND {CAUGHT_UP_CURSOR}),
-        d AS (SELECT c.w, c.p, c.l, c.n, c.m, {_decision()} FROM c),
+        d AS (SELECT c.w, c.p, c.l, c.n, c.m, {_decision(decisions)} FROM c),
         written AS (
             UPDATE session_watch_cursors x SET last_seen_sequence = d.nl, notified_sequence = d.nn,
                 material_sequence = d.nm, updated_at = p_recorded_at
@@ -107,18 +106,17 @@ _SIGNATURE = (
 )
 
 
-def function_name(body: str | None = None) -> str:
+def function_name(decisions: Decisions) -> str:
     """The function's name: a hash of its signature and body (one per release's effects)."""
-    text = _SIGNATURE + (_body() if body is None else body)
-    return "sessionstate_record_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    return "sessionstate_record_" + hashlib.sha256((_SIGNATURE + _body(decisions)).encode()).hexdigest()[:16]
 
 
-def function_ddl() -> str:
-    """``CREATE OR REPLACE`` of this release's function (run at every writable open, under
-    the schema's advisory lock)."""
-    body = _body()
+def function_ddl(decisions: Decisions) -> str:
+    """``CREATE OR REPLACE`` of the function for ``decisions`` (run at every writable open,
+    under the schema's advisory lock)."""
+    body = _body(decisions)
     return (
-        f"CREATE OR REPLACE FUNCTION {function_name(body)}({_SIGNATURE})"
+        f"CREATE OR REPLACE FUNCTION {function_name(decisions)}({_SIGNATURE})"
         f" LANGUAGE plpgsql VOLATILE AS $record${body}$record$"
     )
 
@@ -225,7 +223,7 @@ class RecordsAlone:
     _resolving_connection: Callable[[], "psycopg.Connection[Any]"]
     _execute: Callable[..., Any]
 
-    record_function: str  # ``function_name()`` when the store opened (``PostgresStore.__init__``)
+    record_function: str | None  # ``function_name(decisions)`` when the store opened with them
 
     def record_alone(self, row: EventRow) -> RecordedAlone | None:
         """One event as its own transaction in one round trip: its sequence and the notices
@@ -233,7 +231,7 @@ class RecordsAlone:
         a transaction, under a transaction observer, with a dedupe key, or an event too large
         for one notification. Raises ``UnknownSession`` (nothing written) and ``StorageError``
         as an append in its own transaction does; a lost answer is settled (R29)."""
-        if row[10] is not None:
+        if row[10] is not None or self.record_function is None:
             return None
         with self.lock:
             if self._depth or self._observers:

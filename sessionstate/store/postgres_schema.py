@@ -28,7 +28,7 @@ from sqlalchemy import Connection, text
 from sqlmodel import SQLModel
 
 from ..errors import SchemaMismatch, SchemaVersionError, StorageUnavailable
-from . import commit_outcome, migrations, postgres_record, schema, tables  # noqa: F401  (tables registers every table module)
+from . import commit_outcome, migrations, schema, tables  # noqa: F401  (tables registers every table module)
 
 log = logging.getLogger("sessionstate")
 
@@ -106,16 +106,14 @@ def prepare(conn: Connection, where: str, *, create: bool) -> None:
 
 
 def _prepare_witnesses(editor: PostgresSchemaEditor) -> None:
-    """R29's commit-witness table: created when missing, its day-old rows deleted, and the
-    lone record's function that writes it (``postgres_record``); none of it on a read-only
-    open (which never writes a witness: its transactions write nothing)."""
+    """R29's commit-witness table: created when missing (with the column a lone record
+    writes, ``postgres_record``), its day-old rows deleted; neither on a read-only open
+    (which never writes a witness: its transactions write nothing)."""
     if editor.execute("SELECT current_setting('transaction_read_only')").scalar() == "on":
         return
     editor.execute(commit_outcome.WITNESS_DDL)  # CREATE TABLE IF NOT EXISTS
     editor.execute(commit_outcome.WITNESS_SEQUENCE_DDL)
     editor.execute(commit_outcome.WITNESS_PRUNE_SQL)
-    # The lone record's one-round-trip function (its name hashes its body: idempotent).
-    editor.execute(postgres_record.function_ddl())
 
 
 def stamped_version(editor: PostgresSchemaEditor) -> int | None:

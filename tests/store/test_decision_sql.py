@@ -34,7 +34,8 @@ from sessionstate.statemachine.table import (
     TRANSITIONS,
     TRIGGERS,
 )
-from sessionstate.store.decision_sql import fired
+from sessionstate.store.decision_sql import Decisions, fired
+from sessionstate.store import decision_sql
 from sessionstate.verify import promela
 from sessionstate.verify.spin import BOUNDS, run_spin, spin_available
 from tests.protocol.spec_tables import transition_rows
@@ -111,7 +112,7 @@ def sql_outcomes(url: str, effects: Mapping[str, EffectSpec] = EFFECT_DATA) -> d
     values = ", ".join(f"({i}, {L}, {N}, {M}, {s})" for i, (L, N, M, s) in enumerate(STATES))
     out: dict[tuple[str, int], Outcome] = {}
     for trigger in DECIDED:
-        sql = fired(trigger, names, effects=effects)
+        sql = fired(trigger, names, Decisions(TRANSITIONS, effects))
         rows = run_beside(url, f"SELECT v.i, {sql.L}, {sql.N}, {sql.M}, {sql.opened}"
                                f" FROM (VALUES {values}) AS v(i, l, n, m, s) ORDER BY v.i")
         for i, L2, N2, M2, opened in rows:
@@ -173,6 +174,15 @@ def test_sql_python_and_promela_decide_alike_and_as_the_spec_on_random_cursor_st
     if spin_available() is not None:
         need_spin()  # skips locally, fails in CI
     assert differences(promela_outcomes(tmp_path), expected) == []
+
+
+def test_the_sqls_state_and_trigger_names_are_the_statemachines() -> None:
+    """The store imports nothing above it, so it names the states and R2's two triggers
+    itself: they must be the statemachine's."""
+    from sessionstate.statemachine import table
+
+    assert (decision_sql.CAUGHT_UP, decision_sql.NOTICE_PENDING, decision_sql.PENDING_WITH_MORE) == table.WATCHED_STATES
+    assert (decision_sql.MATERIAL_EVENT, decision_sql.SELF_EVENT) == (table.MATERIAL_EVENT, table.SELF_EVENT)
 
 
 def test_python_refuses_what_sql_leaves_null() -> None:

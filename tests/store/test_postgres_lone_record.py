@@ -55,7 +55,7 @@ def test_a_lone_record_that_freezes_three_watchers_is_one_round_trip(gw: Gateway
     with gw.store.trace_round_trips() as trips:
         sequence = gw.record_event(T, "goal_changed", actor_type="human", summary="first")
     sent = one_message(trips)
-    assert sent.startswith("BEGIN; SELECT * FROM " + postgres_record.function_name()), sent
+    assert sent.startswith("BEGIN; SELECT * FROM " + gw.store.record_function), sent
     assert sequence is not None
     # freeze: (L, s, s), one notice since L each
     assert cursors(pg_url) == [(w, 0, sequence, sequence) for w in WATCHERS]
@@ -111,7 +111,7 @@ def test_inside_a_callers_transaction_the_record_goes_statement_by_statement(gw:
         with gw.transaction():
             assert gw.record_event(T, "goal_changed", actor_type="human", summary="held") is not None
     sent = [s for trip in trips for s in trip]
-    assert not any(postgres_record.function_name() in s for s in sent), sent
+    assert not any(gw.store.record_function in s for s in sent), sent
     assert len(trips) > 1
 
 
