@@ -49,8 +49,9 @@ from ..services.trace import trace_path
 from ..services.transcripts import Transcripts
 from ..shared.config import normalize_url
 from ..shared.policy import ToolPolicy
-from ..statemachine import NOTIFYING_KINDS
-from ..store import DEFAULT_SYNCHRONOUS, Store, open_store
+from ..statemachine import NOTIFYING_KINDS, TRANSITIONS
+from ..statemachine.effectdata import EFFECT_DATA
+from ..store import DEFAULT_SYNCHRONOUS, Decisions, Store, open_store
 from ..tools.dispatch import allowed_tools as _allowed_tools, call_tool as _call_tool
 
 __all__ = ["Diagnostics", "Gateway", "GatewayObserver", "GatewayToolHost", "OpenOptions", "PUBLIC_NAMES",
@@ -168,7 +169,8 @@ class Gateway:
         if not isinstance(auto_prune, bool):
             raise InvalidArgument("auto_prune must be a boolean")
         store = open_store(
-            normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create
+            normalize_url(url), notifying_kinds=NOTIFYING_KINDS, synchronous=synchronous, create=create,
+            decisions=Decisions(TRANSITIONS, EFFECT_DATA),  # the table's, for a backend that decides in SQL
         )
         try:
             gateway = cls(store, clock=clock, **settings)

@@ -20,6 +20,7 @@ from .contract import (
     Transactions,
     UpstreamLinkTable,
 )
+from .decision_sql import Decisions
 from .factory import BACKENDS, open_store
 from .records import (
     COMPLETED,
@@ -31,6 +32,7 @@ from .records import (
     Head,
     MessageRecord,
     MetaRecord,
+    RecordedAlone,
     RunRecord,
     SessionRecord,
     UpstreamLink,
@@ -43,6 +45,7 @@ __all__ = [
     "COMPLETED",
     "ChangeFeed",
     "ChangeSet",
+    "Decisions",
     "FAILED",
     "RUNNING",
     "DEFAULT_SYNCHRONOUS",
@@ -53,6 +56,7 @@ __all__ = [
     "MessageRecord",
     "MetaRecord",
     "MetadataTable",
+    "RecordedAlone",
     "RunRecord",
     "RunTable",
     "SessionRecord",

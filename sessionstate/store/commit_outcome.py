@@ -65,8 +65,12 @@ STATUS_SQL = "SELECT pg_xact_status(%s::xid8), " + TIMELINE_SQL[len("SELECT "):]
 WITNESS_TABLE = "sessionstate_commit_witness"
 WITNESS_DDL = (
     f"CREATE TABLE IF NOT EXISTS {WITNESS_TABLE}"
-    " (owner text PRIMARY KEY, witnessed bigint NOT NULL, written_at timestamptz NOT NULL DEFAULT now())"
+    " (owner text PRIMARY KEY, witnessed bigint NOT NULL, written_at timestamptz NOT NULL DEFAULT now(),"
+    " sequence bigint)"
 )
+# A lone record's witness also holds the sequence it appended (``postgres_record``): a table
+# an older release created gains the column.
+WITNESS_SEQUENCE_DDL = f"ALTER TABLE {WITNESS_TABLE} ADD COLUMN IF NOT EXISTS sequence bigint"
 # A witness is read within seconds of its write; rows a day old belong to stores long gone.
 WITNESS_PRUNE_SQL = f"DELETE FROM {WITNESS_TABLE} WHERE written_at < now() - interval '1 day'"
 WITNESS_READ_SQL = f"SELECT witnessed FROM {WITNESS_TABLE} WHERE owner = %s"

@@ -59,6 +59,7 @@ from .records import (
     PendingCursor,
     PositionsTuple,
     PruneObserver,
+    RecordedAlone,
     RunRecord,
     SessionRecord,
     UpstreamLink,
@@ -194,6 +195,16 @@ class SignalLog(Protocol):
         ``append_events`` does."""
         ...
 
+    def record_alone(self, row: EventRow) -> RecordedAlone | None:
+        """One event (``append_event``'s arguments) as its own transaction, decided in the
+        database: the table's decision on the target's caught-up cursors runs there, generated
+        from the effect data (``decision_sql``), and the append, the head, the cursors, the
+        change feed's notification and the commit go in one round trip. ``None`` (nothing
+        done) where the backend does not, or not now: inside a transaction, under a
+        transaction observer, with a dedupe key; the caller then decides in Python. Raises
+        ``UnknownSession`` and ``StorageError`` as an append in its own transaction."""
+        ...
+
     def head(self, key: str, agent_id: str) -> Head | None: ...
 
     def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]: ...
@@ -254,6 +265,13 @@ class CursorTable(Protocol):
         after ``lock_watcher_targets``)."""
         ...
 
+    def pending_for_drain(self, watcher: str) -> list[CursorRecord]:
+        """``lock_watcher_targets`` then ``pending_cursors_held_by``, in the caller's
+        transaction: a drain's start. A server backend runs the two as one call, sent with
+        the transaction's ``BEGIN`` (one round trip), the read still starting after the locks
+        are held; a cursor on a target it could not lock is left out."""
+        ...
+
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
         """Cursors with ``key`` as watcher or (key, agent) as target (R14's delete)."""
         ...
@@ -270,16 +288,23 @@ class CursorTable(Protocol):
         target_agent_id: str,
         changes: Sequence[tuple[str, PositionsTuple | None]],
         now: float,
+        *,
+        with_commit: bool = False,
     ) -> None:
         """Upsert the given positions (stamping ``updated_at``) or delete (``None``). A new
-        row is ``explicit`` until ``set_provenance`` says otherwise; an update keeps it."""
+        row is ``explicit`` until ``set_provenance`` says otherwise; an update keeps it.
+        ``with_commit``: as ``put_pair_cursors``' (upserts only)."""
         ...
 
     def put_pair_cursors(
-        self, changes: Sequence[tuple[str, tuple[str, str], PositionsTuple | None]], now: float
+        self, changes: Sequence[tuple[str, tuple[str, str], PositionsTuple | None]], now: float, *,
+        with_commit: bool = False,
     ) -> None:
         """``put_cursors`` for pairs on several targets, ``(watcher, target, positions)``; a
-        pair named twice ends at its last positions. One statement on a server backend."""
+        pair named twice ends at its last positions. One statement on a server backend, which
+        with ``with_commit`` (the caller's last statement before the commit of a transaction
+        it opened itself) may hold it back and send it in the ``COMMIT``'s own message: the
+        transaction reads nothing after it."""
         ...
 
     def has_watchers(self, target_key: str, target_agent_id: str) -> bool:

@@ -17,6 +17,7 @@ from .sqlite import SqliteStore
 
 
 def _open_sqlite(url: str, notifying_kinds: Iterable[str], options: dict[str, Any]) -> Store:
+    options.pop("decisions", None)  # decided in Python: an embedded database has no round trip to save
     return SqliteStore(url, notifying_kinds=notifying_kinds, **options)
 
 
@@ -49,7 +50,9 @@ def url_scheme(url: str) -> str:
 
 
 def open_store(url: str, *, notifying_kinds: Iterable[str], **options: Any) -> Store:
-    """The store for ``url``; ``options`` go to the backend (SQLite: ``synchronous``)."""
+    """The store for ``url``; ``options`` go to the backend (SQLite: ``synchronous``;
+    ``decisions``, the table's as plain data, ``decision_sql.Decisions``: a server backend
+    decides a lone record in SQL with them, SQLite ignores them)."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidDatabaseUrl("the database URL is empty; give a sqlite:/// URL or a file path")
     scheme = url_scheme(url)

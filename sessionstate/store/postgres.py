@@ -24,7 +24,8 @@ gave for free (the ordering argument is written out in spec/notice-protocol.md,
 
 Beside it: ``postgres_statements.py`` (the statements only this backend runs: head locks and
 the ``unnest`` batch forms), ``postgres_trace.py`` (the statements sent, from libpq's trace),
-``postgres_feed.py`` (R22's listening side) and ``postgres_schema.py``.
+``postgres_feed.py`` (R22's listening side), ``postgres_schema.py``, ``postgres_batch.py`` (a
+group commit's append) and ``postgres_record.py`` (a lone record in one round trip).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
 from ..errors import CommitOutcomeUnknown, StorageError, StorageUnavailable, UnknownSession, UnsupportedBackend
-from . import commit_outcome, postgres_schema, tables  # noqa: F401  (tables registers every table module)
+from . import commit_outcome, postgres_record, postgres_schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import POSTGRES
 from .postgres_connection import (
     CONNECT_TIMEOUT_SECONDS,
@@ -50,6 +51,9 @@ from .postgres_connection import (
     PostgresConnection,
     postgres_url,
 )
+from .postgres_batch import BatchPlan
+from .decision_sql import Decisions
+from .postgres_drain import DrainReads, drain_function_ddl, drain_function_name
 from .postgres_errors import translate
 from .postgres_feed import NotifiedEvent, PostgresChangeFeed, channel_for, encode_changes, notify_prefix, notify_statement
 from .postgres_statements import (
@@ -61,6 +65,7 @@ from .postgres_statements import (
     LOCK_HEADS_SQL,
     PUT_CURSORS_MAX_ROWS,
     PUT_PAIRS_SQL,
+    put_cursors_literal,
 )
 from .postgres_trace import traced, traced_round_trips
 from .records import CaughtUpRow, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
@@ -79,7 +84,7 @@ __all__ = ["PRUNE_CHUNK_ROWS", "SCHEMES", "PostgresServingTable", "PostgresStore
 PRUNE_CHUNK_ROWS = 250
 
 
-class PostgresStore(PostgresConnected, SqlStore):
+class PostgresStore(postgres_record.RecordsAlone, DrainReads, PostgresConnected, SqlStore):
     """Durable signal log, heads, cursors and session registry in a PostgreSQL database."""
 
     path = None  # no file behind it
@@ -87,10 +92,13 @@ class PostgresStore(PostgresConnected, SqlStore):
     PRUNE_CHUNK_ROWS = PRUNE_CHUNK_ROWS
 
     def __init__(
-        self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL", create: bool = True
+        self, url: str, *, notifying_kinds: Iterable[str], synchronous: str = "NORMAL", create: bool = True,
+        decisions: Decisions | None = None,
     ) -> None:
         """Connect to the database at ``url``; create the missing tables only when ``create``
-        (without it, a database without them raises ``StorageUnavailable``)."""
+        (without it, a database without them raises ``StorageUnavailable``). With
+        ``decisions`` (the table's, as plain data) a lone record is decided on the server in
+        one round trip (``postgres_record``)."""
         if not isinstance(synchronous, str) or synchronous.upper() not in SYNCHRONOUS_LEVELS:
             raise UnsupportedBackend(f"synchronous must be one of {SYNCHRONOUS_LEVELS}")
         parsed = postgres_url(url)
@@ -111,12 +119,16 @@ class PostgresStore(PostgresConnected, SqlStore):
         self.witness = commit_outcome.CommitWitness()  # R29: read when an id's status is unknown
         self._notifying_kinds = frozenset(notifying_kinds)
         self._sql = CoreStatements(POSTGRES, sorted(self._notifying_kinds))
+        self._decisions = decisions
+        self.record_function = None if decisions is None else postgres_record.function_name(decisions)
+        self._drain_read = "SELECT * FROM " + drain_function_name(self._sql) + "("
         self._put_rows_sql = {n: self._sql.put_cursors(n) for n in range(2, PUT_CURSORS_MAX_ROWS + 1)}
         self._run = self._execute
         self._run_many = self._execute_many
         # R22: what this transaction must tell the other servers, sent with its commit.
         self._changed_watchers: list[str] = []
         self._notified_events: list[NotifiedEvent] = []
+        self._with_commit: list[str] = []  # a transaction's last writes, sent with its COMMIT
         # R29: how the commits whose answer was lost were resolved (diagnostics, tests).
         self.commit_resolutions = dict.fromkeys(commit_outcome.OUTCOMES, 0)
         try:
@@ -144,6 +156,11 @@ class PostgresStore(PostgresConnected, SqlStore):
             # The schema's commit is as durable as the store's (a server may default to off).
             conn.exec_driver_sql(f"SET LOCAL synchronous_commit = {self._synchronous_commit}")
             postgres_schema.prepare(conn, self.where, create=create)
+            if conn.exec_driver_sql("SELECT current_setting('transaction_read_only')").scalar() != "on":
+                # The one-round-trip functions; each name hashes its body.
+                conn.exec_driver_sql(drain_function_ddl(self._sql))
+                if self._decisions is not None:
+                    conn.exec_driver_sql(postgres_record.function_ddl(self._decisions))
 
     # -- R22: telling other servers ---------------------------------------------------------
 
@@ -212,8 +229,10 @@ class PostgresStore(PostgresConnected, SqlStore):
                 raise translate(exc) from exc  # before COMMIT: the server rolls it back
         began_on, appended, self._appended_rows = self._timeline, self._appended_rows, []
         witness = self.witness.statement(txid)
+        writes, self._with_commit = self._with_commit, []
         try:
-            self._control(witness + self._take_notifications() + "COMMIT", committing=True)
+            self._control("".join(w + "; " for w in writes) + witness + self._take_notifications() + "COMMIT",
+                          committing=True)
         except CommitOutcomeUnknown:
             outcome = commit_outcome.settle(
                 self._resolving_connection, txid, began_on, self.witness if witness else None, appended)
@@ -271,6 +290,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         self._after_commit = []
         self._locked.clear()
         self._changed_watchers, self._notified_events = [], []
+        self._with_commit = []
 
     # -- the signal log ---------------------------------------------------------------------
 
@@ -323,7 +343,7 @@ class PostgresStore(PostgresConnected, SqlStore):
         if len(rows) < 2:  # the lone append locks its head itself
             appended = [self._append(row) for row in rows]
             return appended, self.caught_up_watchers_of(list(dict.fromkeys(watched))) if watched else {}
-        plan = _BatchPlan(rows)
+        plan = BatchPlan(rows)
         wanted = sorted({(r[0], r[1]) for r in rows} - self._locked)
         watched = list(dict.fromkeys(watched))
         lock, read = self._pg.cursor(), self._pg.cursor()
@@ -419,15 +439,27 @@ class PostgresStore(PostgresConnected, SqlStore):
         keys, agents = [t[0] for t in targets], [t[1] for t in targets]
         return caught_up_rows_by_target(self._execute(CAUGHT_UP_OF_SQL, (keys, agents)).fetchall())
 
-    def put_pair_cursors(self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float) -> None:
-        """The upserts in one statement (``PUT_PAIRS_SQL``), whatever their number."""
+    def put_pair_cursors(
+        self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float, *, with_commit: bool = False
+    ) -> None:
+        """The upserts in one statement (``PUT_PAIRS_SQL``), whatever their number; with
+        ``with_commit`` in the outermost transaction, that statement goes in the ``COMMIT``'s
+        own message (a batch's last write: one round trip fewer)."""
         upserts, deletes = last_changes(changes, now)
+        if with_commit and upserts and not deletes and self._write_with_commit(upserts):
+            return
         if len(upserts) == 1:
             self._execute(self._sql.put_cursor, upserts[0])
         elif upserts:
             self._execute(PUT_PAIRS_SQL, [list(column) for column in zip(*upserts)])
         if deletes:
             self._execute_many(self._sql.delete_cursor, deletes)
+
+    def _write_with_commit(self, upserts: list[tuple[Any, ...]]) -> bool:
+        if self._depth != 1:
+            return False
+        self._with_commit.append(put_cursors_literal(upserts))
+        return True
 
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock, in key order, the heads of every target ``watcher`` holds a cursor on (a drain
@@ -537,54 +569,6 @@ class PostgresStore(PostgresConnected, SqlStore):
             (),
         )
         return "ok" if not above else f"{above} event(s) above their session's head or without one"
-
-
-class _BatchPlan:
-    """The rows ``APPEND_MANY_SQL`` is sent (a dedupe key repeated in the batch goes once, as
-    its first row) and how its answer maps back onto the batch's rows."""
-
-    __slots__ = ("rows", "sent", "sent_from", "sent_index", "columns")
-
-    def __init__(self, rows: Sequence[EventRow]) -> None:
-        self.rows = rows
-        first_of: dict[str, int] = {}  # a dedupe key's first row in the batch
-        self.sent: list[EventRow] = []
-        self.sent_from: list[int] = []  # the position in ``rows`` of each row sent
-        self.sent_index: list[int] = []  # each row's index into ``sent`` (a repeated key: its first's)
-        for position, row in enumerate(rows):
-            dedupe_key = row[10]
-            if dedupe_key is not None and dedupe_key in first_of:
-                self.sent_index.append(first_of[dedupe_key])
-                continue
-            if dedupe_key is not None:
-                first_of[dedupe_key] = len(self.sent)
-            self.sent_index.append(len(self.sent))
-            self.sent_from.append(position)
-            self.sent.append(row)
-        self.columns = [list(column) for column in zip(*self.sent)]
-
-    def outcome(
-        self,
-        answer: Sequence[tuple[Any, ...]],
-        winner: Callable[[EventRow], int],
-        appended: Callable[[EventRow, int], tuple[int, bool]],
-    ) -> list[tuple[int, bool]]:
-        """``(sequence, inserted)`` per row from the statement's answer (``winner``: the
-        sequence of a dedupe key another session committed meanwhile)."""
-        outcome: dict[int, tuple[int, bool]] = {}
-        for ord_, sequence, inserted, new, _txid in answer:
-            if new and not inserted:  # its dedupe key was committed meanwhile on another session
-                sequence = winner(self.sent[ord_ - 1])
-            outcome[int(ord_) - 1] = (int(sequence), bool(inserted))
-        results: list[tuple[int, bool]] = []
-        for position, index in enumerate(self.sent_index):
-            sequence, inserted = outcome[index]
-            row = self.rows[position]
-            if inserted and self.sent_from[index] == position:
-                results.append(appended(row, sequence))
-            else:  # found by its dedupe key (in the log, or earlier in this batch)
-                results.append((sequence, False))
-        return results
 
 
 class PostgresServingTable(SqlServingTable):

@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from ..errors import InvalidDatabaseUrl, StorageUnavailable, UnsupportedBackend
 from . import commit_outcome
 from .postgres_errors import translate
+from .postgres_record import BACKEND_SQL
 
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
@@ -81,6 +82,10 @@ class PostgresConnected:
         # R29: the timeline this connection's transactions begin on (once per connection).
         row = pg.execute(commit_outcome.TIMELINE_SQL).fetchone()
         self._timeline: str | None = row[0] if row else None
+        # R29: this connection's server process (pid, start), which a lost lone record's
+        # resolution ends if it still runs (``postgres_record.settle``).
+        row = pg.execute(BACKEND_SQL).fetchone()
+        self._backend: tuple[int, str] | None = (int(row[0]), str(row[1])) if row and row[1] else None
 
     def _reconnect_if_broken(self) -> None:
         if not (self._pg.broken or self._pg.closed):

@@ -106,11 +106,13 @@ def prepare(conn: Connection, where: str, *, create: bool) -> None:
 
 
 def _prepare_witnesses(editor: PostgresSchemaEditor) -> None:
-    """R29's commit-witness table: created when missing, its day-old rows deleted; neither on
-    a read-only open (which never writes a witness: its transactions write nothing)."""
+    """R29's commit-witness table: created when missing (with the column a lone record
+    writes, ``postgres_record``), its day-old rows deleted; neither on a read-only open
+    (which never writes a witness: its transactions write nothing)."""
     if editor.execute("SELECT current_setting('transaction_read_only')").scalar() == "on":
         return
     editor.execute(commit_outcome.WITNESS_DDL)  # CREATE TABLE IF NOT EXISTS
+    editor.execute(commit_outcome.WITNESS_SEQUENCE_DDL)
     editor.execute(commit_outcome.WITNESS_PRUNE_SQL)
 
 

@@ -5,6 +5,8 @@ cursor upserts in one round trip each. The statements both backends share are in
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from .statements import CAUGHT_UP_CURSOR, EVENT_COLUMNS, PUT_CURSOR
 
 LOCK_HEAD_SQL = (
@@ -94,3 +96,24 @@ APPEND_MANY_SQL = (
 # once per row count: three rows take ~100 µs that way against ~145 µs through executemany's
 # pipeline. A larger freeze (rare) uses executemany, so the statement texts stay few.
 PUT_CURSORS_MAX_ROWS = 16
+
+
+def literal(value: Any) -> str:
+    """A value as an SQL literal, for the statements that travel inside a simple-query message
+    (the connection sets ``standard_conforming_strings``; text holds no NUL on PostgreSQL)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) + "::float8"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def put_cursors_literal(upserts: Sequence[Sequence[Any]]) -> str:
+    """The cursor upsert of ``upserts`` (distinct pairs) as one literal statement: what a
+    transaction sends in its ``COMMIT``'s message when the write is its last statement."""
+    rows = ", ".join("(" + ", ".join(map(literal, row)) + ")" for row in upserts)
+    return PUT_CURSOR.format(rows="VALUES " + rows)

@@ -36,6 +36,14 @@ class VacuumReport(NamedTuple):
     detail: str
 
 
+class RecordedAlone(NamedTuple):
+    """A lone record the database decided (``Store.record_alone``): its sequence, and per
+    notice its decision opened the watcher, the ``changesSince`` and the pair's provenance."""
+
+    sequence: int
+    notices: list[tuple[str, int, str]]
+
+
 class CursorRecord(NamedTuple):
     watcher: str
     target_key: str

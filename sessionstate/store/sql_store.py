@@ -23,7 +23,17 @@ from typing import Any
 
 from ..errors import StorageError
 from .contract import TransactionObserver
-from .records import CaughtUpRow, CursorRecord, EventRecord, EventRow, Head, PositionsTuple, PruneObserver, SessionRecord
+from .records import (
+    CaughtUpRow,
+    CursorRecord,
+    EventRecord,
+    EventRow,
+    Head,
+    PositionsTuple,
+    PruneObserver,
+    RecordedAlone,
+    SessionRecord,
+)
 from .statements import (
     BEHIND,
     EVERY,
@@ -200,6 +210,11 @@ class SqlStore:
         appended = self.append_events(rows)
         return appended, self.caught_up_watchers_of(list(dict.fromkeys(watched))) if watched else {}
 
+    def record_alone(self, row: EventRow) -> "RecordedAlone | None":
+        """A lone record decided in the database in one round trip (contract ``SignalLog``):
+        ``None`` here, where a statement costs no round trip; the caller decides in Python."""
+        return None
+
     def _append(self, row: EventRow) -> tuple[int, bool]:
         """``append_event`` for one row: the backend's own."""
         raise NotImplementedError
@@ -298,13 +313,18 @@ class SqlStore:
         target_agent_id: str,
         changes: Sequence[tuple[str, PositionsTuple | None]],
         now: float,
+        *,
+        with_commit: bool = False,
     ) -> None:
-        """Write new positions (insert or update) or delete (``None``) for watchers of a target."""
+        """Write new positions (insert or update) or delete (``None``) for watchers of a
+        target; ``with_commit`` as ``put_pair_cursors``'."""
         upserts = [
             (watcher, target_key, target_agent_id, p[0], p[1], p[2], now)
             for watcher, p in changes
             if p is not None
         ]
+        if with_commit and upserts and len(upserts) == len(changes) and self._write_with_commit(upserts):
+            return
         if len(upserts) == 1:
             self._run(self._sql.put_cursor, upserts[0])
         elif upserts:
@@ -313,16 +333,31 @@ class SqlStore:
             self._run_many(self._sql.delete_cursor, [(w, target_key, target_agent_id) for w, p in changes if p is None])
 
     def put_pair_cursors(
-        self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float
+        self, changes: Sequence[tuple[str, Target, PositionsTuple | None]], now: float, *, with_commit: bool = False
     ) -> None:
         """``put_cursors`` for pairs of several targets: ``(watcher, target, positions)``, a
-        pair named twice ends at its last positions. Here the rows one after the other (no
-        round trip to save)."""
+        pair named twice ends at its last positions. Here the rows one after the other, at
+        once whatever ``with_commit`` says (no round trip to save)."""
         upserts, deletes = last_changes(changes, now)
         if upserts:
             self._run_many(self._sql.put_cursor, upserts)
         if deletes:
             self._run_many(self._sql.delete_cursor, deletes)
+
+    def _write_with_commit(self, upserts: list[tuple[Any, ...]]) -> bool:
+        """Hold ``upserts`` back for the outermost ``COMMIT``'s own message; ``False`` (write
+        them now) where a statement costs no round trip, or not in the outermost level."""
+        return False
+
+    def pending_for_drain(self, watcher: str) -> list[CursorRecord]:
+        """A drain's start (contract ``CursorTable``): the heads of the watcher's targets
+        locked, then its pending cursors read with their effective positions."""
+        self.lock_watcher_targets(watcher)
+        return self.pending_cursors_held_by(watcher)
+
+    def lock_watcher_targets(self, watcher: str) -> None:
+        """Lock the heads of the targets ``watcher`` holds cursors on (the backend's own)."""
+        raise NotImplementedError
 
     def _put_cursor_rows(self, upserts: list[tuple[Any, ...]]) -> None:
         """Several cursor upserts (a backend may send them as one statement)."""

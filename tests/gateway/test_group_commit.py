@@ -195,7 +195,7 @@ def test_a_storage_failure_in_the_batchs_decisions_fails_its_callers_and_changes
     ``append_and_read``) and one cursor write: every caller of the batch gets None, nothing
     is written, queued or woken."""
 
-    def full(*args: Any) -> Any:
+    def full(*args: Any, **kwargs: Any) -> Any:
         raise StorageFull("disk full (injected)")
 
     monkeypatch.setattr(gw.store, failing, full)

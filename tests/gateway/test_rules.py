@@ -174,11 +174,24 @@ def driver_error(gw):
     return sqlite3.OperationalError("disk I/O error")
 
 
+def broke_alone(gw, monkeypatch) -> None:
+    """A lone record decided in the database (PostgreSQL, ``record_alone``) is one call: its
+    storage failure is that call's, translated as the store translates (SQLite's returns
+    ``None`` and records statement by statement, where the other injections fail it)."""
+
+    def broken_alone(row):
+        raise gw.store.storage_error(driver_error(gw))
+
+    if gw.store.path is None:
+        monkeypatch.setattr(gw.store, "record_alone", broken_alone)
+
+
 def test_r9_failed_commit_queues_nothing(gw, monkeypatch):
     def broken(*args, **kwargs):
         raise driver_error(gw)
 
     monkeypatch.setattr(gw.store, "put_cursors", broken)
+    broke_alone(gw, monkeypatch)
     before = gw.store.dump()
     assert human(gw) is None
     assert gw.store.dump() == before
@@ -318,6 +331,7 @@ def test_r15_storage_failure_is_logged_counted_and_returns_none(gw, monkeypatch,
         raise driver_error(gw)
 
     monkeypatch.setattr(gw.store, "append_event", broken)
+    broke_alone(gw, monkeypatch)
     with caplog.at_level(logging.ERROR, logger="sessionstate"):
         assert human(gw) is None
     assert gw.ops.stats["append_failures"] == 1

@@ -369,20 +369,28 @@ def test_a_drain_whose_id_answers_only_unknown_is_resolved_by_its_witness(
         gw.close()
 
 
-def test_only_a_drain_writes_its_stores_witness_row_and_a_day_old_row_goes_at_the_next_open(proxied) -> None:
+def test_drains_and_lone_records_write_their_stores_witness_row_and_a_day_old_row_goes_at_the_next_open(
+    proxied,
+) -> None:
+    """The witnessed transactions (a drain; a lone record outside a transaction, with the
+    sequence it appended) number themselves in their store's one row; another store's row a
+    day old goes when a store opens."""
     url, direct, proxy = proxied
     table = commit_outcome.WITNESS_TABLE
     Gateway.open(url).close()  # the first open creates the table
     raw(direct, f"INSERT INTO {table} (owner, witnessed, written_at) VALUES"
                 " ('gone', 1, now() - interval '25 hours'), ('recent', 1, now() - interval '23 hours') RETURNING owner")
-    gw = world(url)  # opens (the day-old row goes), creates, watches and records: no drain yet
+    gw = world(url)  # opens (the day-old row goes), creates, watches and records once: no drain yet
     try:
         owner = gw.store.witness.owner  # type: ignore[attr-defined]
-        assert raw(direct, f"SELECT owner FROM {table} ORDER BY owner") == [("recent",)]
+        assert raw(direct, f"SELECT owner FROM {table} WHERE owner <> '{owner}'") == [("recent",)]
+        first = raw(direct, "SELECT max(sequence) FROM session_state_events")[0][0]
+        assert raw(direct, f"SELECT witnessed, sequence FROM {table} WHERE owner = '{owner}'") == [(1, first)]
         assert gw.drain_system_events(W)
-        gw.record_event(T, "human_direct_message", actor_type="human", summary="again")
+        again = gw.record_event(T, "human_direct_message", actor_type="human", summary="again")
+        assert raw(direct, f"SELECT witnessed, sequence FROM {table} WHERE owner = '{owner}'") == [(3, again)]
         assert gw.drain_system_events(W)
-        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(2,)]
+        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(4,)]
         assert raw(direct, f"SELECT count(*) FROM {table}") == [(2,)]
     finally:
         gw.close()
@@ -392,16 +400,17 @@ def test_only_a_drain_writes_its_stores_witness_row_and_a_day_old_row_goes_at_th
 def test_a_record_whose_id_answers_only_unknown_is_resolved_by_its_own_rows(
     proxied, ids_unknown, mode: str, outcome: str
 ) -> None:
-    """A record writes no witness: the rows it appended are looked for instead, by sequence,
-    session and recording time. Found, it returns its sequence; not found, it retries (R15).
-    Either way it is acknowledged once and stored once, and its store's witness row (an
-    earlier drain's number) is not what answered for it."""
+    """A record that goes statement by statement (here: one with a dedupe key, which the
+    lone record's one round trip does not take) writes no witness: the rows it appended are
+    looked for instead, by sequence, session and recording time. Found, it returns its
+    sequence; not found, it retries (R15). Either way it is acknowledged once and stored once,
+    and its store's witness row (an earlier drain's number) is not what answered for it."""
     url, direct, proxy = proxied
     gw = world(url)
     try:
         assert gw.drain_system_events(W)  # the store's witness row now holds the drain's number
         proxy.arm(mode)
-        sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="lost")
+        sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="lost", dedupe_key="lost-1")
         assert proxy.dropped == 1
         assert gw.store.commit_resolutions == resolved_once(outcome)  # type: ignore[attr-defined]
         assert sequence is not None
@@ -453,7 +462,8 @@ def test_a_rolled_back_records_rows_are_not_looked_for_in_the_next_commit(proxie
                 assert gw.record_event(T, "goal_changed", actor_type="human", summary="undone") is not None
                 raise RuntimeError("the caller gives up")
         proxy.arm(AFTER_COMMIT)
-        sequence = gw.record_event(T, "goal_changed", actor_type="human", summary="kept")
+        # A dedupe key: statement by statement, so its own rows (not a witness) resolve it.
+        sequence = gw.record_event(T, "goal_changed", actor_type="human", summary="kept", dedupe_key="kept-1")
         assert proxy.dropped == 1
         assert gw.store.commit_resolutions == {COMMITTED: 1, ABORTED: 0, UNKNOWN: 0}  # type: ignore[attr-defined]
         assert sequence is not None
@@ -541,18 +551,19 @@ def test_after_a_witnessed_drain_rolled_back_the_next_lost_answer_is_resolved_by
     try:
         first = gw.pending_system_events(W)
         proxy.arm(BEFORE_COMMIT)
-        assert gw.drain_system_events(W) == first  # rolled back (number 1), drained again (2)
-        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(2,)]
+        # world's lone record was number 1
+        assert gw.drain_system_events(W) == first  # rolled back (number 2), drained again (3)
+        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(3,)]
         assert gw.record_event(T, "human_direct_message", actor_type="human", summary="later") is not None
         second = gw.pending_system_events(W)
         assert second and second != first
         proxy.arm(AFTER_COMMIT)
-        assert gw.drain_system_events(W) == second  # number 3, committed
+        assert gw.drain_system_events(W) == second  # number 5 (the record was 4), committed
         assert gw.store.commit_resolutions == {COMMITTED: 1, ABORTED: 1, UNKNOWN: 0}  # type: ignore[attr-defined]
         assert proxy.dropped == 2
         assert gw.drain_system_events(W) == []
         # The drain that owed nothing wrote nothing: the row holds the last committed number.
-        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(3,)]
+        assert raw(direct, f"SELECT witnessed FROM {table} WHERE owner = '{owner}'") == [(5,)]
     finally:
         gw.close()
 

@@ -274,35 +274,62 @@ def test_a_batch_of_events_is_one_append_statement_in_two_round_trips(pg_url, co
     assert trips[1] == ["COMMIT"], trips
 
 
-def test_one_event_learns_its_transaction_id_from_its_append(pg_url):
-    """R29 needs the transaction's id before COMMIT; a lone event's append returns it in its
-    own round trip, so no extra read is sent: five round trips of one statement each (BEGIN,
-    the locked append, the caught-up read, the cursor write, NOTIFY + COMMIT; pipelining two
-    statements costs more than the round trip it saves). A transaction that wrote no event
-    still reads it, before COMMIT is sent."""
+def test_one_event_in_a_callers_transaction_learns_its_transaction_id_from_its_append(pg_url):
+    """R29 needs the transaction's id before COMMIT; an event recorded in its caller's
+    transaction (R9: statement by statement, decided in Python) has its append return it in
+    its own round trip, so no extra read is sent: one statement a round trip (BEGIN, the
+    record's savepoint, the locked append, the caught-up read, the cursor write, its release,
+    NOTIFY + COMMIT). A
+    transaction that wrote no event still reads it, before COMMIT is sent. (Outside a
+    transaction a lone event is one round trip: test_postgres_lone_record.py.)"""
     gw = Gateway.open(pg_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
     try:
         for key in KEYS:
             gw.create_session(key)
         gw.watch(KEYS[0], KEYS[1])
         # Once untraced: a statement's first use prepares it in a round trip of its own.
-        assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
+        with gw.transaction():
+            assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
         gw.drain_system_events(KEYS[0])  # caught up again
         with gw.store.trace_round_trips() as trips:
-            assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
+            with gw.transaction():
+                assert gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x") is not None
         sent = [s for trip in trips for s in trip]
         assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent
-        assert [len(trip) for trip in trips] == [1] * 5, trips
-        assert trips[0] == ["BEGIN"] and "pg_current_xact_id()" in trips[1][0], trips
+        assert [len(trip) for trip in trips] == [1] * 7, trips  # the record's own savepoint: two more
+        assert trips[:2] == [["BEGIN"], ["SAVEPOINT sp1"]] and "pg_current_xact_id()" in trips[2][0], trips
+        assert trips[5] == ["RELEASE sp1"], trips
         assert trips[-1][0].startswith("NOTIFY"), trips  # NOTIFY ...; COMMIT: one message
+        with gw.store.trace_round_trips() as watched:
+            gw.watch(KEYS[1], KEYS[0])  # writes a cursor, appends nothing, reads nothing back
+        txid_read = [i for i, trip in enumerate(watched) if any("pg_current_xact_id_if_assigned" in s for s in trip)]
+        assert txid_read == [len(watched) - 2], watched
+        assert watched[-1][-1].startswith("NOTIFY "), watched  # NOTIFY ...; COMMIT (traced to its first quote)
+    finally:
+        gw.close()
+
+
+def test_a_drain_is_two_round_trips_and_learns_its_transaction_id_from_its_read(pg_url):
+    """Issue 49: BEGIN with the drain's lock-and-read function (its rows carry the
+    transaction's id, R29), then one message: the acknowledgement, the commit witness,
+    NOTIFY and COMMIT (traced up to its first quote)."""
+    gw = Gateway.open(pg_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
+    try:
+        for key in KEYS:
+            gw.create_session(key)
+        gw.watch(KEYS[0], KEYS[1])
+        seeded = gw.store.head(KEYS[1], "a")
+        assert seeded is not None and gw.record_event(KEYS[1], "goal_changed", actor_type="human", summary="x")
         with gw.store.trace_round_trips() as drained:
-            gw.drain_system_events(KEYS[0])  # writes a cursor, appends nothing
-        txid_read = [i for i, trip in enumerate(drained) if any("pg_current_xact_id_if_assigned" in s for s in trip)]
-        # The last round trip is the drain's commit witness, NOTIFY ...; COMMIT: one message
-        # (traced up to its first quote).
-        last = drained[-1][-1]
-        assert txid_read == [len(drained) - 2] and last.startswith(f"INSERT INTO {WITNESS_TABLE} "), drained
-        assert last.endswith("; NOTIFY "), drained
+            assert gw.drain_system_events(KEYS[0]) == [notice_text(KEYS[1], seeded.last_sequence)]
+        assert len(drained) == 2 and all(len(trip) == 1 for trip in drained), drained
+        assert drained[0][0].startswith("BEGIN; SELECT * FROM sessionstate_drain_read_"), drained
+        assert drained[1][0].startswith("INSERT INTO session_watch_cursors "), drained
+        assert not any("pg_current_xact_id_if_assigned" in s for trip in drained for s in trip), drained
+        assert gw.drain_system_events(KEYS[0]) == []
+        head = gw.store.head(KEYS[1], "a")
+        assert head is not None
+        assert gw.store.cursor(KEYS[0], KEYS[1], "a").positions == (head.last_sequence,) * 3  # acknowledged
     finally:
         gw.close()
 
@@ -336,11 +363,12 @@ def _notifying_batch_round_trips(url: str, count: int) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("count", [4, 24])
-def test_a_batchs_notice_decisions_are_one_read_and_one_write_in_three_round_trips(pg_url, count):
+def test_a_batchs_notice_decisions_are_one_read_and_one_write_in_two_round_trips(pg_url, count):
     """Issue 25: the caught-up cursors of every target of the batch in one read, every
     cursor change in one write, so a batch's statements do not grow with its notifying
-    events. Issue 35: three round trips whatever the batch, the first pipelined: BEGIN, the
-    head locks, the append and the read; then the write; then NOTIFY + COMMIT."""
+    events. Issue 49: two round trips whatever the batch, the first pipelined (BEGIN, the
+    head locks, the append and the read), the second one message: the write, NOTIFY and
+    COMMIT (the write is the transaction's last statement, so it travels with the commit)."""
     # A statement's first use outside a pipeline prepares it in a round trip of its own, with
     # no statement run (an empty one here): the gateway is new.
     trips = [trip for trip in _notifying_batch_round_trips(pg_url, count) if trip]
@@ -348,9 +376,10 @@ def test_a_batchs_notice_decisions_are_one_read_and_one_write_in_three_round_tri
     reads = [s for s in sent if "FROM session_watch_cursors" in s]
     writes = [s for s in sent if "INSERT INTO session_watch_cursors" in s]
     assert len(reads) == 1 and len(writes) == 1, sent
-    assert len(trips) == 3, trips
+    assert len(trips) == 2, trips
     assert trips[0][0] == "BEGIN" and "FOR UPDATE" in trips[0][1] and trips[0][3] == reads[0], trips
-    assert trips[1] == writes and trips[2][0].startswith("NOTIFY"), trips
+    # One simple query, traced up to its first quote: the write's literal rows, then NOTIFY, COMMIT.
+    assert trips[1] == writes and writes[0].startswith("INSERT INTO session_watch_cursors"), trips
     assert not any("pg_current_xact_id_if_assigned" in s for s in sent), sent
 
 

@@ -64,7 +64,9 @@ class BatchDecisions:
                 self._written[(watcher, target)] = changed
         return notices
 
-    def write(self, now: float) -> None:
-        """Every change of the batch in one write (each pair at its last positions)."""
+    def write(self, now: float, *, last: bool = False) -> None:
+        """Every change of the batch in one write (each pair at its last positions); ``last``:
+        the write ends a transaction the batch opened itself, so a server backend may send it
+        with the ``COMMIT`` (one round trip fewer)."""
         if self._written:
-            self._store.put_pair_cursors([(w, t, p) for (w, t), p in self._written.items()], now)
+            self._store.put_pair_cursors([(w, t, p) for (w, t), p in self._written.items()], now, with_commit=last)

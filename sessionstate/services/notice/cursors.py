@@ -45,10 +45,13 @@ class CursorLifecycle(NoticeRelease):
         load: bool = False,
         delivered: str | None = None,
         provenance: str | None = None,
+        with_commit: bool = False,
     ) -> list[Any]:
         """Fire ``trigger`` on each (watcher, target, positions) and write what changed.
 
-        Must run inside ``store.transaction()``; with ``load`` the positions are read first.
+        Must run inside ``store.transaction()``; with ``load`` the positions are read first;
+        ``with_commit``: these are the last writes of a transaction the caller opened itself
+        (a server backend sends them with its ``COMMIT``).
         """
         steps = []
         changed: list[str] = []
@@ -61,7 +64,7 @@ class CursorLifecycle(NoticeRelease):
                 self.tracer.step(watcher, target, trigger, sequence, positions, step.positions,
                                  step.notice_since, delivered=delivered, provenance=provenance)
             if step.positions != positions:
-                self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now)
+                self.store.put_cursors(target[0], target[1], [(watcher, step.positions)], now, with_commit=with_commit)
                 changed.append(watcher)
             steps.append(step)
         self.store.serving.note_cursor_changes(changed, now)  # R22: for other processes' pumps

@@ -252,11 +252,16 @@ class Recording(Turns):
         list[int | None], list[Notice], list[tuple[SessionRef, str | None]], int
     ]:
         floor = now - OCCURRED_AT_WINDOW
+        if len(events) == 1 and self.tracer is None and events[0].target is not None:
+            alone = self._record_alone(events[0], now, floor)
+            if alone is not None:
+                return alone
         notices: list[Notice] = []
         material: list[tuple[SessionRef, str | None]] = []
         sequences: list[int | None] = []
         inserted_count = 0
         trace = self.tracer
+        own_transaction = not self.store.in_transaction
         with self.store.transaction():
             # Resolved here, so a storage failure while reading is the append's (R15); an
             # unknown session raises UnknownSession and the transaction rolls back.
@@ -293,8 +298,25 @@ class Recording(Turns):
                             notices += batch.decide(self._fire_event, e.target, e.actor_id, sequence, e.kind)
                         material.append((e.target, e.actor_id))
             if batch is not None:
-                batch.write(now)
+                batch.write(now, last=own_transaction)
         return sequences, notices, material, inserted_count
+
+    def _record_alone(self, e: PreparedEvent, now: float, floor: float) -> tuple[
+        list[int | None], list[Notice], list[tuple[SessionRef, str | None]], int
+    ] | None:
+        """A lone event outside any transaction, where the store decides it in the database
+        in one round trip (``Store.record_alone``: the table's decision, generated from the
+        same effect data as ``_fire_event``'s); ``None`` when it does not."""
+        target = e.target
+        assert target is not None  # the caller checked
+        occurred = now if e.occurred_at is None else min(max(e.occurred_at, floor), now)
+        recorded = self.store.record_alone((target[0], target[1], e.kind, e.actor_type, e.actor_id, e.run_id,
+                                            e.summary, e.payload, occurred, now, e.dedupe_key))
+        if recorded is None:
+            return None
+        notices: list[Notice] = [(watcher, target, since, provenance) for watcher, since, provenance in recorded.notices]
+        material = [(target, e.actor_id)] if e.kind in NOTIFYING_KINDS else []
+        return [recorded.sequence], notices, material, 1
 
     def _decide_notices(
         self, target: SessionRef, actor_id: str | None, sequence: int, now: float, kind: str

@@ -78,19 +78,23 @@ class Turns(CursorLifecycle):
         now = self.clock()
         follow_ups: list[Notice] = []
         lines: list[tuple[str, SessionRef | None]] = []
+        own_transaction = not self.store.in_transaction
         try:
             with self.store.transaction():
                 self.store.witness_commit()  # R29: a lost answer is resolved, not left unknown
-                self.store.lock_watcher_targets(session_key)  # then read: see spec section 16
-                # One read for every pending pair, effective positions included (R7): the
-                # acknowledgements fire on them without reading each cursor again.
+                # The targets' heads locked, then one read for every pending pair, effective
+                # positions included (R7; spec section 16): the acknowledgements fire on them
+                # without reading each cursor again.
                 owed = {(r.target_key, r.target_agent_id): r.positions
-                        for r in self.store.pending_cursors_held_by(session_key)}
+                        for r in self.store.pending_for_drain(session_key)}
                 lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
                 for text, target in lines:
                     if target is None:
                         continue
-                    (step,) = self._fire_pairs([(session_key, target, owed[target])], DRAIN, None, now, delivered=text)
+                    # The acks are the transaction's last writes: in a drain of its own they
+                    # may travel with its COMMIT.
+                    (step,) = self._fire_pairs([(session_key, target, owed[target])], DRAIN, None, now, delivered=text,
+                                               with_commit=own_transaction)
                     if step.notice_since is not None:
                         follow_ups.append((session_key, target, step.notice_since, None))
                 texts = [e.text for e in entries]
