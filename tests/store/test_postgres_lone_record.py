@@ -20,7 +20,7 @@ from sessionstate import Gateway, notice_text
 from sessionstate.errors import UnknownSession
 from sessionstate.store import commit_outcome, postgres_record
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN
-from sessionstate.verify.pgproxy import AFTER_COMMIT, CommitDroppingProxy
+from trials.pgproxy import AFTER_COMMIT, CommitDroppingProxy
 from tests.store.second_connection import run_beside
 
 T = "agent:a:target"

@@ -1,6 +1,6 @@
 """PostgreSQL's write paths against the floor of one durable insert, through a latency relay.
 
-Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/pg_round_trips.py [--latency MS] [--rounds R]
+Run: scripts/pg-test-server run ./dev run .venv/bin/python benchmarks/studies/pg_round_trips.py [--latency MS] [--rounds R]
      another tree's code: PYTHONPATH=TREE ... (the script's own directory comes first, then TREE)
 
 The floor is bare psycopg on its own autocommit connection doing one
