@@ -21,14 +21,23 @@ The session graph is the reference's common case: a main session and a sub-agent
   main session's cursor and queues its notice, the rest find the notice already owed;
 - ``record after a drain`` and ``drain``: ``--events // 4`` times, one record that queues a
   fresh notice and the main session's turn that drains it (the notice acknowledged);
-- ``changesSince``: ``--events // 4`` reads of the sub-agent's last 20 events.
+- ``changesSince``: ``--events // 4`` reads of the sub-agent's last 20 events and its version.
+
+Each step is at the level the reference's adapter calls. ``drain``: the reference's queue peek
+and consume and ``acknowledgeSessionStateNotices``; the project's ``drain_system_events``.
+``changesSince``: the reference's ``listSessionStateEventsSince`` (event page, earliest
+sequence, head) and ``getSessionStateVersion``; the project's ``Gateway.session_status`` with
+``changes_since`` (head, event page, earliest sequence), without the tool layer. The whole
+agent-facing call, ``call_tool(main, "session_status", {sessionKey, changesSince})`` (argument
+schema, caller and policy, visibility, the status card), is its own row, ``session_status
+tool call``, on the project's side only: the reference's adapter has no tool-layer op.
 
 The raw floor is ``_support.RawLog`` on a plain ``sqlite3`` connection, with the same graph
 (made by the project's own API, so schema and rows are identical): the insert, the head bump
 and the caught-up read of one event per transaction, timed in this process in the same rounds.
 
 Printed: the median over rounds of each step's microseconds, the reference's time over the
-project's, and the project's record over the raw floor. The records' sequences must be equal in
+project's (for the steps both sides run), and the project's record over the raw floor. The records' sequences must be equal in
 both implementations (the same events); the run fails otherwise.
 """
 
@@ -56,7 +65,8 @@ from sessionstate.conformance.protocol import Adapter  # noqa: E402
 MAIN, CHILD = "agent:a:main", "agent:a:subagent:c1"
 KIND = "human_direct_message"
 START = 1_700_000_000.0
-LABELS = ("record", "record after a drain", "drain", "changesSince")
+LABELS = ("record", "record after a drain", "drain", "changesSince")  # both sides
+TOOL = "session_status tool call"  # the project's side only
 PROJECT, REFERENCE = "sessionstate", "openclaw"
 
 
@@ -76,30 +86,35 @@ def round_steps(events: int) -> list[list[Any]]:
     return steps
 
 
-def read_steps(events: int, head: int) -> list[list[Any]]:
+def read_steps(events: int, head: int, tool: bool) -> list[list[Any]]:
     since = max(0, head - 20)
-    return [["changesSince", {"session": CHILD, "since": since}, "changesSince"]] * max(1, events // 4)
+    steps = [["changesSince", {"session": CHILD, "since": since}, "changesSince"]] * max(1, events // 4)
+    if tool:
+        steps += [["statusTool", {"caller": MAIN, "session": CHILD, "since": since}, TOOL]] * max(1, events // 4)
+    return steps
 
 
 class Side:
     """One implementation behind its adapter, set up with the benchmark's session graph."""
 
-    def __init__(self, name: str, command: list[str]) -> None:
+    def __init__(self, name: str, command: list[str], labels: tuple[str, ...] = LABELS) -> None:
         self.name = name
+        self.labels = labels
         self.adapter = Adapter(command, stderr=subprocess.DEVNULL, timeout=600)
         self.implementation = self.adapter.call("hello")["implementation"]
         self.adapter.call("fresh", now=START)
         self.adapter.call("create", key=MAIN)
         self.adapter.call("spawn", child=CHILD, parent=MAIN, runId="r1")
         self.adapter.call("drain", watcher=MAIN)  # the spawn's own lines, if any, out of the way
-        self.micros: dict[str, list[float]] = {label: [] for label in LABELS}
+        self.micros: dict[str, list[float]] = {label: [] for label in labels}
         self.sequences: list[Any] = []
 
     def run_round(self, events: int) -> None:
         answer = self.adapter.call("bench", steps=round_steps(events))
         sequences = answer["sequences"]
         self.sequences += sequences
-        reads = self.adapter.call("bench", steps=read_steps(events, max(s for s in sequences if s is not None)))
+        head = max(s for s in sequences if s is not None)
+        reads = self.adapter.call("bench", steps=read_steps(events, head, TOOL in self.labels))
         for part in (answer, reads):
             for label, total in part["ns"].items():
                 if label in self.micros:
@@ -132,7 +147,7 @@ class RawFloor:
 
 
 def run(rounds: int, events: int, reference_command: list[str]) -> dict[str, Any]:
-    sides = [Side(PROJECT, project_command()), Side(REFERENCE, reference_command)]
+    sides = [Side(PROJECT, project_command(), (*LABELS, TOOL)), Side(REFERENCE, reference_command)]
     with tempfile.TemporaryDirectory(prefix="sessionstate-side-by-side-") as tmp:
         floor = RawFloor(Path(tmp))
         try:
@@ -145,7 +160,7 @@ def run(rounds: int, events: int, reference_command: list[str]) -> dict[str, Any
             for side in sides:
                 side.close()
     project, reference = sides
-    medians = {side.name: {label: statistics.median(side.micros[label]) for label in LABELS} for side in sides}
+    medians = {side.name: {label: statistics.median(values) for label, values in side.micros.items()} for side in sides}
     return {
         "rounds": rounds, "events": events,
         "implementations": {side.name: side.implementation for side in sides},
@@ -166,6 +181,7 @@ def table(result: dict[str, Any]) -> str:
     for label in LABELS:
         out.append(f"| {label} | {result['micros'][PROJECT][label]:.1f} | {result['micros'][REFERENCE][label]:.1f} "
                    f"| {result['reference_over_project'][label]:.2f} |")
+    out.append(f"| {TOOL} | {result['micros'][PROJECT][TOOL]:.1f} | — | — |")
     out.append(f"\nraw sqlite3 floor, one event per transaction: {result['raw_record_micros']:.1f} µs "
                f"({PROJECT}'s record is {result['project_record_over_raw']:.2f}× it)")
     out.append("same sequences in both: " + ("yes" if result["same_sequences"] else "NO"))

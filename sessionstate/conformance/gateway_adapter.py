@@ -89,12 +89,16 @@ class GatewayAdapter:
         if op == "pending":
             return {"lines": gw.pending_system_events(r["watcher"])}
         if op == "changesSince":
-            status = gw.session_status(r["session"], changes_since=int(r["since"]))
-            changes = status["stateChanges"]
-            return {"stateVersion": status["stateVersion"], "historyGap": changes["historyGap"],
-                    "truncated": changes.get("truncated", False),
-                    "events": [{"sequence": e["sequence"], "kind": e["kind"], "actorType": e["actorType"]}
-                               for e in changes["events"]]}
+            # The gateway's state read (head, event page, earliest, gap): the level of the
+            # reference's listSessionStateEventsSince with getSessionStateVersion.
+            return _changes(gw.session_status(r["session"], changes_since=int(r["since"])))
+        if op == "statusTool":
+            # This project only (the side-by-side's tool row): the agent-facing tool call.
+            answer = gw.call_tool(r["caller"], "session_status", {"sessionKey": r["session"],
+                                                                   "changesSince": int(r["since"])})
+            if answer.get("status") == "error":
+                raise RuntimeError(f"session_status failed: {answer['error']}")
+            return _changes(answer)
         if op == "version":
             return {"stateVersion": gw.ops.state_version(r["session"])}
         if op == "reset":
@@ -118,6 +122,14 @@ class GatewayAdapter:
             woken, self.woken = self.woken, []
             return {"wakes": [list(w) for w in woken]}
         raise ValueError(f"unknown op {op!r}")
+
+
+def _changes(status: dict[str, Any]) -> dict[str, Any]:
+    changes = status["stateChanges"]
+    return {"stateVersion": status["stateVersion"], "historyGap": changes["historyGap"],
+            "truncated": changes.get("truncated", False),
+            "events": [{"sequence": e["sequence"], "kind": e["kind"], "actorType": e["actorType"]}
+                       for e in changes["events"]]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 OPS = ("hello", "create", "spawn", "record", "human", "watch", "drain", "pending", "changesSince", "fresh",
-       "version", "reset", "delete", "prune", "restart", "clock", "wakes", "bench", "bye")
+       "version", "reset", "delete", "prune", "restart", "clock", "wakes", "bench", "statusTool", "bye")
 
 
 class AdapterFailure(Exception):

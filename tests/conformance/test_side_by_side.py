@@ -42,6 +42,16 @@ def test_each_step_is_timed_under_its_label_inside_the_adapter(project: Adapter)
     assert status["stateVersion"] == sequences[-1]
 
 
+def test_the_status_tool_step_answers_what_the_state_read_answers(project: Adapter):
+    sequences = project.call("bench", steps=[RECORD + ["record"]] * 3)["sequences"]
+    since = sequences[0]
+    read = project.call("changesSince", session=CHILD, since=since)
+    assert [e["sequence"] for e in read["events"]] == sequences[1:]
+    assert project.call("statusTool", caller=MAIN, session=CHILD, since=since) == read
+    with pytest.raises(AdapterFailure, match="session_status failed"):
+        project.call("statusTool", caller=MAIN, session="agent:a:nobody", since=0)
+
+
 def test_bench_refuses_what_it_cannot_time_and_the_adapter_goes_on(project: Adapter):
     with pytest.raises(AdapterFailure, match="cannot time"):
         project.call("bench", steps=[["fresh", {"now": 1.0}, "x"]])
@@ -62,8 +72,11 @@ def test_the_side_by_side_benchmark_records_the_same_events_in_both(tmp_path: Pa
     result = json.loads(out.read_text())
     assert result["same_sequences"]
     assert set(result["micros"]) == {"sessionstate", "openclaw"}
+    both = {"record", "record after a drain", "drain", "changesSince"}
+    assert set(result["micros"]["openclaw"]) == both
+    assert set(result["micros"]["sessionstate"]) == both | {"session_status tool call"}
+    assert set(result["reference_over_project"]) == both
     for name, micros in result["micros"].items():
-        assert set(micros) == {"record", "record after a drain", "drain", "changesSince"}, name
         assert all(value > 0 for value in micros.values()), (name, micros)
     assert "openclaw 2026.9.6" in result["implementations"]["openclaw"]
-    assert "| record |" in done.stdout and "same sequences in both: yes" in done.stdout
+    assert "| record |" in done.stdout and "| session_status tool call |" in done.stdout and "same sequences in both: yes" in done.stdout
