@@ -80,7 +80,7 @@ from .store import (
     VacuumReport,
 )
 from .store.contract import ServingTable, TransactionObserver
-from .store.records import PendingCursor
+from .store.records import PendingCursor, RecordedAlone
 
 __version__ = _version("sessionstate")
 
@@ -116,6 +116,7 @@ __all__ = [
     "ProtocolError",
     "ProtocolOptions",
     "QueuedEvent",
+    "RecordedAlone",
     "Registry",
     "Rule",
     "RunCancelled",

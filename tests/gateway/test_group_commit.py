@@ -363,6 +363,14 @@ def test_an_interrupt_in_a_group_commit_answers_every_caller_by_what_was_committ
         return real_append(*row)
 
     monkeypatch.setattr(gw.store, "append_event", append_or_interrupt)
+    real_alone = gw.store.record_alone
+
+    def alone_or_interrupt(row: Any) -> Any:  # a caller run again alone (PostgreSQL: one round trip)
+        if row[6] == "interrupted here":
+            raise Interrupted
+        return real_alone(row)
+
+    monkeypatch.setattr(gw.store, "record_alone", alone_or_interrupt)
     before = gw.ops.state_version(CHILD)
 
     def record(summary: str, key: str = CHILD) -> Callable[[], Any]:

@@ -12,7 +12,7 @@ import pytest
 from sessionstate.verify.trace_check import Violation
 from sessionstate.verify.trace_read import read_trace
 from tests.verify.test_trace_replay import CORRUPTIONS
-from tests.verify.trace_support import read_lines, traced_scenario, write_lines
+from tests.verify.helpers import read_lines, traced_scenario, write_lines
 from trials.nemesis_trace import NemesisTraceChecker
 
 
