@@ -84,6 +84,7 @@ def test_append_failures_are_counted(measured, monkeypatch):
         raise StorageError("disk gone")
 
     monkeypatch.setattr(gw.store, "append_event", refuse)
+    monkeypatch.setattr(gw.store, "record_alone", refuse)  # where the database decides a lone record
     assert human(gw, PEER) is None  # R15: recording is best effort
     metrics = collected(reader)
     assert total(metrics, "sessionstate.append.failures") == 1

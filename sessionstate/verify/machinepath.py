@@ -264,10 +264,14 @@ class SharedMachWorld(MachWorld):
         self.queue.add(notice)  # the outbox: a wake is decided where the notice enters a queue
 
     def _enter(self, process: int, notices: set[Notice]) -> None:
-        """``notices`` enter this process's queue; each new one asks its wake (R12, R26)."""
-        for notice in sorted(notices - self.queues[process]):
+        """``notices`` enter this process's queue; each new one asks its wake (R12, R26) and
+        replaces the text an earlier episode of its pair left there (R5: another process ended
+        that episode before this one's sweep)."""
+        queue = self.queues[process]
+        for notice in sorted(notices - queue):
             self._ask_wake((notice[0], notice[1]))
-        self.queues[process] |= notices
+            queue -= {n for n in queue if (n[0], n[1]) == (notice[0], notice[1])}
+        queue |= notices
 
     def serves(self, process: int, watcher: str) -> bool:
         """R19 as the process sees it (every process's patterns are ``*``)."""
