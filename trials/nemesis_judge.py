@@ -256,11 +256,22 @@ def check_claims(entries: Iterable[dict[str, Any]], durable: Durable, attached: 
     lives (a stalled server that came back took back only what nobody attached since), and
     each live server holds in memory exactly the claims the database gives it."""
     last: dict[str, tuple[str, float]] = {}
+    # Attaches begun after the last answered one and never answered (the worker killed or cut
+    # off between its commit and its answer): each may have committed (R29), so its server may
+    # hold the claim, or, once that server's lease ran out, nobody (R20 released it).
+    unanswered: dict[str, set[str]] = defaultdict(set)
     for entry in sorted(entries, key=lambda e: e["t"]):
-        if entry["op"] == "attach" and "generation" in entry:
-            last[entry["watcher"]] = (entry["server"], entry["t"])
+        if entry["op"] == "attaching":
+            unanswered[entry["watcher"]].add(entry["server"])
+        elif entry["op"] == "attach":
+            unanswered[entry["watcher"]].discard(entry["server"])
+            if "generation" in entry:
+                last[entry["watcher"]] = (entry["server"], entry["t"])
     for watcher, (server, _) in sorted(last.items()):
         holder = durable.claims.get(watcher)
+        perhaps = unanswered.get(watcher, set())
+        if holder in perhaps or (holder is None and any(s not in durable.servers for s in perhaps)):
+            continue
         if server in durable.servers and holder != server:
             verdict.fail("R20", f"{watcher} was last attached by server {server[:8]}, but its claim is held by"
                                 f" {holder[:8] if holder else 'nobody'}")

@@ -111,6 +111,9 @@ class Worker:
     # -- set-up and commands ------------------------------------------------------------------
 
     def attach(self, key: str) -> int:
+        # Written first: a worker killed between the attach's commit and its answer leaves an
+        # attempt the judge must count as perhaps committed.
+        self.history.write("attaching", watcher=key, server=self.server_id)
         generation = self.gw.cluster.attach(key)
         self.history.write("attach", watcher=key, server=self.server_id, generation=generation)
         return generation

@@ -109,3 +109,24 @@ def test_a_claim_that_did_not_stay_with_the_last_attach():
     verdict = Verdict()
     check_claims(attaches, world(claims={W: "s2"}, servers={"s1", "s2"}), {"s1": [], "s2": [W]}, verdict)
     assert verdict.findings == []
+
+
+def test_an_attach_never_answered_may_have_committed():
+    # The short PostgreSQL schedule at seed 1: s1 attached W; a taker s2 began an attach during
+    # s1's stall and was killed before its answer. s2's attach committed, so s1 took back only
+    # what nobody held (R20); s2's lease then ran out and released W: held by nobody.
+    attaches = [entry(1, "attach", watcher=W, server="s1", generation=1),
+                entry(2, "attaching", watcher=W, server="s2")]
+    verdict = Verdict()
+    check_claims(attaches, world(claims={}, servers={"s1"}), {"s1": [], "s2": []}, verdict)
+    assert verdict.findings == []
+    verdict = Verdict()  # s2 still alive and holding it: its attach committed
+    check_claims(attaches, world(claims={W: "s2"}, servers={"s1", "s2"}), {"s1": [], "s2": [W]}, verdict)
+    assert verdict.findings == []
+    verdict = Verdict()  # nobody holds it while s2 still lives: R20 was broken
+    check_claims(attaches, world(claims={}, servers={"s1", "s2"}), {"s1": [], "s2": []}, verdict)
+    assert rules(verdict) == {"R20"}
+    verdict = Verdict()  # an attach answered with an error is not pending: s1 must still hold it
+    answered = attaches + [entry(3, "attach", watcher=W, server="s2", error="StorageUnavailable")]
+    check_claims(answered, world(claims={}, servers={"s1"}), {"s1": [], "s2": []}, verdict)
+    assert rules(verdict) == {"R20"}
