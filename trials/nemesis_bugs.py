@@ -47,8 +47,12 @@ def _stalled_claim() -> None:
             with store.transaction():
                 if not store.serving.heartbeat(self.server_id, now):
                     store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), now)
-                    for key in sorted(self._mine):  # the bug: whoever attached it since
+                    for key in sorted(self._mine | self._lost):  # the bug: whoever attached it since
                         store.serving.claim(key, self.server_id, self._sink.clock())
+                        if key not in self._mine:
+                            store.after_commit(lambda key=key: self._claimed(key))
+                lost = set(self._lost)
+                store.after_commit(lambda: self._lost.difference_update(lost))
                 for dead in store.serving.dead_servers(now - cluster.LEASE_SECONDS):
                     if dead != self.server_id:
                         store.serving.remove_server(dead, self._sink.clock())

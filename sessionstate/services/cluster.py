@@ -71,6 +71,10 @@ class Cluster:
         self.server_id: str | None = None  # set when the pump registers this server
         self.feed: ChangeFeed | None = None  # other connections' commits, from registration on
         self._mine: set[str] = set()
+        # R20: claims a sweep found gone from this server although it never detached them (its
+        # row was removed: a stall past the lease), kept until the next heartbeat: one that
+        # registers anew takes back those nobody holds, whichever ran first when it resumed.
+        self._lost: set[str] = set()
         self._elsewhere: dict[str, str] = {}  # key -> the live server holding its claim
         self._matches: dict[str, bool] = {}
         self.sweeps = 0
@@ -136,6 +140,7 @@ class Cluster:
             raise
         self.server_id, self.feed = server_id, feed
         self._mine.clear()
+        self._lost.clear()
         self.reconcile(list(self._elsewhere))  # notices queued before it knew the claims
 
     def unregister(self) -> None:
@@ -151,6 +156,7 @@ class Cluster:
                 feed.close()
             self.server_id = None
             self._mine.clear()
+            self._lost.clear()
 
     @locked
     def heartbeat(self) -> None:
@@ -166,9 +172,14 @@ class Cluster:
                 store.serving.register_server(self.server_id, os.getpid(), socket.gethostname(), now)
                 # R20: take back only what nobody attached since; a key another server took
                 # stays with it, and the next sweep's refresh stops serving it here.
-                for key in sorted(self._mine):
+                for key in sorted(self._mine | self._lost):
                     if store.serving.claimant(key) is None:
                         store.serving.claim(key, self.server_id, self._sink.clock())
+                        if key not in self._mine:  # as an attach: served once durable
+                            store.after_commit(lambda key=key: self._claimed(key))
+            # Taken back or left with their new holders, or the row was in place: done with.
+            lost = set(self._lost)
+            store.after_commit(lambda: self._lost.difference_update(lost))
             for dead in store.serving.dead_servers(now - LEASE_SECONDS):
                 if dead != self.server_id:
                     log.warning("gateway server %s missed its lease; its sessions are released", dead)
@@ -195,6 +206,7 @@ class Cluster:
 
     def _claimed(self, key: str) -> None:
         self._mine.add(key)
+        self._lost.discard(key)
         self._elsewhere.pop(key, None)
         # R23: a process that starts serving the watcher queues its owed notices as lines that
         # entered now. A line held from an earlier spell (this process had not yet swept the
@@ -218,6 +230,7 @@ class Cluster:
 
     def _unclaimed(self, key: str) -> None:
         self._mine.discard(key)
+        self._lost.discard(key)
         self.reconcile([key])
 
     @locked
@@ -303,17 +316,23 @@ class Cluster:
 
     def _refresh_all_claims(self) -> None:
         claims = self._sink.store.serving.all_claims()
+        self._lost |= {key for key in self._mine if claims.get(key) != self.server_id}
+        self._lost -= {key for key, server in claims.items() if server == self.server_id}
         self._mine = {key for key, server in claims.items() if server == self.server_id}
         self._elsewhere = {key: server for key, server in claims.items() if server != self.server_id}
 
     def _refresh_claim(self, key: str) -> None:
         holder = self._sink.store.serving.claimant(key)
+        if holder is not None and holder[0] == self.server_id:
+            self._mine.add(key)
+            self._elsewhere.pop(key, None)
+            self._lost.discard(key)
+            return
+        if key in self._mine:
+            self._lost.add(key)
         if holder is None:
             self._elsewhere.pop(key, None)
             self._mine.discard(key)
-        elif holder[0] == self.server_id:
-            self._mine.add(key)
-            self._elsewhere.pop(key, None)
         else:
             if key in self._mine:
                 log.info("session %s was attached by server %s (generation %d)", key, holder[0], holder[1])

@@ -374,6 +374,40 @@ def test_a_claim_lost_to_a_dead_declaration_is_dropped_by_the_sweep(path):
         assert a.cluster.attached() == [] and not a.cluster.serves(W)
 
 
+def test_a_server_declared_dead_takes_back_its_claims_even_when_its_sweep_saw_them_released_first(path):
+    # R20: a stalled process resumes wherever its pump stood; a sweep that runs before the
+    # heartbeat stops serving the released claims, and the heartbeat still takes them back.
+    with opened(path, serve=[]) as a, opened(path, serve=[]) as b:
+        a.cluster.attach(W)
+        a.cluster.attach(W2)
+        declare_dead(b, a)
+        b.cluster.attach(W2)  # taken meanwhile: it stays with b
+        a.cluster.sweep()
+        assert a.cluster.attached() == [] and not a.cluster.serves(W)
+        a.cluster.heartbeat()
+        assert a.store.serving.claimant(W) == (server_id(a), 1)
+        assert a.store.serving.claimant(W2) == (server_id(b), 1)
+        assert a.cluster.attached() == [W] and a.cluster.serves(W) and not a.cluster.serves(W2)
+        declare_dead(b, a)  # once taken back, a later removal is a new spell: the same again
+        a.cluster.sweep()
+        a.cluster.heartbeat()
+        assert a.cluster.attached() == [W]
+
+
+def test_a_claim_released_while_its_server_lives_is_not_taken_back_later(path):
+    # Only a removal of this server's row releases its claims without a detach; a heartbeat
+    # that finds the row in place forgets what the sweep saw released.
+    with opened(path, serve=[]) as a, opened(path, serve=[]) as b:
+        a.cluster.attach(W)
+        with b.locked(), b.store.transaction():
+            b.store.serving.unclaim(W, server_id(a), time.time())
+        a.cluster.sweep()
+        a.cluster.heartbeat()
+        declare_dead(b, a)
+        a.cluster.heartbeat()
+        assert a.store.serving.claimant(W) is None and a.cluster.attached() == []
+
+
 def test_a_sweep_says_which_server_took_a_session_this_process_held(path, caplog):
     with opened(path) as a, opened(path) as b:
         a.cluster.attach(W)
