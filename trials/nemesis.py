@@ -5,7 +5,8 @@ PostgreSQL server (``postgres``: restarted under load, reached through ``pgproxy
 primary with a synchronous standby (``pgpair``: the same, plus one failover). A seeded
 schedule (``make_schedule``) injects, overlapping: SIGKILL and restart of a worker, SIGSTOP
 past its lease with another worker attaching its watchers meanwhile then SIGCONT (R20's
-stalled server), a jump of a worker's clock, and on PostgreSQL an immediate server restart, a
+stalled server; stopped between its transactions, or anywhere: on SQLite a process stopped
+inside a write transaction holds every other writer, so nobody can take over), a jump of a worker's clock, and on PostgreSQL an immediate server restart, a
 cut of every connection, a refused reconnection, a COMMIT whose answer is lost (before or
 after the server has it, on a drain's witnessed commit or any other), and a failover.
 
@@ -46,6 +47,8 @@ from .nemesis_world import CHURN_PAIRS, SESSIONS, STABLE_PAIRS, own_watchers, wo
 BACKENDS = ("sqlite", "postgres", "pgpair")
 READY_SECONDS = 180.0  # bounds for a stuck process, not measurements (a stall holds SQLite's lock)
 COMMAND_SECONDS = 60.0
+PROBE_CALM_SECONDS = 2.5  # before R20's probe: a killed worker's restart is done when it starts
+STALL_HOLD_SECONDS = 5.0  # how long a quiet stall waits for its worker's turn between transactions
 HEAL_SLACK = 3.0  # the pump's sweep, a turn's drain and LIV1's second, on a loaded machine
 WITNESS = b"sessionstate_commit_witness"  # in a drain's (or an attach's) COMMIT message (R29)
 FAULTS = {
@@ -61,7 +64,7 @@ class Fault:
     kind: str
     worker: str | None = None
     seconds: float = 0.0  # how long it lasts (down, stalled, refused), or the clock's jump
-    mode: str = ""  # lose-commit: before/after, drain/any
+    mode: str = ""  # lose-commit: before/after, drain/any; stall: quiet (between transactions)/anywhere
 
     def describe(self) -> str:
         who = f" {self.worker}" if self.worker else ""
@@ -101,6 +104,7 @@ class NemesisReport:
     heal_bound: float | None = None
     resolutions: Counter[str] = field(default_factory=Counter)  # R29, from every life's history
     commits_cut: int = 0
+    takeovers: int = 0  # watchers of a stalled worker attached by another meanwhile (R20)
     trace: str = "-"
     findings: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -129,6 +133,7 @@ class NemesisReport:
         rows += [("faults skipped", k, n) for k, n in sorted(self.skipped.items())]
         rows += [("R29 resolutions", k, n) for k, n in sorted(self.resolutions.items())]
         rows += [("totals", "COMMIT answers cut by the proxy", self.commits_cut),
+                 ("totals", "stall takeovers (attached elsewhere)", self.takeovers),
                  ("totals", "acknowledged events", self.acknowledged), ("totals", "lost", self.lost),
                  ("totals", "duplicated", self.duplicated),
                  ("totals", "repeated after an unknown outcome (R29)", self.repeated_after_unknown),
@@ -149,20 +154,24 @@ class NemesisReport:
 
 def make_schedule(seed: int, settings: Settings) -> list[Fault]:
     """The faults of a run, from its seed alone: each kind the backend offers, at least one
-    stall and one kill (and on PostgreSQL a lost drain answer of each cut), then random ones
-    every ~1.5 s (half the lease, when longer); they overlap freely."""
+    kill (and on PostgreSQL a lost drain answer of each cut), random ones every ~1.5 s (half
+    the lease, when longer), overlapping freely, and last R20's probe: a stall between the
+    worker's transactions, after which no worker is killed or stalled any more, so the workers
+    that took its watchers over still live when the run is judged (a stalled server taking
+    back claims attached elsewhere shows as a claim held by the wrong live server)."""
     rng = random.Random(seed)
     names = worker_names(settings.workers)
     kinds = FAULTS[settings.backend]
     stall = settings.lease + 2 * settings.heartbeat + 1.0
     span = max(1.0, settings.seconds - stall - 1.0)  # every fault starts early enough to end in the run
+    calm = max(0.5, span - PROBE_CALM_SECONDS)  # no kill or stall starts later than this
 
     def fault(kind: str, at: float, mode: str | None = None) -> Fault:
         who = rng.choice(names) if kind in ("kill", "stall", "clock") else None
         if kind == "kill":
             return Fault(at, kind, who, rng.uniform(0.2, 2.0))
         if kind == "stall":
-            return Fault(at, kind, who, stall + rng.uniform(0, 1.0))
+            return Fault(at, kind, who, stall + rng.uniform(0, 1.0), mode or rng.choice(("quiet", "anywhere")))
         if kind == "clock":
             return Fault(at, kind, who, rng.choice((-1, 1)) * rng.uniform(0.5, 2 * settings.window))
         if kind == "refuse":
@@ -171,7 +180,7 @@ def make_schedule(seed: int, settings: Settings) -> list[Fault]:
             return Fault(at, kind, None, 0.0, mode or f"{rng.choice(('before', 'after'))} {rng.choice(('drain', 'any'))}")
         return Fault(at, kind)
 
-    schedule = [fault("stall", rng.uniform(0.5, span / 2)), fault("kill", rng.uniform(0.5, span))]
+    schedule = [fault("stall", span, "quiet"), fault("kill", rng.uniform(0.5, calm))]
     if "lose-commit" in kinds:
         schedule += [fault("lose-commit", rng.uniform(0.5, span), "before drain"),
                      fault("lose-commit", rng.uniform(0.5, span), "after drain")]
@@ -179,8 +188,9 @@ def make_schedule(seed: int, settings: Settings) -> list[Fault]:
         schedule.append(Fault(rng.uniform(0.3, 0.7) * span, "failover"))
     gap = max(1.5, settings.lease / 2)  # a stall lasts about twice the lease: keep some time between them
     at = rng.uniform(0.5, 1.5)
+    late = [k for k in kinds if k not in ("kill", "stall")]
     while at < span:
-        schedule.append(fault(rng.choice(kinds), at))
+        schedule.append(fault(rng.choice(kinds if at < calm else late), at))
         at += rng.expovariate(1 / gap)
     return sorted(schedule, key=lambda f: f.at)
 
@@ -536,30 +546,48 @@ class Injector:
         self.cluster.start(name)
 
     def _stall(self, fault: Fault) -> None:
-        """R20: stopped past its lease; another worker attaches its watchers meanwhile."""
+        """R20: stopped past its lease; other workers attach its watchers meanwhile."""
         assert fault.worker is not None
         name = self.cluster.take(fault.worker, "stalled")
         if name is None:
             return self.count(fault, False)
-        others = self.cluster.others_up(name)
-        if not others:
+        if not self.cluster.others_up(name):
             with self.cluster.lock:
                 self.cluster.members[name].state = "up"
             return self.count(fault, False)
         began = time.monotonic()
+        if fault.mode == "quiet" and self.cluster.command(name, f"hold {STALL_HOLD_SECONDS:g}") != "held":
+            with self.lock:  # its turn stayed busy (it waits on a lock itself): stopped where it is
+                self.report.skipped["quiet stall (stopped anywhere)"] += 1
         self.cluster.signal(name, signal.SIGSTOP)
         self.count(fault, True)
         time.sleep(0.3)
-        taker = others[0]
+        ends = began + fault.seconds - 0.5
         for watcher in own_watchers(name, self.settings.workers):
-            answer = self.cluster.command(taker, f"attach {watcher}", seconds=max(1.0, fault.seconds - 0.5))
-            if answer is None or not answer.startswith("ok"):
+            if self._take_over(watcher, name, ends):
+                with self.lock:
+                    self.report.takeovers += 1
+            else:
                 with self.lock:
                     self.report.skipped["stall takeover"] += 1
         time.sleep(max(0.0, fault.seconds - (time.monotonic() - began)))
         self.cluster.signal(name, signal.SIGCONT)
+        self.cluster.command(name, "release")
         with self.cluster.lock:
             self.cluster.members[name].state = "up"
+
+    def _take_over(self, watcher: str, stalled: str, ends: float) -> bool:
+        """Attach ``watcher`` on some other worker that is up, trying the next one (a taker
+        killed, a store that failed the attach) until the stall is about to end."""
+        while (left := ends - time.monotonic()) > 0:
+            for taker in self.cluster.others_up(stalled):
+                answer = self.cluster.command(taker, f"attach {watcher}", seconds=max(0.5, left))
+                if answer is not None and answer.startswith("ok"):
+                    return True
+                if (left := ends - time.monotonic()) <= 0:
+                    return False
+            time.sleep(0.1)
+        return False
 
     def _clock(self, fault: Fault) -> None:
         assert fault.worker is not None
@@ -700,7 +728,8 @@ def _keep(work: Path, keep: Path, report: NemesisReport) -> None:
     summary = {"seed": report.seed, "settings": asdict(report.settings), "ok": report.ok,
                "schedule": [asdict(f) for f in report.schedule], "faults": dict(report.faults),
                "operations": dict(report.operations), "acknowledged": report.acknowledged, "lost": report.lost,
-               "duplicated": report.duplicated, "heal_seconds": report.heal_seconds, "heal_bound": report.heal_bound,
+               "duplicated": report.duplicated, "takeovers": report.takeovers,
+               "heal_seconds": report.heal_seconds, "heal_bound": report.heal_bound,
                "findings": report.findings, "replay": report.replay_command()}
     (keep / "report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
 

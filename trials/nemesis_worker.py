@@ -19,7 +19,9 @@ line, written and flushed before the next call of that client: what was acknowle
 event the change feed reported (R22: only committed events may be reported).
 
 Commands on stdin, one answer line each on stdout: ``attach KEY`` (``ok GENERATION`` or
-``error ...``), ``clock SECONDS``, ``quiesce``, ``state`` (JSON: server id, claims held here),
+``error ...``), ``clock SECONDS``, ``hold SECONDS`` (``held`` once this process's store write turn is
+taken, so no transaction of its own is open when the nemesis stops it; ``busy`` when it could not
+be taken in SECONDS), ``release`` (gives the turn back), ``quiesce``, ``state`` (JSON: server id, claims held here),
 ``stop`` (close and exit 0). ``ready SERVER_ID`` is printed once the gateway is open and its
 own watchers attached. Seeded bugs (``nemesis_bugs``) are applied first from the environment.
 """
@@ -99,6 +101,24 @@ class Worker:
         self.resolved_lock = threading.Lock()
         self.count = 0
         self.count_lock = threading.Lock()
+        self.release = threading.Event()
+
+    def hold(self, seconds: float) -> bool:
+        """Take the store's write turn in a thread of its own until ``release``: a stall that
+        lands between this process's transactions (another process can then take over)."""
+        held = threading.Event()
+        self.release.clear()
+
+        def holder() -> None:
+            if self.gw.store.lock.acquire(timeout=seconds):
+                try:
+                    held.set()
+                    self.release.wait()
+                finally:
+                    self.gw.store.lock.release()
+
+        threading.Thread(target=holder, daemon=True, name="hold").start()
+        return held.wait(seconds + 1.0)
 
     def clock(self) -> float:
         return time.time() + self.offset
@@ -129,6 +149,11 @@ class Worker:
         if verb == "clock":
             self.offset = float(arg)
             self.history.write("clock", offset=self.offset)
+            return "ok"
+        if verb == "hold":
+            return "held" if self.hold(float(arg)) else "busy"
+        if verb == "release":
+            self.release.set()
             return "ok"
         if verb == "quiesce":
             self.quiet.set()

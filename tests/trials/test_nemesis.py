@@ -18,18 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.backends import PG_URL_ENV, SKIP_REASON, need_psycopg, skip_or_fail_without_postgres
-from trials.nemesis import NemesisReport, Settings, make_schedule, run_nemesis
+from trials.nemesis import PROBE_CALM_SECONDS, NemesisReport, Settings, make_schedule, run_nemesis
 from trials.nemesis_bugs import BACKENDS as BUG_BACKENDS
 from trials.pgserver import server_binaries
 
-# Not in the default profile yet: the short schedules still fail now and then on a loaded
-# machine (a PostgreSQL schedule's judge finding, a seeded bug whose stall takeovers all timed
-# out), so they run with SESSIONSTATE_SLOW=1 until they are deterministic enough for CI.
-pytestmark = pytest.mark.slow
-
 SEED = 1  # the fixed CI seed: every short schedule holds a stall, a kill and lost drain answers
-PASSING_SECONDS = 15.0
-BUG_SECONDS = 12.0
+SECONDS = 15.0  # the short schedule's faults; the seeded bugs run the very same schedule
 
 
 def need_backend(backend: str) -> None:
@@ -54,9 +48,10 @@ def run(backend: str, seconds: float, tmp_path: Path, name: str, bug: str | None
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_short_nemesis_schedule_loses_and_repeats_nothing_and_heals_within_its_bound(backend, tmp_path):
-    report = run(backend, PASSING_SECONDS, tmp_path, f"short-{backend}")
+    report = run(backend, SECONDS, tmp_path, f"short-{backend}")
     assert report.ok, report.failure_text()
     assert report.faults["stall"] >= 1 and report.faults["kill"] >= 1, report.table()
+    assert report.takeovers >= 1, report.table()  # R20 was exercised: a stalled worker's watchers moved
     if backend == "postgres":
         assert report.faults["lose-commit"] >= 2 and report.commits_cut >= 1, report.table()
         assert sum(report.resolutions.values()) >= 1, report.table()
@@ -76,24 +71,30 @@ CAUGHT_BY = {"stalled-claim": ("R20",), "guessed-drain": ("INV10", "R20"), "noti
 @pytest.mark.parametrize("bug", sorted(CAUGHT_BY))
 def test_a_seeded_fault_handling_bug_fails_the_short_schedule_with_a_replayable_seed(bug, tmp_path):
     backend = BUG_BACKENDS[bug][0]
-    report = run(backend, BUG_SECONDS, tmp_path, f"bug-{bug}", bug=bug)
+    report = run(backend, SECONDS, tmp_path, f"bug-{bug}", bug=bug)
     assert not report.ok, f"the nemesis missed the seeded bug {bug}:\n{report.table()}"
     rules = {finding.split(":")[0] for finding in report.findings}
     assert rules & set(CAUGHT_BY[bug]), report.failure_text()
     text = report.failure_text()
     assert f"schedule (seed {SEED}):" in text
     assert re.search(rf"replay: ./dev trials --only nemesis --seed {SEED} --nemesis-backend {backend} "
-                     rf"--nemesis-seconds {BUG_SECONDS:g} .* --nemesis-bug {bug}$", text), text
+                     rf"--nemesis-seconds {SECONDS:g} .* --nemesis-bug {bug}$", text), text
 
 
 def test_a_schedule_is_a_function_of_its_seed_and_holds_the_faults_ci_relies_on():
     for backend in ("sqlite", "postgres", "pgpair"):
-        settings = Settings(backend=backend, seconds=PASSING_SECONDS)
+        settings = Settings(backend=backend, seconds=SECONDS)
         first = make_schedule(SEED, settings)
         assert first == make_schedule(SEED, settings)
         kinds = [f.kind for f in first]
         assert "stall" in kinds and "kill" in kinds
         assert all(f.at < settings.seconds for f in first)
+        assert all(f.at + f.seconds <= settings.seconds for f in first if f.kind == "stall")
+        # R20's probe: the last stall, between transactions, with nobody killed or stalled after
+        # its start minus the calm (so its takers live to the verdict)
+        probe = [f for f in first if f.kind in ("kill", "stall")][-1]
+        assert probe.kind == "stall" and probe.mode == "quiet"
+        assert all(f.at <= probe.at - PROBE_CALM_SECONDS for f in first if f.kind in ("kill", "stall") and f != probe)
         if backend != "sqlite":
             modes = {f.mode for f in first if f.kind == "lose-commit"}
             assert {"before drain", "after drain"} <= modes
