@@ -34,6 +34,7 @@ def apply(name: str | None = None) -> str | None:
 
 
 def _stalled_claim() -> None:
+    import functools
     import time
 
     from sessionstate.services import cluster
@@ -50,7 +51,7 @@ def _stalled_claim() -> None:
                     for key in sorted(self._mine | self._lost):  # the bug: whoever attached it since
                         store.serving.claim(key, self.server_id, self._sink.clock())
                         if key not in self._mine:
-                            store.after_commit(lambda key=key: self._claimed(key))
+                            store.after_commit(functools.partial(self._claimed, key))
                 lost = set(self._lost)
                 store.after_commit(lambda: self._lost.difference_update(lost))
                 for dead in store.serving.dead_servers(now - cluster.LEASE_SECONDS):

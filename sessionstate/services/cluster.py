@@ -11,6 +11,7 @@ for the hot path (every notice asks it), with the lock already held.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import os
 import socket
@@ -176,7 +177,7 @@ class Cluster:
                     if store.serving.claimant(key) is None:
                         store.serving.claim(key, self.server_id, self._sink.clock())
                         if key not in self._mine:  # as an attach: served once durable
-                            store.after_commit(lambda key=key: self._claimed(key))
+                            store.after_commit(functools.partial(self._claimed, key))
             # Taken back or left with their new holders, or the row was in place: done with.
             lost = set(self._lost)
             store.after_commit(lambda: self._lost.difference_update(lost))
