@@ -64,7 +64,7 @@ class Fault:
     kind: str
     worker: str | None = None
     seconds: float = 0.0  # how long it lasts (down, stalled, refused), or the clock's jump
-    mode: str = ""  # lose-commit: before/after, drain/any; stall: quiet (between transactions)/anywhere
+    mode: str = ""  # lose-commit: before/after, drain/any; stall: quiet (between transactions)/anywhere/probe
 
     def describe(self) -> str:
         who = f" {self.worker}" if self.worker else ""
@@ -180,7 +180,7 @@ def make_schedule(seed: int, settings: Settings) -> list[Fault]:
             return Fault(at, kind, None, 0.0, mode or f"{rng.choice(('before', 'after'))} {rng.choice(('drain', 'any'))}")
         return Fault(at, kind)
 
-    schedule = [fault("stall", span, "quiet"), fault("kill", rng.uniform(0.5, calm))]
+    schedule = [fault("stall", span, "probe"), fault("kill", rng.uniform(0.5, calm))]
     if "lose-commit" in kinds:
         schedule += [fault("lose-commit", rng.uniform(0.5, span), "before drain"),
                      fault("lose-commit", rng.uniform(0.5, span), "after drain")]
@@ -548,6 +548,10 @@ class Injector:
     def _stall(self, fault: Fault) -> None:
         """R20: stopped past its lease; other workers attach its watchers meanwhile."""
         assert fault.worker is not None
+        if fault.mode == "probe":  # R20's probe waits for the workers killed before it to be back
+            deadline = time.monotonic() + READY_SECONDS
+            while any(m.state != "up" for m in self.cluster.members.values()) and time.monotonic() < deadline:
+                time.sleep(0.1)
         name = self.cluster.take(fault.worker, "stalled")
         if name is None:
             return self.count(fault, False)
@@ -556,7 +560,7 @@ class Injector:
                 self.cluster.members[name].state = "up"
             return self.count(fault, False)
         began = time.monotonic()
-        if fault.mode == "quiet" and self.cluster.command(name, f"hold {STALL_HOLD_SECONDS:g}") != "held":
+        if fault.mode != "anywhere" and self.cluster.command(name, f"hold {STALL_HOLD_SECONDS:g}") != "held":
             with self.lock:  # its turn stayed busy (it waits on a lock itself): stopped where it is
                 self.report.skipped["quiet stall (stopped anywhere)"] += 1
         self.cluster.signal(name, signal.SIGSTOP)

@@ -93,7 +93,7 @@ def test_a_schedule_is_a_function_of_its_seed_and_holds_the_faults_ci_relies_on(
         # R20's probe: the last stall, between transactions, with nobody killed or stalled after
         # its start minus the calm (so its takers live to the verdict)
         probe = [f for f in first if f.kind in ("kill", "stall")][-1]
-        assert probe.kind == "stall" and probe.mode == "quiet"
+        assert probe.kind == "stall" and probe.mode == "probe"
         assert all(f.at <= probe.at - PROBE_CALM_SECONDS for f in first if f.kind in ("kill", "stall") and f != probe)
         if backend != "sqlite":
             modes = {f.mode for f in first if f.kind == "lose-commit"}
