@@ -19,11 +19,11 @@ its own), then one traced call per size. A tree whose store has ``trace_round_tr
 them from libpq's trace; an older tree sends one statement per round trip, so its
 ``trace_statements`` count is its round trips.
 
-``--latency MS`` puts a relay between the children and the server (TCP on 127.0.0.1 to the
-server's socket, in this process) that holds every chunk MS milliseconds each way: a server
-across a network, where a round trip costs more than the work around it. Without it the
-children talk to the server's Unix socket on the same two cores, where a round trip costs
-little more than the CPU on both ends.
+``--latency MS`` puts a relay (``latency_relay.relay``) between the children and the server
+(TCP on 127.0.0.1 to the server's socket, in this process) that holds every chunk MS
+milliseconds each way: a server across a network, where a round trip costs more than the work
+around it. Without it the children talk to the server's Unix socket on the same two cores,
+where a round trip costs little more than the CPU on both ends.
 
 Printed as JSON: per tree and size the median µs per event over all calls, the round trips
 and statements of a batch, and the ratio to the first tree's µs per event.
@@ -108,40 +108,6 @@ def child(url: str) -> None:
         gw.close()
 
 
-def _relay(url: str, delay: float) -> str:
-    """Start the delaying relay (a daemon thread) to the server of ``url``; its URL."""
-    import asyncio
-    import threading
-
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    socket_path = f"{parsed.query['host']}/.s.PGSQL.{parsed.port or 5432}"
-    started: dict[str, int] = {}
-    ready = threading.Event()
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        while data := await reader.read(65536):
-            loop.call_later(delay, writer.write, data)  # equal delays keep the order
-        loop.call_later(delay, writer.close)
-
-    async def serve(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        server_reader, server_writer = await asyncio.open_unix_connection(socket_path)
-        await asyncio.gather(pump(client_reader, server_writer), pump(server_reader, client_writer))
-
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        started["port"] = server.sockets[0].getsockname()[1]
-        ready.set()
-        await server.serve_forever()
-
-    threading.Thread(target=asyncio.run, args=(main(),), daemon=True).start()
-    ready.wait()
-    query = {k: v for k, v in parsed.query.items() if k != "host"}
-    return parsed.set(host="127.0.0.1", port=started["port"], query=query).render_as_string(hide_password=False)
-
-
 def _ask(proc: subprocess.Popen[str], line: str) -> Any:
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(line + "\n")
@@ -178,6 +144,7 @@ def main() -> None:
     rounds, sizes, latency = options.rounds, options.sizes, options.latency
     trees = [str(Path(t).resolve()) for t in options.trees]
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from latency_relay import relay
     from multiproc_latency import pg_schema
 
     samples: dict[tuple[int, int], list[float]] = {(t, n): [] for t in range(len(trees)) for n in sizes}
@@ -185,7 +152,7 @@ def main() -> None:
     with ExitStack() as stack:
         urls = [stack.enter_context(pg_schema()) for _ in trees]
         if latency:
-            urls = [_relay(url, latency / 1000) for url in urls]
+            urls = [relay(url, latency / 1000) for url in urls]
         procs = [_start(tree, url) for tree, url in zip(trees, urls)]
         try:
             for t, proc in enumerate(procs):
