@@ -27,21 +27,14 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, UnknownSession, notice_text
-from tests.gateway.helpers import run_queued
+from tests.gateway.helpers import CHILD, EVENT, MANAGER, PEER, WAIT, open_watched_child, run_queued
 
-MANAGER = "agent:main:main"
-PEER = "agent:main:peer"
-CHILD = "agent:main:subagent:child"
 GHOST = "agent:main:subagent:ghost"
-EVENT = {"actor_type": "human", "summary": "hello"}
-WAIT = 30.0  # only a hang reaches it
 
 
 @pytest.fixture
 def gw(db_url: str) -> Iterator[Gateway]:
-    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
-    gateway.create_session(MANAGER)
-    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
+    gateway = open_watched_child(db_url)
     yield gateway
     gateway.close()
 
@@ -128,8 +121,6 @@ def test_a_watchers_own_event_in_a_batch_leaves_it_to_be_notified_by_the_next_on
     """One batch, two notifying events on CHILD: PEER's own (R2: it notifies MANAGER only, and
     PEER's cursor stays caught up), then a human's, which must still notify PEER (R6: the
     notice names the version PEER last saw). MANAGER's pair already holds its notice (R5)."""
-    gw.create_session(PEER)
-    gw.watch(PEER, CHILD)
     seen = gw.ops.state_version(CHILD)
     assert gw.ops.cursor_positions(MANAGER, CHILD)[:3] == gw.ops.cursor_positions(PEER, CHILD)[:3] == (seen,) * 3
     own, human = gw.record_events([
