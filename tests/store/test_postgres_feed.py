@@ -39,29 +39,11 @@ from sessionstate.store.postgres_feed import (
 )
 from sessionstate.store.records import ChangeSet, PendingCursor
 from tests.backends import admin_connection, postgres_database
-
-W, T = "agent:a:main", "agent:b:main"
-# W's and T's own `created` (R27) are sequences 1 and 2: W's watch of T starts at T's head.
-SEED = 2
-
-
-def populate(url: str) -> str:
-    with Gateway.open(url) as gw:
-        gw.create_session(W)
-        gw.create_session(T)
-        gw.watch(W, T)
-        assert gw.ops.cursor_positions(W, T).last_seen == SEED
-    return url
-
-
-def human(gw: Gateway) -> int:
-    sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="hi")
-    assert sequence is not None
-    return sequence
+from tests.helpers import SEED, T, W, human, populate
 
 
 def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
         server.cluster.register()
         feed = server.cluster.feed
@@ -75,7 +57,7 @@ def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
 
 
 def test_a_rolled_back_transaction_notifies_nothing(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
         server.cluster.register()
         feed = server.cluster.feed
@@ -91,7 +73,7 @@ def test_a_rolled_back_transaction_notifies_nothing(pg_url):
 
 
 def test_a_lost_listening_connection_resynchronises(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server:
         with server.locked():
             server.cluster.register()
@@ -108,9 +90,9 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
 
 
 def test_two_schemas_do_not_hear_each_other(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with postgres_database() as other_url:
-        populate(other_url)
+        populate(other_url, (W,))
         with Gateway.open(url) as server, Gateway.open(other_url, serve=[]) as elsewhere, server.locked():
             server.cluster.register()
             human(elsewhere)
@@ -160,7 +142,7 @@ def test_a_change_too_large_for_one_notification_becomes_a_resync():
 def test_the_pump_heals_a_lost_listening_connection(pg_url):
     import time
 
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, pump=True) as server:
         with admin_connection() as admin:
             admin.execute(
