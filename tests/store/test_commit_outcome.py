@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import parse_qs
 
 import psycopg
@@ -24,11 +23,11 @@ from sqlalchemy.engine import make_url
 from sessionstate import Gateway
 from sessionstate.errors import StorageError, StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import ChangeSet, SessionRecord, commit_outcome
+from sessionstate.store import ChangeSet, SessionRecord, Store, commit_outcome
 from sessionstate.store.commit_outcome import ABORTED, COMMITTED, UNKNOWN, classify
 from sessionstate.store.factory import open_store
 from tests.backends import admin_connection
-from tests.store.helpers import end_backend
+from tests.store.helpers import end_backend, opened_store
 from tests.store.sessions import A
 from trials.pgproxy import AFTER_COMMIT, BEFORE_COMMIT
 
@@ -569,10 +568,10 @@ def test_after_a_witnessed_drain_rolled_back_the_next_lost_answer_is_resolved_by
 
 
 @pytest.fixture
-def store(pg_url: str) -> Iterator[Any]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    yield opened
-    opened.close()
+def store(pg_url: str) -> Iterator[Store]:
+    """A store on the PostgreSQL test database, holding no session."""
+    with opened_store(pg_url) as opened:
+        yield opened
 
 
 def test_a_new_stores_first_transaction_whose_commit_answer_is_lost_is_resolved(proxied, monkeypatch):

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 import pytest
@@ -23,12 +22,12 @@ from sqlalchemy.engine import make_url
 
 from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, open_store, postgres
+from sessionstate.store import SessionRecord, Store, open_store, postgres
 from sessionstate.store.factory import is_postgres_url, url_scheme
 from sessionstate.store.postgres import PostgresStore
 from sessionstate.store.postgres_connection import CONNECT_TIMEOUT_SECONDS
 from tests.backends import admin_connection
-from tests.store.helpers import end_backend
+from tests.store.helpers import end_backend, opened_store
 from tests.store.sessions import A
 
 # -- opening: the URL ------------------------------------------------------------------------
@@ -100,10 +99,10 @@ def test_the_short_postgres_scheme_opens_with_psycopg(pg_url):
 
 
 @pytest.fixture
-def store(pg_url: str) -> Iterator[Any]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    yield opened
-    opened.close()
+def store(pg_url: str) -> Iterator[Store]:
+    """A store on the PostgreSQL test database, holding no session."""
+    with opened_store(pg_url) as opened:
+        yield opened
 
 
 def test_a_statement_the_server_refuses_is_a_storage_error_saying_why(store):

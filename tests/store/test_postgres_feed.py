@@ -40,6 +40,7 @@ from sessionstate.store.postgres_feed import (
 from sessionstate.store.records import ChangeSet, PendingCursor
 from tests.backends import admin_connection, postgres_database
 from tests.helpers import SEED, T, W, human, populate
+from tests.store.helpers import opened_store
 
 
 def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
@@ -165,9 +166,9 @@ TARGET = "agent:a:target"
 
 @pytest.fixture
 def store(pg_url: str) -> Iterator[Store]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    yield opened
-    opened.close()
+    """A store on the PostgreSQL test database, holding no session."""
+    with opened_store(pg_url) as opened:
+        yield opened
 
 
 @pytest.fixture
