@@ -22,12 +22,12 @@ from sqlalchemy.engine import make_url
 
 from sessionstate.errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, UnsupportedBackend
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import SessionRecord, Store, open_store, postgres
+from sessionstate.store import SessionRecord, open_store, postgres
 from sessionstate.store.factory import is_postgres_url, url_scheme
 from sessionstate.store.postgres import PostgresStore
 from sessionstate.store.postgres_connection import CONNECT_TIMEOUT_SECONDS
 from tests.backends import admin_connection
-from tests.store.helpers import end_backend, opened_store
+from tests.store.helpers import end_backend
 from tests.store.sessions import A
 
 # -- opening: the URL ------------------------------------------------------------------------
@@ -98,17 +98,10 @@ def test_the_short_postgres_scheme_opens_with_psycopg(pg_url):
 # -- the connection ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    """A store on the PostgreSQL test database, holding no session."""
-    with opened_store(pg_url) as opened:
-        yield opened
-
-
-def test_a_statement_the_server_refuses_is_a_storage_error_saying_why(store):
+def test_a_statement_the_server_refuses_is_a_storage_error_saying_why(pg_store):
     with pytest.raises(StorageError, match='unrecognized configuration parameter "sessionstate.no_such_setting"'):
-        store.setting("sessionstate.no_such_setting")
-    assert store.setting("standard_conforming_strings") == "on"  # the connection still serves
+        pg_store.setting("sessionstate.no_such_setting")
+    assert pg_store.setting("standard_conforming_strings") == "on"  # the connection still serves
 
 
 def test_a_lost_connection_that_cannot_be_replaced_yet_is_unavailable_then_replaced(proxied):
@@ -222,9 +215,9 @@ FEATURE_READS = {
 
 
 @pytest.mark.parametrize("table", sorted(FEATURE_READS))
-def test_a_feature_tables_read_on_a_lost_connection_is_unavailable_then_reconnects(store, table):
+def test_a_feature_tables_read_on_a_lost_connection_is_unavailable_then_reconnects(pg_store, table):
     with admin_connection() as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
+        admin.execute("SELECT pg_terminate_backend(%s)", (pg_store.backend_pid(),))
     with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable"):
-        FEATURE_READS[table](store)
-    FEATURE_READS[table](store)  # the next statement reconnects
+        FEATURE_READS[table](pg_store)
+    FEATURE_READS[table](pg_store)  # the next statement reconnects
