@@ -90,7 +90,8 @@ def test_the_issue_trace_delivers_each_episode_once_by_the_durable_cursor():
     node, seen = walk(ISSUE_TRACE)
     assert seen == [[]] * len(ISSUE_TRACE)
     # Process 0 never swept after process 1's drain: it still held the first episode's notice
-    # beside the second's; the R21 drain delivered the second only and left nothing queued.
+    # when the second's entered and replaced it (R5); the R21 drain delivered the second and
+    # left nothing queued.
     assert node.mach.queues[0] == set() and node.ref.queue == set()
     assert node.fresh == (False, False)  # neither has swept the other's last commit
     node, messages = step(node, ("sweep", 0))
