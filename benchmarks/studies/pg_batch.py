@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -108,27 +106,6 @@ def child(url: str) -> None:
         gw.close()
 
 
-def _ask(proc: subprocess.Popen[str], line: str) -> Any:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(line + "\n")
-    answer = proc.stdout.readline()
-    if not answer:
-        sys.exit("pg_batch: a child failed")
-    return json.loads(answer)
-
-
-def _start(tree: str, url: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", tree, url],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        env={**os.environ, "PYTHONPATH": tree},
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        sys.exit(f"pg_batch: the child on {tree} did not start")
-    return proc
-
-
 def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["--child"]:
@@ -146,6 +123,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from latency_relay import relay
     from multiproc_latency import pg_schema
+    from tree_children import ask, start
 
     samples: dict[tuple[int, int], list[float]] = {(t, n): [] for t in range(len(trees)) for n in sizes}
     trips: dict[tuple[int, int], dict[str, int]] = {}
@@ -153,18 +131,18 @@ def main() -> None:
         urls = [stack.enter_context(pg_schema()) for _ in trees]
         if latency:
             urls = [relay(url, latency / 1000) for url in urls]
-        procs = [_start(tree, url) for tree, url in zip(trees, urls)]
+        procs = [start("pg_batch", tree, __file__, "--child", tree, url) for tree, url in zip(trees, urls)]
         try:
             for t, proc in enumerate(procs):
                 for n in sizes:
-                    trips[(t, n)] = _ask(proc, f"trace {n}")
+                    trips[(t, n)] = ask("pg_batch", trees[t], proc, f"trace {n}")
             order = list(range(len(trees)))
             shuffle = random.Random(RNG_SEED)
             for round_ in range(rounds + 1):  # the first round warms up
                 for n in sizes:
                     shuffle.shuffle(order)
                     for t in order:
-                        times = _ask(procs[t], str(n))
+                        times = ask("pg_batch", trees[t], procs[t], str(n))
                         if round_:
                             samples[(t, n)].extend(s / n for s in times)
         finally:
