@@ -209,24 +209,20 @@ def test_record_events_refuses_anything_but_a_sequence_by_its_message(gw, events
     assert gw.store.dump() == before
 
 
-def test_record_events_names_the_item_that_is_not_a_mapping(gw):
-    good = dict(session_key=CHILD, kind="goal_changed", **EVENT)
+GOOD = dict(session_key=CHILD, kind="goal_changed", **EVENT)
+
+
+@pytest.mark.parametrize("events, message", [
+    ([GOOD, ["session_key", CHILD]], "events[1] must be a mapping"),
+    ([GOOD, GOOD, dict(GOOD, colour="red")], "events[2]: record_event() got unexpected keyword arguments ['colour']"),
+    ([dict(session_key=CHILD, kind="goal_changed", actor_type="human")],
+     "events[0]: record_event() missing required keyword arguments ['summary']"),
+], ids=["not a mapping", "an unknown argument", "a missing argument"])
+def test_record_events_names_the_item_it_refuses_and_why(gw, events, message):
     before = gw.store.dump()
     with pytest.raises(InvalidArgument) as refused:
-        gw.record_events([good, ["session_key", CHILD]])
-    assert refused.value.message == "events[1] must be a mapping"
-    assert gw.store.dump() == before
-
-
-def test_record_events_names_the_item_with_a_bad_argument_name(gw):
-    good = dict(session_key=CHILD, kind="goal_changed", **EVENT)
-    before = gw.store.dump()
-    with pytest.raises(InvalidArgument) as unknown:
-        gw.record_events([good, good, dict(good, colour="red")])
-    assert unknown.value.message == "events[2]: record_event() got unexpected keyword arguments ['colour']"
-    with pytest.raises(InvalidArgument) as missing:
-        gw.record_events([dict(session_key=CHILD, kind="goal_changed", actor_type="human")])
-    assert missing.value.message == "events[0]: record_event() missing required keyword arguments ['summary']"
+        gw.record_events(events)
+    assert refused.value.message == message
     assert gw.store.dump() == before
 
 
