@@ -167,22 +167,15 @@ def instructions_child(toggle_library: str, events: int, warm_up: int, style: st
 # -- wall ----------------------------------------------------------------------------------------
 
 
-def _start_wall_child(tree: str, url: str, threaded: bool) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", "wall", tree, url, *(["--threaded"] if threaded else [])],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        env={**os.environ, "PYTHONPATH": tree},
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        sys.exit(f"compare wall: the child on {tree} did not start")
-    return proc
-
-
 def _wall_run(trees: list[str], urls: list[str], events: int, threaded: bool) -> list[float]:
     """One run: a child per tree, ``events`` events each in lockstep turns (the first tenth
     warms up); the median per tree, in the order given."""
-    procs = [_start_wall_child(tree, url, threaded) for tree, url in zip(trees, urls)]
+    sys.path.insert(0, str(STUDIES))
+    from tree_children import ask, start
+
+    threading_flag = ["--threaded"] if threaded else []
+    procs = [start("compare wall", tree, __file__, "--child", "wall", tree, url, *threading_flag)
+             for tree, url in zip(trees, urls)]
     samples: list[list[float]] = [[] for _ in trees]
     try:
         rounds = random.Random(RNG_SEED)
@@ -190,12 +183,7 @@ def _wall_run(trees: list[str], urls: list[str], events: int, threaded: bool) ->
         for _ in range(-(-(events + events // 10) // TURN_EVENTS)):
             rounds.shuffle(order)
             for tree, proc, times in order:
-                assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.write("go\n")
-                line = proc.stdout.readline()
-                if not line:
-                    sys.exit(f"compare wall: the child on {tree} failed")
-                times.extend(json.loads(line))
+                times.extend(ask("compare wall", tree, proc, "go"))
     finally:
         for proc in procs:
             assert proc.stdin is not None

@@ -1,5 +1,6 @@
-"""Hypothesis profiles: `ci` (default, fast) and `fuzz` (long, for maintainers); the backend
-fixtures every database test takes (tests/backends.py).
+"""Hypothesis profiles: `ci` (default, fast) and `fuzz` (long, for maintainers); the slow
+profile's tests (marked `slow`), which run only with SESSIONSTATE_SLOW=1; the backend fixtures
+every database test takes (tests/backends.py).
 
 Select with HYPOTHESIS_PROFILE=fuzz ./dev test tests/gateway/test_stateful.py
 """
@@ -29,6 +30,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("SESSIONSTATE_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow profile: set SESSIONSTATE_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(params=backend_params())

@@ -46,32 +46,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from sessionstate.facade.gateway import Gateway
-from . import worker, worker_env
 from .pgpair import StreamingPair
 from .pgproxy import AFTER_COMMIT, CommitDroppingProxy
+from .watched_load import (TARGETS, WATCHER, WORKER_SECONDS, Acknowledged, await_ready, finish, spawn, stop,
+                           wait_caught_up, watch_targets)
 
-WATCHER = "agent:watcher:main"
-TARGETS = ("agent:target-one:main", "agent:target-two:main")
 INJECTED_WATCHER, INJECTED_TARGET = "agent:injected:main", "agent:injected-target:main"
 INJECTED_RECORD = "injected record"  # the summary of the injected record's event
 INJECTIONS = ("drain", "record")  # what the trials inject, in turn
-CATCH_UP_SECONDS = 30.0  # bounds for a stuck process, not measurements
-READY_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class Acknowledged:
-    """One append a writer was given a sequence for."""
-
-    sequence: int
-    target: str
-    summary: str
-    at: float  # time.time() just after the call returned
-
-    @classmethod
-    def parse(cls, line: str) -> "Acknowledged":
-        sequence, target, summary, at = line.split()
-        return cls(int(sequence), target, summary, float(at))
 
 
 @dataclass
@@ -257,42 +239,13 @@ def check_injected(injected: Injected, observed: Observed) -> list[str]:
 # -- the trial --------------------------------------------------------------------------------
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(worker("failover_worker", *args), env=worker_env(),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _await_ready(child: subprocess.Popen[str], url: str) -> None:
-    assert child.stdin is not None and child.stdout is not None
-    child.stdin.write(url + "\n")
-    child.stdin.flush()
-    if child.stdout.readline().strip() != "ready":
-        _, err = child.communicate(timeout=READY_SECONDS)
-        raise RuntimeError(f"a failover worker did not start: {err[-2000:]}")
-
-
-def _stop(child: subprocess.Popen[str]) -> None:
-    try:
-        assert child.stdin is not None
-        child.stdin.write("stop\n")
-        child.stdin.flush()
-    except (OSError, ValueError):  # it ended already; _finish tells how
-        pass
-
-
 def _finish(child: subprocess.Popen[str], role: str, resolutions: Counter[str]) -> list[str]:
-    _stop(child)
-    try:
-        out, err = child.communicate(timeout=READY_SECONDS)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        _, err = child.communicate()
-        return [f"the {role} did not stop: {err[-2000:]}"]
-    if child.returncode != 0:
-        return [f"the {role} failed ({child.returncode}): {err[-2000:]}"]
+    """Stop a worker; what it reported if it failed; its R29 resolutions (its last line) counted."""
+    failures, out = finish(child, role)
     lines = out.strip().splitlines()
-    resolutions.update(json.loads(lines[-1]) if lines else {})
-    return []
+    if not failures:
+        resolutions.update(json.loads(lines[-1]) if lines else {})
+    return failures
 
 
 def read_server(url_dir: Path, dbname: str = "postgres") -> tuple[dict, set, dict, dict, int]:
@@ -331,15 +284,6 @@ def _read_logs(acknowledged_log: Path, serving_log: Path) -> tuple[list[Acknowle
         else:
             reconciled[first].update(int(s) for s in rest.split())
     return acknowledged, delivered, dict(reconciled), delivered_at, uncertain
-
-
-def _caught_up(gw: Gateway) -> bool:
-    for target in TARGETS:
-        positions = gw.ops.cursor_positions(WATCHER, target)
-        head = gw.ops.state_version(target)
-        if positions is None or tuple(positions) != (head, head, head):
-            return False
-    return True
 
 
 def _inject(pair: StreamingPair, injector: Gateway, proxy: CommitDroppingProxy, injected: Injected,
@@ -406,9 +350,9 @@ def _one_trial(mode: str, rng: random.Random, load_seconds: tuple[float, float],
     with tempfile.TemporaryDirectory(prefix="sessionstate-failover-") as tmp:
         acknowledged_log, serving_log = Path(tmp) / "acknowledged", Path(tmp) / "served"
         # Started first: their imports overlap the servers' start.
-        serving = _spawn("serve", str(serving_log), WATCHER)
-        writers = [_spawn("write", str(acknowledged_log), f"w{n}", str(rng.randrange(2**32)), *TARGETS)
-                   for n in (1, 2)]
+        serving = spawn("failover_worker", "serve", str(serving_log), WATCHER)
+        writers = [spawn("failover_worker", "write", str(acknowledged_log), f"w{n}", str(rng.randrange(2**32)),
+                         *TARGETS) for n in (1, 2)]
         try:
             with StreamingPair(mode) as pair:
                 failures += _trial_on(pair, mode, rng, load_seconds, pause, report, phase,
@@ -419,7 +363,7 @@ def _one_trial(mode: str, rng: random.Random, load_seconds: tuple[float, float],
                     try:
                         assert child.stdin is not None
                         child.stdin.close()
-                        child.wait(timeout=READY_SECONDS)
+                        child.wait(timeout=WORKER_SECONDS)
                     except (OSError, subprocess.TimeoutExpired):
                         child.kill()
                         child.wait()
@@ -434,10 +378,7 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
     failures: list[str] = []
     phase("servers")
     with Gateway.open(pair.url) as gw:
-        gw.create_session(WATCHER)
-        for target in TARGETS:
-            gw.create_session(target)
-            gw.watch(WATCHER, target)
+        watch_targets(gw)
     promote_errors: list[str] = []
 
     def fail_over() -> None:  # in the proxy's thread: the COMMIT is on the primary, its answer held
@@ -470,7 +411,7 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
         try:
             phase("setup")
             for child in (serving, *writers):
-                _await_ready(child, pair.url)
+                await_ready(child, pair.url)
             phase("workers")
             time.sleep(rng.uniform(*load_seconds))
             report.lag_before_kill.append(pair.replication_lag())  # under load, just before
@@ -481,13 +422,11 @@ def _trial_on(pair: StreamingPair, mode: str, rng: random.Random, load_seconds: 
             time.sleep(rng.uniform(*load_seconds))  # the writers go on on the promoted server
         finally:
             for writer in writers:  # all at once, then each one's end
-                _stop(writer)
+                stop(writer)
             for n, writer in enumerate(writers, 1):
                 failures += _finish(writer, f"writer {n}", report.resolutions)
-            stopped = time.monotonic()
             with Gateway.open(pair.url, serve=[]) as gw:
-                while not _caught_up(gw) and time.monotonic() - stopped < CATCH_UP_SECONDS:
-                    time.sleep(0.05)
+                wait_caught_up(gw, time.monotonic())  # check_notices says whether it did
             served: Counter[str] = Counter()
             failures += _finish(serving, "serving process", served)
             report.resolutions.update(served)

@@ -4,7 +4,7 @@ seconds on a loaded machine); the next line stops the worker.
 
 - ``write LOG NAME SEED TARGET...``: records events on the targets until stopped, one line
   per acknowledged append (``sequence target summary time``, the time just after the call
-  returned) appended to LOG and flushed before the next append.
+  returned: ``watched_load.Acknowledged``) appended to LOG and flushed before the next append.
 - ``serve LOG WATCHER``: a pumped gateway serving the watcher. After each drain it
   reconciles every delivered line as the agent would (``session_status changesSince N``,
   every page, retried until it answers): LOG gets ``D<TAB>time<TAB>line`` per delivered
@@ -20,31 +20,19 @@ says it returns is a finding: written to stderr, exit status 3.
 from __future__ import annotations
 
 import json
-import random
 import re
 import sys
-import threading
 import time
 import traceback
 from typing import Any
 
 from sessionstate.errors import StorageError
 from sessionstate.facade.gateway import Gateway
+from .watched_load import stop_on_line, write_until_stopped
 
 DRAIN_PAUSE_SECONDS = 0.02
 RECONCILE_SECONDS = 60.0  # a bound for a stuck server, not a measurement
 _SINCE = re.compile(r'session_status sessionKey "(?P<target>[^"]+)" changesSince (?P<since>\d+)\.$')
-
-
-def _stopper() -> threading.Event:
-    stop = threading.Event()
-
-    def wait_for_line() -> None:
-        sys.stdin.readline()
-        stop.set()
-
-    threading.Thread(target=wait_for_line, daemon=True).start()
-    return stop
 
 
 def _resolutions(gw: Gateway) -> dict[str, int]:
@@ -52,23 +40,10 @@ def _resolutions(gw: Gateway) -> dict[str, int]:
 
 
 def write(url: str, log_path: str, name: str, seed: int, targets: list[str]) -> dict[str, int]:
-    rng = random.Random(seed)
-    stop = _stopper()
+    stopped = stop_on_line()
     with Gateway.open(url, serve=[]) as gw, open(log_path, "a", encoding="utf-8") as log:
         print("ready", flush=True)
-        count = 0
-        while not stop.is_set():
-            count += 1
-            target = rng.choice(targets)
-            summary = f"{name}-{count}"
-            sequence = gw.record_event(target, "human_direct_message", actor_type="human", summary=summary)
-            acknowledged = time.time()
-            if sequence is None:  # R15: a failed append (the failover); the turn goes on
-                time.sleep(0.01)
-                continue
-            log.write(f"{sequence} {target} {summary} {acknowledged:.6f}\n")
-            log.flush()
-            time.sleep(rng.uniform(0, 0.004))
+        write_until_stopped(gw, log, name, seed, targets, stopped)
         return _resolutions(gw)
 
 
@@ -94,7 +69,7 @@ def reconcile(gw: Gateway, target: str, since: int) -> list[int]:
 
 
 def serve(url: str, log_path: str, watcher: str) -> dict[str, int]:
-    stop = _stopper()
+    stop = stop_on_line()
     with Gateway.open(url, serve=[], pump=True) as gw, open(log_path, "a", encoding="utf-8") as log:
         gw.cluster.attach(watcher)
         print("ready", flush=True)

@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
-from .pgserver import server_binaries
+from .pgserver import Throwaway, initdb, postmaster, run_binary, server_binaries, start_server
 
 MODES = ("sync", "async")
 SETTINGS = ("fsync=off", "full_page_writes=off", "max_connections=100", "wal_level=replica",
@@ -34,7 +34,7 @@ WAIT_SECONDS = 30.0  # a bound for a stuck server, not a measurement
 STANDBY_NAME = "standby"
 
 
-class StreamingPair:
+class StreamingPair(Throwaway):
     """``start`` a primary and its standby in a temporary directory, ``kill_primary``,
     ``promote``, ``stop`` (both, and remove the directory). A context manager."""
 
@@ -57,20 +57,10 @@ class StreamingPair:
 
     # -- running the binaries ---------------------------------------------------------------
 
-    def _run(self, *args: str, log: Path | None = None) -> str:
-        command = [str(self._bin / args[0]), *args[1:]]
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
-            raise RuntimeError(f"{args[0]} failed ({done.returncode}): {done.stderr[-2000:]}\n{tail}")
-        return done.stdout
-
     def sql(self, server_dir: Path, query: str) -> str:
         """One value of ``query`` on the server whose socket is in ``server_dir`` (psql)."""
-        return self._run("psql", "-h", str(server_dir), "-U", "postgres", "-d", "postgres", "-qAtX",
-                         "-c", query).strip()
+        return run_binary(self._bin, "psql", "-h", str(server_dir), "-U", "postgres", "-d", "postgres", "-qAtX",
+                          "-c", query).strip()
 
     def _wait_for(self, what: str, server_dir: Path, query: str, expected: str) -> None:
         deadline = time.monotonic() + WAIT_SECONDS
@@ -85,29 +75,26 @@ class StreamingPair:
             time.sleep(0.02)
         raise RuntimeError(f"{what}: {query!r} gave {value!r}, not {expected!r}, in {WAIT_SECONDS:.0f} s")
 
-    def _start_server(self, server_dir: Path, *extra: str) -> None:
-        options = f"-c listen_addresses='' -k {server_dir} " + " ".join(f"-c {s}" for s in SETTINGS + extra)
-        self._run("pg_ctl", "-D", str(server_dir / "data"), "-l", str(server_dir / "log"), "-w", "-o", options,
-                  "start", log=server_dir / "log")
-
     # -- the pair ---------------------------------------------------------------------------
 
-    def start(self) -> "StreamingPair":
+    def _server_dirs(self) -> tuple[Path, ...]:
+        return (self.primary_dir, self.standby_dir)
+
+    def start(self) -> Self:
         for path in (self.primary_dir, self.standby_dir):
             path.mkdir()
         os.chmod(self.directory, 0o755)
         if os.geteuid() == 0:
             for path in (self.directory, self.primary_dir, self.standby_dir):
                 shutil.chown(path, "postgres", "postgres")
-        self._run("initdb", "-D", str(self.primary_dir / "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                  "--no-sync")
-        self._start_server(self.primary_dir)
+        initdb(self._bin, self.primary_dir)
+        start_server(self._bin, self.primary_dir, SETTINGS)
         # A fast checkpoint: the default spread one waits minutes on a freshly written cluster.
-        self._run("pg_basebackup", "-h", str(self.primary_dir), "-U", "postgres", "-D", str(self.standby_dir / "data"),
-                  "-R", "-X", "stream", "--checkpoint=fast", "--no-sync")
+        run_binary(self._bin, "pg_basebackup", "-h", str(self.primary_dir), "-U", "postgres",
+                   "-D", str(self.standby_dir / "data"), "-R", "-X", "stream", "--checkpoint=fast", "--no-sync")
         with open(self.standby_dir / "data" / "postgresql.auto.conf", "a", encoding="utf-8") as conf:
             conf.write(f"primary_conninfo = 'host={self.primary_dir} user=postgres application_name={STANDBY_NAME}'\n")
-        self._start_server(self.standby_dir, "synchronous_standby_names=''")
+        start_server(self._bin, self.standby_dir, SETTINGS + ("synchronous_standby_names=''",))
         self._wait_for("the standby did not stream", self.primary_dir,
                        "SELECT count(*) FROM pg_stat_replication"
                        f" WHERE application_name = '{STANDBY_NAME}' AND state = 'streaming'", "1")
@@ -118,19 +105,6 @@ class StreamingPair:
                            f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'",
                            "sync")
         return self
-
-    def _postmaster(self, server_dir: Path) -> int | None:
-        try:
-            pid = int((server_dir / "data" / "postmaster.pid").read_text().split()[0])
-            os.kill(pid, 0)
-        except (OSError, ValueError, IndexError):
-            return None
-        try:  # a killed process its parent has not reaped yet is gone too
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
-        except (OSError, IndexError):
-            pass
-        return pid
 
     def wait_standby_caught_up(self) -> None:
         """Until the standby has flushed all the WAL the primary has written (a commit the
@@ -157,7 +131,7 @@ class StreamingPair:
         return self._kill(self.standby_dir, "standby")
 
     def _kill(self, server_dir: Path, name: str) -> float:
-        pid = self._postmaster(server_dir)
+        pid = postmaster(server_dir)
         if pid is None:
             raise RuntimeError(f"the {name} is not running")
         at = time.time()
@@ -166,31 +140,14 @@ class StreamingPair:
         else:
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while self._postmaster(server_dir) is not None and time.monotonic() < deadline:
+        while postmaster(server_dir) is not None and time.monotonic() < deadline:
             time.sleep(0.01)
         return at
 
     def promote(self) -> float:
         """Promote the standby; returns the ``time.time()`` it took writes."""
-        self._run("pg_ctl", "-D", str(self.standby_dir / "data"), "-w", "-t", str(int(WAIT_SECONDS)), "promote")
+        run_binary(self._bin, "pg_ctl", "-D", str(self.standby_dir / "data"), "-w", "-t", str(int(WAIT_SECONDS)),
+                   "promote")
         self._wait_for("the promoted standby takes no writes", self.standby_dir, "SELECT pg_is_in_recovery()", "f")
         self.promoted_at = time.time()
         return self.promoted_at
-
-    def stop(self) -> None:
-        try:
-            for server_dir in (self.primary_dir, self.standby_dir):
-                if self._postmaster(server_dir) is not None:
-                    self._run("pg_ctl", "-D", str(server_dir / "data"), "-m", "immediate", "-w", "stop")
-        finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> "StreamingPair":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -1,8 +1,9 @@
 """The processes of a restart trial (``restart.py``), one role each; a line on stdin stops it.
 
 - ``write URL LOG NAME SEED TARGET...``: records events on the targets until stopped,
-  appending one line per acknowledged append (``sequence target summary``) to LOG, flushed
-  before the next append: a line in LOG is an event whose sequence the caller was given.
+  appending one line per acknowledged append (``sequence target summary time``,
+  ``watched_load.Acknowledged``) to LOG, flushed before the next append: a line in LOG is an
+  event whose sequence the caller was given.
 - ``serve URL LOG WATCHER``: a pumped gateway serving the watcher; drains its notices until
   stopped, one line per delivered notice (``time<TAB>text``) in LOG.
 
@@ -13,50 +14,26 @@ process exits 3.
 
 from __future__ import annotations
 
-import random
 import sys
-import threading
 import time
 import traceback
 
 from sessionstate.errors import StorageError
 from sessionstate.facade.gateway import Gateway
+from .watched_load import stop_on_line, write_until_stopped
 
 DRAIN_PAUSE_SECONDS = 0.02
 
 
-def _stopper() -> threading.Event:
-    stop = threading.Event()
-
-    def wait_for_line() -> None:
-        sys.stdin.readline()
-        stop.set()
-
-    threading.Thread(target=wait_for_line, daemon=True).start()
-    return stop
-
-
 def write(url: str, log_path: str, name: str, seed: int, targets: list[str]) -> None:
-    rng = random.Random(seed)
-    stop = _stopper()
+    stopped = stop_on_line()
     with Gateway.open(url, serve=[]) as gw, open(log_path, "a", encoding="utf-8") as log:
         print("ready", flush=True)
-        count = 0
-        while not stop.is_set():
-            count += 1
-            target = rng.choice(targets)
-            summary = f"{name}-{count}"
-            sequence = gw.record_event(target, "human_direct_message", actor_type="human", summary=summary)
-            if sequence is None:  # R15: a failed append; the turn goes on
-                time.sleep(0.01)
-                continue
-            log.write(f"{sequence} {target} {summary}\n")
-            log.flush()
-            time.sleep(rng.uniform(0, 0.004))
+        write_until_stopped(gw, log, name, seed, targets, stopped)
 
 
 def serve(url: str, log_path: str, watcher: str) -> None:
-    stop = _stopper()
+    stop = stop_on_line()
     with Gateway.open(url, serve=[], pump=True) as gw, open(log_path, "a", encoding="utf-8") as log:
         gw.cluster.attach(watcher)
         print("ready", flush=True)

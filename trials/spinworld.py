@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessionstate.shared.formats import notice_text
-from sessionstate.verify.spin import SpinMissing, spin_available, trail_actions
+from sessionstate.verify.spin import defines, trail_actions, work_directory
 from sessionstate.verify.world import PAIRS, Action, provenance_of
 
 # The sessions' keys on the real gateways: the trail replay's, but B a sub-agent as in the
@@ -73,17 +72,12 @@ def with_queue_prints(model: str) -> str:
 def simulate(model: str, processes: int, seed: int, bounds: dict[str, int] | None = None,
              workdir: Path | None = None, max_steps: int = 200_000) -> list[str]:
     """The ``@`` lines of one random simulation run of ``model`` with ``seed``."""
-    reason = spin_available()
-    if reason:
-        raise SpinMissing(reason)
+    workdir = work_directory(workdir, "sessionstate-spinsim-")
     bounds = dict(bounds or SIM_BOUNDS[processes])
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="sessionstate-spinsim-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "sim.pml"
     path.write_text(with_queue_prints(model))
     endings = f"-DSIM_ENDINGS={int(seed % 4 == 0)}"
-    defines = [f"-DPROCS={processes}"] + [f"-D{k}={v}" for k, v in bounds.items()]
-    done = subprocess.run(["spin", *defines, endings, f"-u{max_steps}", f"-n{seed}", path.name],
+    done = subprocess.run(["spin", *defines(processes, bounds), endings, f"-u{max_steps}", f"-n{seed}", path.name],
                           cwd=workdir, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 and "assertion violated" not in done.stdout:
         raise RuntimeError(f"spin simulation (seed {seed}) failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")

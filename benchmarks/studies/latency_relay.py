@@ -3,8 +3,8 @@ what a benchmark needs to put a network's latency between a client and the serve
 
 ``relay(url, delay)`` starts (on a daemon thread of the calling process) a TCP listener on
 127.0.0.1 that forwards to the server's Unix socket, holding every chunk ``delay`` seconds in
-each direction (equal delays keep the order), and returns the URL through it. The same
-relay as ``pg_batch.py``'s, as a public function for the benchmarks that import it.
+each direction (equal delays keep the order), and returns the URL through it. The studies
+beside it (``pg_batch.py``, ``pg_round_trips.py``) import it from here.
 """
 
 from __future__ import annotations

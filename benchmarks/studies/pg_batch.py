@@ -19,11 +19,11 @@ its own), then one traced call per size. A tree whose store has ``trace_round_tr
 them from libpq's trace; an older tree sends one statement per round trip, so its
 ``trace_statements`` count is its round trips.
 
-``--latency MS`` puts a relay between the children and the server (TCP on 127.0.0.1 to the
-server's socket, in this process) that holds every chunk MS milliseconds each way: a server
-across a network, where a round trip costs more than the work around it. Without it the
-children talk to the server's Unix socket on the same two cores, where a round trip costs
-little more than the CPU on both ends.
+``--latency MS`` puts a relay (``latency_relay.relay``) between the children and the server
+(TCP on 127.0.0.1 to the server's socket, in this process) that holds every chunk MS
+milliseconds each way: a server across a network, where a round trip costs more than the work
+around it. Without it the children talk to the server's Unix socket on the same two cores,
+where a round trip costs little more than the CPU on both ends.
 
 Printed as JSON: per tree and size the median µs per event over all calls, the round trips
 and statements of a batch, and the ratio to the first tree's µs per event.
@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -108,61 +106,6 @@ def child(url: str) -> None:
         gw.close()
 
 
-def _relay(url: str, delay: float) -> str:
-    """Start the delaying relay (a daemon thread) to the server of ``url``; its URL."""
-    import asyncio
-    import threading
-
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    socket_path = f"{parsed.query['host']}/.s.PGSQL.{parsed.port or 5432}"
-    started: dict[str, int] = {}
-    ready = threading.Event()
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        while data := await reader.read(65536):
-            loop.call_later(delay, writer.write, data)  # equal delays keep the order
-        loop.call_later(delay, writer.close)
-
-    async def serve(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        server_reader, server_writer = await asyncio.open_unix_connection(socket_path)
-        await asyncio.gather(pump(client_reader, server_writer), pump(server_reader, client_writer))
-
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        started["port"] = server.sockets[0].getsockname()[1]
-        ready.set()
-        await server.serve_forever()
-
-    threading.Thread(target=asyncio.run, args=(main(),), daemon=True).start()
-    ready.wait()
-    query = {k: v for k, v in parsed.query.items() if k != "host"}
-    return parsed.set(host="127.0.0.1", port=started["port"], query=query).render_as_string(hide_password=False)
-
-
-def _ask(proc: subprocess.Popen[str], line: str) -> Any:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(line + "\n")
-    answer = proc.stdout.readline()
-    if not answer:
-        sys.exit("pg_batch: a child failed")
-    return json.loads(answer)
-
-
-def _start(tree: str, url: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", tree, url],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        env={**os.environ, "PYTHONPATH": tree},
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        sys.exit(f"pg_batch: the child on {tree} did not start")
-    return proc
-
-
 def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["--child"]:
@@ -178,26 +121,28 @@ def main() -> None:
     rounds, sizes, latency = options.rounds, options.sizes, options.latency
     trees = [str(Path(t).resolve()) for t in options.trees]
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from latency_relay import relay
     from multiproc_latency import pg_schema
+    from tree_children import ask, start
 
     samples: dict[tuple[int, int], list[float]] = {(t, n): [] for t in range(len(trees)) for n in sizes}
     trips: dict[tuple[int, int], dict[str, int]] = {}
     with ExitStack() as stack:
         urls = [stack.enter_context(pg_schema()) for _ in trees]
         if latency:
-            urls = [_relay(url, latency / 1000) for url in urls]
-        procs = [_start(tree, url) for tree, url in zip(trees, urls)]
+            urls = [relay(url, latency / 1000) for url in urls]
+        procs = [start("pg_batch", tree, __file__, "--child", tree, url) for tree, url in zip(trees, urls)]
         try:
             for t, proc in enumerate(procs):
                 for n in sizes:
-                    trips[(t, n)] = _ask(proc, f"trace {n}")
+                    trips[(t, n)] = ask("pg_batch", trees[t], proc, f"trace {n}")
             order = list(range(len(trees)))
             shuffle = random.Random(RNG_SEED)
             for round_ in range(rounds + 1):  # the first round warms up
                 for n in sizes:
                     shuffle.shuffle(order)
                     for t in order:
-                        times = _ask(procs[t], str(n))
+                        times = ask("pg_batch", trees[t], procs[t], str(n))
                         if round_:
                             samples[(t, n)].extend(s / n for s in times)
         finally:

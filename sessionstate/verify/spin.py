@@ -78,8 +78,20 @@ def spin_available() -> str | None:
     return None
 
 
-def _defines(processes: int, bounds: dict[str, int]) -> list[str]:
+def defines(processes: int, bounds: dict[str, int]) -> list[str]:
+    """spin's ``-D`` options for ``processes`` and ``bounds``."""
     return [f"-DPROCS={processes}"] + [f"-D{k}={v}" for k, v in bounds.items()]
+
+
+def work_directory(workdir: Path | None, prefix: str) -> Path:
+    """Where a run writes its model and builds (a new temporary one unless given), made; raises
+    ``SpinMissing`` first when spin or gcc is not here."""
+    reason = spin_available()
+    if reason:
+        raise SpinMissing(reason)
+    workdir = workdir or Path(tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
 
 
 def run_spin(
@@ -92,16 +104,12 @@ def run_spin(
 ) -> SpinReport:
     """Verify ``model`` (Promela text) for ``processes`` with ``bounds``; a failed run leaves
     its trail in ``report.workdir``."""
-    reason = spin_available()
-    if reason:
-        raise SpinMissing(reason)
+    workdir = work_directory(workdir, "sessionstate-spin-")
     bounds = dict(bounds or BOUNDS[processes])
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="sessionstate-spin-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "model.pml").write_text(model)
     report = SpinReport(processes, bounds, workdir=workdir)
     started = time.monotonic()
-    _run(["spin", *_defines(processes, bounds), "-a", "model.pml"], workdir)
+    _run(["spin", *defines(processes, bounds), "-a", "model.pml"], workdir)
     # NFAIR: the weak-fairness bookkeeping needs one slot per process (4 proctypes + claim).
     # The two verifiers build side by side (the build is most of a small run's time).
     # A safety-only run (the seeded-bug tests) builds no claim verifier: half the build.
@@ -143,7 +151,7 @@ def _run(command: list[str], cwd: Path) -> None:
 def trail_steps(report: SpinReport) -> list[str]:
     """The ``@ACT``/``@POS``/``@WAKE`` lines of the failing run's trail, in order."""
     assert report.workdir is not None
-    done = subprocess.run(["spin", *_defines(report.processes, report.bounds), "-t", "model.pml"],
+    done = subprocess.run(["spin", *defines(report.processes, report.bounds), "-t", "model.pml"],
                           cwd=report.workdir, capture_output=True, text=True, timeout=600)
     return [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("@")]
 

@@ -130,12 +130,19 @@ def run_queued(gw: Gateway, calls: list[Callable[[], Any]]) -> list[Any]:
     return outcomes
 
 
+# The recording tests' world (open_watched_child), and the keywords of their human event.
+PEER = "agent:main:peer"
+CHILD = "agent:main:subagent:child"
+EVENT = {"actor_type": "human", "summary": "hello"}
+WAIT = 30.0  # a thread's join: only a hang reaches it
+
+
 def open_watched_child(db_url: str, **options: Any) -> Gateway:
     """MANAGER, PEER and MANAGER's sub-agent CHILD, PEER watching CHILD, at a fixed time. R27's
     announcement of PEER in MANAGER's queue is off: noise for the tests of recording."""
     gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, notify_on_create=False, **options)
-    gateway.create_session("agent:main:main")
-    gateway.create_session("agent:main:peer")
-    gateway.create_session("agent:main:subagent:child", kind="subagent", parent="agent:main:main")
-    gateway.watch("agent:main:peer", "agent:main:subagent:child")
+    gateway.create_session(MANAGER)
+    gateway.create_session(PEER)
+    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
+    gateway.watch(PEER, CHILD)
     return gateway

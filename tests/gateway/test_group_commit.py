@@ -20,14 +20,7 @@ import pytest
 
 from sessionstate import Gateway, InvalidArgument, StorageFull, UnknownSession, notice_text
 from sessionstate.services.notice import group_commit
-from tests.gateway.helpers import open_watched_child, run_queued, wait_queued
-
-MANAGER = "agent:main:main"
-PEER = "agent:main:peer"
-CHILD = "agent:main:subagent:child"
-EVENT = {"actor_type": "human", "summary": "hello"}
-WAIT = 30.0  # generous: only a hang would reach it
-
+from tests.gateway.helpers import CHILD, EVENT, MANAGER, PEER, WAIT, open_watched_child, run_queued, wait_queued
 
 @pytest.fixture
 def wakes() -> list[tuple[str, str]]:

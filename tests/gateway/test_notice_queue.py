@@ -3,11 +3,13 @@ restart's sweep queues each target's notice under that target's name, even where
 agent id is another's key and both notices share their ``since``; a notice whose watcher
 another process serves (R19) does not keep the next watcher of the same event from its notice;
 a deleted session's own queued lines, notices and plain lines alike, go with it: the key created
-again starts with none (R14)."""
+again starts with none (R14); a notice entering the queue replaces its pair's earlier text and
+nothing else (R5)."""
 
 from __future__ import annotations
 
 from sessionstate import Gateway
+from sessionstate.services.notice.queue import SystemEventQueue
 from sessionstate.shared.formats import notice_text
 from tests.gateway.helpers import human
 
@@ -59,3 +61,21 @@ def test_a_deleted_session_takes_its_queued_lines_with_it(db_url):
         assert gw.pending_system_events(watcher) == []
 
 
+
+
+def test_a_notice_entering_the_queue_replaces_its_pairs_earlier_text_and_nothing_else():
+    """R5 in the queue itself: the earlier text is an episode another process ended; it leaves
+    (its removal observed, as the trace sees it), while a plain line and another pair's notice
+    stay, and the same text again is held once."""
+    queue, removed = SystemEventQueue(), []
+    queue.observe_removals(lambda key, entries: removed.extend((key, e.text) for e in entries))
+    watcher, pair, other = "agent:w:main", ("agent:t:main", "t"), ("agent:u:main", "u")
+    earlier, later, others = notice_text(pair[0], 1), notice_text(pair[0], 4), notice_text(other[0], 2)
+    assert queue.enqueue(watcher, "a plain line")
+    assert queue.enqueue(watcher, earlier, pair)
+    assert queue.enqueue(watcher, others, other)
+    assert not queue.enqueue(watcher, earlier, pair)  # the same text: already held
+    assert queue.enqueue(watcher, later, pair)
+    assert [(e.text, e.target) for e in queue.peek(watcher)] == [
+        ("a plain line", None), (others, other), (later, pair)]
+    assert removed == [(watcher, earlier)]

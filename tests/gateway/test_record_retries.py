@@ -15,13 +15,7 @@ import pytest
 
 from sessionstate import Gateway, StorageConflict, StorageFull, StorageUnavailable
 from sessionstate.services.notice import recording
-from tests.gateway.helpers import open_watched_child
-
-MANAGER = "agent:main:main"
-PEER = "agent:main:peer"
-CHILD = "agent:main:subagent:child"
-EVENT = {"actor_type": "human", "summary": "hello"}
-WAIT = 30.0  # only a hang reaches it
+from tests.gateway.helpers import CHILD, EVENT, PEER, open_watched_child
 
 
 @pytest.fixture

@@ -27,21 +27,14 @@ from typing import Any
 import pytest
 
 from sessionstate import Gateway, InvalidArgument, UnknownSession, notice_text
-from tests.gateway.helpers import run_queued
+from tests.gateway.helpers import CHILD, EVENT, MANAGER, PEER, WAIT, open_watched_child, run_queued
 
-MANAGER = "agent:main:main"
-PEER = "agent:main:peer"
-CHILD = "agent:main:subagent:child"
 GHOST = "agent:main:subagent:ghost"
-EVENT = {"actor_type": "human", "summary": "hello"}
-WAIT = 30.0  # only a hang reaches it
 
 
 @pytest.fixture
 def gw(db_url: str) -> Iterator[Gateway]:
-    gateway = Gateway.open(db_url, clock=lambda: 1_800_000_000.0, notify_on_create=False)
-    gateway.create_session(MANAGER)
-    gateway.create_session(CHILD, kind="subagent", parent=MANAGER)
+    gateway = open_watched_child(db_url)
     yield gateway
     gateway.close()
 
@@ -128,8 +121,6 @@ def test_a_watchers_own_event_in_a_batch_leaves_it_to_be_notified_by_the_next_on
     """One batch, two notifying events on CHILD: PEER's own (R2: it notifies MANAGER only, and
     PEER's cursor stays caught up), then a human's, which must still notify PEER (R6: the
     notice names the version PEER last saw). MANAGER's pair already holds its notice (R5)."""
-    gw.create_session(PEER)
-    gw.watch(PEER, CHILD)
     seen = gw.ops.state_version(CHILD)
     assert gw.ops.cursor_positions(MANAGER, CHILD)[:3] == gw.ops.cursor_positions(PEER, CHILD)[:3] == (seen,) * 3
     own, human = gw.record_events([
@@ -218,24 +209,20 @@ def test_record_events_refuses_anything_but_a_sequence_by_its_message(gw, events
     assert gw.store.dump() == before
 
 
-def test_record_events_names_the_item_that_is_not_a_mapping(gw):
-    good = dict(session_key=CHILD, kind="goal_changed", **EVENT)
+GOOD = dict(session_key=CHILD, kind="goal_changed", **EVENT)
+
+
+@pytest.mark.parametrize("events, message", [
+    ([GOOD, ["session_key", CHILD]], "events[1] must be a mapping"),
+    ([GOOD, GOOD, dict(GOOD, colour="red")], "events[2]: record_event() got unexpected keyword arguments ['colour']"),
+    ([dict(session_key=CHILD, kind="goal_changed", actor_type="human")],
+     "events[0]: record_event() missing required keyword arguments ['summary']"),
+], ids=["not a mapping", "an unknown argument", "a missing argument"])
+def test_record_events_names_the_item_it_refuses_and_why(gw, events, message):
     before = gw.store.dump()
     with pytest.raises(InvalidArgument) as refused:
-        gw.record_events([good, ["session_key", CHILD]])
-    assert refused.value.message == "events[1] must be a mapping"
-    assert gw.store.dump() == before
-
-
-def test_record_events_names_the_item_with_a_bad_argument_name(gw):
-    good = dict(session_key=CHILD, kind="goal_changed", **EVENT)
-    before = gw.store.dump()
-    with pytest.raises(InvalidArgument) as unknown:
-        gw.record_events([good, good, dict(good, colour="red")])
-    assert unknown.value.message == "events[2]: record_event() got unexpected keyword arguments ['colour']"
-    with pytest.raises(InvalidArgument) as missing:
-        gw.record_events([dict(session_key=CHILD, kind="goal_changed", actor_type="human")])
-    assert missing.value.message == "events[0]: record_event() missing required keyword arguments ['summary']"
+        gw.record_events(events)
+    assert refused.value.message == message
     assert gw.store.dump() == before
 
 

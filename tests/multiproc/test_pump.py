@@ -20,7 +20,7 @@ import pytest
 from sessionstate import Gateway, notice_text
 from sessionstate.services import change_pump as pump_module
 from sessionstate.services.change_pump import ChangePump
-from tests.multiproc.helpers import SEED, T, W, human, populate
+from tests.helpers import SEED, T, W, human, populate
 
 HEARTBEAT = 0.3
 

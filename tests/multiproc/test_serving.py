@@ -20,7 +20,7 @@ from sessionstate import Gateway, InvalidArgument, UnknownSession, notice_text
 from sessionstate.store import serving as serving_sql
 from tests.gateway.helpers import PLAIN, WATCHER, owing_watcher
 from tests.helpers import Clock
-from tests.multiproc.helpers import SEED, W2, T, W, human, populate
+from tests.helpers import SEED, W2, T, W, human, populate
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The store every contract test starts from: a fresh database on each backend (tests/backends.py),
 opened through ``open_store``, holding the three main sessions of ``tests.store.sessions``;
+``pg_store``, an empty store on the PostgreSQL test database (the PostgreSQL-only tests);
 ``proxied``, the test server behind a proxy that can cut a COMMIT or its answer off (R29); and
 ``path``, where the tests of one SQLite file make it."""
 
@@ -21,6 +22,13 @@ from trials.pgproxy import CommitDroppingProxy
 @pytest.fixture
 def store(backend: Backend) -> Iterator[Store]:
     with backend.database() as url, opened_store(url, A, B, W) as s:
+        yield s
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[Store]:
+    """A store on the PostgreSQL test database, holding no session."""
+    with opened_store(pg_url) as s:
         yield s
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import parse_qs
 
 import psycopg
@@ -568,13 +567,6 @@ def test_after_a_witnessed_drain_rolled_back_the_next_lost_answer_is_resolved_by
         gw.close()
 
 
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Any]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    yield opened
-    opened.close()
-
-
 def test_a_new_stores_first_transaction_whose_commit_answer_is_lost_is_resolved(proxied, monkeypatch):
     url, _direct, proxy = proxied
     monkeypatch.setattr(commit_outcome, "RESOLVE_SECONDS", 2.0)  # a wrong id is not waited on long
@@ -590,27 +582,28 @@ def test_a_new_stores_first_transaction_whose_commit_answer_is_lost_is_resolved(
         store.close()
 
 
-def test_a_transaction_that_sent_nothing_commits_its_notification_and_leaves_no_transaction_open(store):
-    feed = store.open_change_feed(tuple(NOTIFYING_KINDS))
+def test_a_transaction_that_sent_nothing_commits_its_notification_and_leaves_no_transaction_open(pg_store):
+    feed = pg_store.open_change_feed(tuple(NOTIFYING_KINDS))
     try:
-        with store.transaction():  # no statement: the notification is all it sends
-            store.note_changed_watchers(["agent:a:w1"])
+        with pg_store.transaction():  # no statement: the notification is all it sends
+            pg_store.note_changed_watchers(["agent:a:w1"])
         feed.sync()
         assert feed.take() == ChangeSet([], ["agent:a:w1"], [], False)
     finally:
         feed.close()
-    store.head(A, "a")  # a statement outside any transaction
+    pg_store.head(A, "a")  # a statement outside any transaction
     with admin_connection() as admin:
-        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (store.backend_pid(),)).fetchone()
+        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s",
+                              (pg_store.backend_pid(),)).fetchone()
     assert state == ("idle",)
 
 
-def test_a_commit_whose_connection_is_gone_before_it_is_sent_is_retryably_unavailable(store):
-    with pytest.raises(StorageUnavailable) as lost, store.transaction():
-        store.put_cursors("agent:a:t", "a", [("agent:a:w1", (0, 1, 1))], 1.0)  # a write, not an append
-        end_backend(store.backend_pid())
+def test_a_commit_whose_connection_is_gone_before_it_is_sent_is_retryably_unavailable(pg_store):
+    with pytest.raises(StorageUnavailable) as lost, pg_store.transaction():
+        pg_store.put_cursors("agent:a:t", "a", [("agent:a:w1", (0, 1, 1))], 1.0)  # a write, not an append
+        end_backend(pg_store.backend_pid())
     assert lost.value.retry_safe and "None" not in str(lost.value), str(lost.value)
-    assert store.cursors_naming("agent:a:t", "a") == []  # the server rolled it back
+    assert pg_store.cursors_naming("agent:a:t", "a") == []  # the server rolled it back
 
 
 def test_lost_commit_answers_of_transactions_that_wrote_nothing_count_as_committed(proxied):

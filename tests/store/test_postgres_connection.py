@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 import pytest
@@ -99,17 +98,10 @@ def test_the_short_postgres_scheme_opens_with_psycopg(pg_url):
 # -- the connection ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Any]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    yield opened
-    opened.close()
-
-
-def test_a_statement_the_server_refuses_is_a_storage_error_saying_why(store):
+def test_a_statement_the_server_refuses_is_a_storage_error_saying_why(pg_store):
     with pytest.raises(StorageError, match='unrecognized configuration parameter "sessionstate.no_such_setting"'):
-        store.setting("sessionstate.no_such_setting")
-    assert store.setting("standard_conforming_strings") == "on"  # the connection still serves
+        pg_store.setting("sessionstate.no_such_setting")
+    assert pg_store.setting("standard_conforming_strings") == "on"  # the connection still serves
 
 
 def test_a_lost_connection_that_cannot_be_replaced_yet_is_unavailable_then_replaced(proxied):
@@ -223,9 +215,9 @@ FEATURE_READS = {
 
 
 @pytest.mark.parametrize("table", sorted(FEATURE_READS))
-def test_a_feature_tables_read_on_a_lost_connection_is_unavailable_then_reconnects(store, table):
+def test_a_feature_tables_read_on_a_lost_connection_is_unavailable_then_reconnects(pg_store, table):
     with admin_connection() as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid(),))
+        admin.execute("SELECT pg_terminate_backend(%s)", (pg_store.backend_pid(),))
     with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable"):
-        FEATURE_READS[table](store)
-    FEATURE_READS[table](store)  # the next statement reconnects
+        FEATURE_READS[table](pg_store)
+    FEATURE_READS[table](pg_store)  # the next statement reconnects

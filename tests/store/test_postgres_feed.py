@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sessionstate import Gateway, notice_text
 from sessionstate.errors import StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
-from sessionstate.store import Store, open_store
+from sessionstate.store import open_store
 from sessionstate.store.postgres_feed import (
     CHANNEL_PREFIX,
     MAX_IDENTIFIER_BYTES,
@@ -39,29 +39,11 @@ from sessionstate.store.postgres_feed import (
 )
 from sessionstate.store.records import ChangeSet, PendingCursor
 from tests.backends import admin_connection, postgres_database
-
-W, T = "agent:a:main", "agent:b:main"
-# W's and T's own `created` (R27) are sequences 1 and 2: W's watch of T starts at T's head.
-SEED = 2
-
-
-def populate(url: str) -> str:
-    with Gateway.open(url) as gw:
-        gw.create_session(W)
-        gw.create_session(T)
-        gw.watch(W, T)
-        assert gw.ops.cursor_positions(W, T).last_seen == SEED
-    return url
-
-
-def human(gw: Gateway) -> int:
-    sequence = gw.record_event(T, "human_direct_message", actor_type="human", summary="hi")
-    assert sequence is not None
-    return sequence
+from tests.helpers import SEED, T, W, human, populate
 
 
 def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
         server.cluster.register()
         feed = server.cluster.feed
@@ -75,7 +57,7 @@ def test_a_commit_notifies_with_its_events_and_watchers(pg_url):
 
 
 def test_a_rolled_back_transaction_notifies_nothing(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server, server.locked():
         server.cluster.register()
         feed = server.cluster.feed
@@ -91,7 +73,7 @@ def test_a_rolled_back_transaction_notifies_nothing(pg_url):
 
 
 def test_a_lost_listening_connection_resynchronises(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url) as server:
         with server.locked():
             server.cluster.register()
@@ -108,9 +90,9 @@ def test_a_lost_listening_connection_resynchronises(pg_url):
 
 
 def test_two_schemas_do_not_hear_each_other(pg_url):
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with postgres_database() as other_url:
-        populate(other_url)
+        populate(other_url, (W,))
         with Gateway.open(url) as server, Gateway.open(other_url, serve=[]) as elsewhere, server.locked():
             server.cluster.register()
             human(elsewhere)
@@ -160,7 +142,7 @@ def test_a_change_too_large_for_one_notification_becomes_a_resync():
 def test_the_pump_heals_a_lost_listening_connection(pg_url):
     import time
 
-    url = populate(pg_url)
+    url = populate(pg_url, (W,))
     with Gateway.open(url, serve=[]) as recorder, Gateway.open(url, pump=True) as server:
         with admin_connection() as admin:
             admin.execute(
@@ -182,15 +164,8 @@ TARGET = "agent:a:target"
 
 
 @pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    opened = open_store(pg_url, notifying_kinds=NOTIFYING_KINDS)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def feed(store: Any) -> Iterator[PostgresChangeFeed]:
-    opened = store.open_change_feed(KINDS)
+def feed(pg_store: Any) -> Iterator[PostgresChangeFeed]:
+    opened = pg_store.open_change_feed(KINDS)
     yield opened
     opened.close()
 
@@ -215,8 +190,8 @@ def listening_pids() -> set[int]:
     return {int(row[0]) for row in rows}
 
 
-def test_an_unreadable_notification_resynchronises_and_keeps_the_readable_ones(store, feed, caplog):
-    notify(store, "not json", '{"w":["agent:a:w1"]}', '{"e":[["agent:a:t","a",null,4]]}')
+def test_an_unreadable_notification_resynchronises_and_keeps_the_readable_ones(pg_store, feed, caplog):
+    notify(pg_store, "not json", '{"w":["agent:a:w1"]}', '{"e":[["agent:a:t","a",null,4]]}')
     feed.sync()
     with caplog.at_level(logging.WARNING, logger="sessionstate"):
         changes = feed.take()
@@ -226,11 +201,11 @@ def test_an_unreadable_notification_resynchronises_and_keeps_the_readable_ones(s
 
 
 @pytest.mark.parametrize("odd", ['{"r":1}', "[1]", "7"], ids=["resync-payload", "a-list", "a-number"])
-def test_a_resync_or_a_notification_that_is_no_object_resynchronises(store, feed, odd):
-    notify(store, odd, '{"w":["agent:a:w1"]}')
+def test_a_resync_or_a_notification_that_is_no_object_resynchronises(pg_store, feed, odd):
+    notify(pg_store, odd, '{"w":["agent:a:w1"]}')
     feed.sync()
     assert feed.take() == ChangeSet([], ["agent:a:w1"], [], True)
-    notify(store, '{"w":["agent:a:w2"]}')  # and only that take: the next is in step again
+    notify(pg_store, '{"w":["agent:a:w2"]}')  # and only that take: the next is in step again
     feed.sync()
     assert feed.take() == ChangeSet([], ["agent:a:w2"], [], False)
 
@@ -241,18 +216,18 @@ def put_pending(store: Any, cursors: dict[str, int]) -> None:
         store.put_cursors(TARGET, "a", [(w, (0, n, n)) for w, n in cursors.items()], 1.0)
 
 
-def test_an_event_reports_the_cursors_frozen_at_or_after_its_sequence_only(store, feed):
+def test_an_event_reports_the_cursors_frozen_at_or_after_its_sequence_only(pg_store, feed):
     """A freeze sets N to its event's sequence: a cursor frozen by an earlier event (N below
     it) is not this event's doing."""
-    put_pending(store, {"agent:a:early": 4, "agent:a:now": 5})
-    notify(store, f'{{"e":[["{TARGET}","a",null,5]]}}')
+    put_pending(pg_store, {"agent:a:early": 4, "agent:a:now": 5})
+    notify(pg_store, f'{{"e":[["{TARGET}","a",null,5]]}}')
     feed.sync()
     assert feed.take().frozen == [PendingCursor("agent:a:now", TARGET, "a", 0)]
 
 
-def test_several_events_on_one_target_report_what_the_first_of_them_froze_onward(store, feed):
-    put_pending(store, {"agent:a:first": 4, "agent:a:later": 6, "agent:a:before": 3})
-    notify(store, f'{{"e":[["{TARGET}","a",null,4]]}}', f'{{"e":[["{TARGET}","a","agent:a:x",6]]}}')
+def test_several_events_on_one_target_report_what_the_first_of_them_froze_onward(pg_store, feed):
+    put_pending(pg_store, {"agent:a:first": 4, "agent:a:later": 6, "agent:a:before": 3})
+    notify(pg_store, f'{{"e":[["{TARGET}","a",null,4]]}}', f'{{"e":[["{TARGET}","a","agent:a:x",6]]}}')
     feed.sync()
     changes = feed.take()
     assert changes.frozen == [PendingCursor("agent:a:first", TARGET, "a", 0), PendingCursor("agent:a:later", TARGET, "a", 0)]
@@ -281,14 +256,14 @@ def test_an_idle_wait_returns_nothing_once_its_timeout_is_over(feed):
     assert feed.reconnects == 0 and feed.take() == ChangeSet([], [], [], False)
 
 
-def test_a_wait_returns_a_notification_and_take_reads_it(store, feed):
-    notify(store, '{"w":["agent:a:w1"]}')
+def test_a_wait_returns_a_notification_and_take_reads_it(pg_store, feed):
+    notify(pg_store, '{"w":["agent:a:w1"]}')
     assert timed_wait(feed, 5)[0] is True
     assert feed.take() == ChangeSet([], ["agent:a:w1"], [], False)
 
 
-def test_another_servers_sync_marker_is_no_change_and_a_collected_one_ends_a_wait_at_once(store, feed):
-    other = store.open_change_feed(KINDS)
+def test_another_servers_sync_marker_is_no_change_and_a_collected_one_ends_a_wait_at_once(pg_store, feed):
+    other = pg_store.open_change_feed(KINDS)
     try:
         other.sync()  # its marker reaches this feed too
         feed.sync()  # collects the other's marker on the way to its own
@@ -299,8 +274,8 @@ def test_another_servers_sync_marker_is_no_change_and_a_collected_one_ends_a_wai
         other.close()
 
 
-def test_an_interrupted_feed_reports_nothing_more(store, feed):
-    notify(store, '{"w":["agent:a:w1"]}')
+def test_an_interrupted_feed_reports_nothing_more(pg_store, feed):
+    notify(pg_store, '{"w":["agent:a:w1"]}')
     feed.sync()  # collected, not taken
     feed.interrupt()
     assert feed.wait(5) is False
@@ -316,7 +291,7 @@ def test_a_closed_feed_lets_its_connection_go_and_never_listens_again(feed):
     assert pid not in listening_pids() and not listening_pids()
 
 
-def test_a_wait_on_a_lost_connection_reconnects_logs_it_and_resynchronises(store, feed, caplog):
+def test_a_wait_on_a_lost_connection_reconnects_logs_it_and_resynchronises(pg_store, feed, caplog):
     for round_ in (1, 2):
         terminate(feed.backend_pid())
         with caplog.at_level(logging.WARNING, logger="sessionstate"):
@@ -329,7 +304,7 @@ def test_a_wait_on_a_lost_connection_reconnects_logs_it_and_resynchronises(store
         assert feed.take() == ChangeSet([], [], [], True)
     failed = [m for m in caplog.messages if m.startswith("change feed: the listening connection failed (")]
     assert failed and all(m.endswith("); reconnecting") and "server closed the connection" in m for m in failed)
-    assert caplog.messages.count(f"change feed: listening again on {store.channel}; resynchronising") == 2
+    assert caplog.messages.count(f"change feed: listening again on {pg_store.channel}; resynchronising") == 2
 
 
 class DroppedAtEveryNotify:
@@ -348,9 +323,9 @@ class DroppedAtEveryNotify:
         return getattr(self._conn, name)
 
 
-def test_a_sync_that_fails_twice_says_the_server_is_unavailable_and_the_next_take_resynchronises(store):
-    feed = PostgresChangeFeed(lambda: DroppedAtEveryNotify(admin_connection()), store.channel, store.serving,
-                              store.storage_error)
+def test_a_sync_that_fails_twice_says_the_server_is_unavailable_and_the_next_take_resynchronises(pg_store):
+    feed = PostgresChangeFeed(lambda: DroppedAtEveryNotify(admin_connection()), pg_store.channel, pg_store.serving,
+                              pg_store.storage_error)
     try:
         with pytest.raises(StorageUnavailable, match="PostgreSQL unavailable: server closed the connection") as raised:
             feed.sync()
@@ -361,11 +336,11 @@ def test_a_sync_that_fails_twice_says_the_server_is_unavailable_and_the_next_tak
         feed.close()
 
 
-def test_a_sync_that_cannot_listen_again_names_the_channel(pg_url, store, feed, monkeypatch):
+def test_a_sync_that_cannot_listen_again_names_the_channel(pg_url, pg_store, feed, monkeypatch):
     gone = make_url(pg_url).update_query_dict({"host": "/nonexistent-sessionstate"})
-    monkeypatch.setattr(store, "_engine", create_engine(gone))  # the server stays away
+    monkeypatch.setattr(pg_store, "_engine", create_engine(gone))  # the server stays away
     terminate(feed.backend_pid())
-    with pytest.raises(StorageUnavailable, match=f"^change feed: cannot listen on {store.channel}$"):
+    with pytest.raises(StorageUnavailable, match=f"^change feed: cannot listen on {pg_store.channel}$"):
         feed.sync()
 
 
@@ -375,34 +350,34 @@ def test_a_sync_marker_that_does_not_come_back_in_time_names_the_channel(feed, m
         feed.sync()
 
 
-def test_a_watcher_named_with_an_apostrophe_reaches_the_other_servers_as_written(store, feed):
-    store.serving.note_cursor_changes(["agent:o'neil:main", "agent:a:''"], 1.0)  # outside a transaction: at once
+def test_a_watcher_named_with_an_apostrophe_reaches_the_other_servers_as_written(pg_store, feed):
+    pg_store.serving.note_cursor_changes(["agent:o'neil:main", "agent:a:''"], 1.0)  # outside a transaction: at once
     feed.sync()
     assert feed.take().watchers == ["agent:o'neil:main", "agent:a:''"]
 
 
-def test_a_batchs_notifying_events_are_told_with_their_sessions_and_actors(store, feed):
+def test_a_batchs_notifying_events_are_told_with_their_sessions_and_actors(pg_store, feed):
     from sessionstate.store import SessionRecord
 
-    with store.transaction():
+    with pg_store.transaction():
         for key in ("agent:a:one", "agent:b:two"):
-            store.insert_session(SessionRecord(key, key.split(":")[1], "main", None, None, None, 1.0, 1.0))
+            pg_store.insert_session(SessionRecord(key, key.split(":")[1], "main", None, None, None, 1.0, 1.0))
     rows = [("agent:a:one", "a", "human_direct_message", "agent", "agent:b:two", "run-1", "s", None, 1.0, 1.0, None),
             ("agent:b:two", "b", "human_direct_message", "human", None, "run-2", "s", None, 1.0, 1.0, None)]
-    with store.transaction():
-        store.append_events(rows)
+    with pg_store.transaction():
+        pg_store.append_events(rows)
     feed.sync()
     assert feed.take().material == [("agent:a:one", "a", "agent:b:two"), ("agent:b:two", "b", None)]
 
 
-def test_a_lone_events_actor_is_told_with_it(store, feed):
+def test_a_lone_events_actor_is_told_with_it(pg_store, feed):
     from sessionstate.store import SessionRecord
 
-    with store.transaction():
-        store.insert_session(SessionRecord(TARGET, "a", "main", None, None, None, 1.0, 1.0))
+    with pg_store.transaction():
+        pg_store.insert_session(SessionRecord(TARGET, "a", "main", None, None, None, 1.0, 1.0))
     row = (TARGET, "a", "human_direct_message", "agent", "agent:b:actor", "run-1", "s", None, 1.0, 1.0, None)
-    with store.transaction():
-        store.append_event(*row)
+    with pg_store.transaction():
+        pg_store.append_event(*row)
     feed.sync()
     assert feed.take().material == [(TARGET, "a", "agent:b:actor")]
 

@@ -214,19 +214,72 @@ def test_settle_is_unknown_while_the_old_process_cannot_be_ended() -> None:
     assert outcome == (UNKNOWN, None) and server.ended
 
 
-def test_a_failure_at_the_functions_last_statement_rolls_back_the_append_and_the_freezes(gw: Gateway, pg_url: str) -> None:
-    """R9 and R15 inside the one round trip: the witness write (the function's last
-    statement) fails, so the append, the head and the three freezes before it roll back with
-    it; nothing is queued, the record returns ``None``, and the connection records again."""
-    table = commit_outcome.WITNESS_TABLE
-    before = run_beside(pg_url, "SELECT count(*) FROM session_state_events"), cursors(pg_url)
-    run_beside(pg_url, f"ALTER TABLE {table} RENAME TO {table}_away")
+# Two ways the one message's transaction rolls back: the function's last statement (the
+# witness write) fails, or its COMMIT does (a deferred trigger that refuses every event then);
+# the SQL that makes it fail, the SQL that mends it, and the server's error.
+ROLLBACKS = {
+    "the function raises": (
+        [f"ALTER TABLE {commit_outcome.WITNESS_TABLE} RENAME TO {commit_outcome.WITNESS_TABLE}_away"],
+        [f"ALTER TABLE {commit_outcome.WITNESS_TABLE}_away RENAME TO {commit_outcome.WITNESS_TABLE}"],
+        f'relation "{commit_outcome.WITNESS_TABLE}" does not exist',
+    ),
+    "the COMMIT fails": (
+        ["CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS"
+         " $$BEGIN RAISE EXCEPTION 'refused at commit'; END$$",
+         "CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON session_state_events"
+         " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()"],
+        ["DROP TRIGGER refuse_at_commit ON session_state_events", "DROP FUNCTION refuse_at_commit()"],
+        "refused at commit",
+    ),
+}
+
+
+def durable(gw: Gateway, url: str) -> tuple:
+    """What a lone record commits: the log, T's head, the cursors on T, the store's witness row."""
+    return (run_beside(url, "SELECT count(*), max(sequence) FROM session_state_events"),
+            run_beside(url, f"SELECT last_sequence FROM session_state_heads WHERE session_key = '{T}'"),
+            cursors(url),
+            run_beside(url, f"SELECT witnessed, sequence FROM {commit_outcome.WITNESS_TABLE}"
+                            f" WHERE owner = '{gw.store.witness.owner}'"))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("how", sorted(ROLLBACKS))
+def test_a_lone_record_rolled_back_leaves_nothing_and_the_next_commits_with_its_sequence_and_notices(
+    gw: Gateway, pg_url: str, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R9 and R15 inside the one round trip: the append, the head, the freezes and the witness
+    roll back together, nothing is queued and the record returns ``None``; the next record, on
+    the same connection, commits as if the failed one had never been sent: a sequence past
+    every committed one at T's head, the caught-up cursors frozen from their L, one notice each."""
+    first = gw.record_event(T, "goal_changed", actor_type="human", summary="first")
+    assert first is not None
+    for watcher in WATCHERS:
+        assert gw.drain_system_events(watcher) == [notice_text(T, 0)]  # caught up at first
+    before = durable(gw, pg_url)
+    assert before[1:3] == ([(first,)], [(w, first, first, first) for w in WATCHERS])
+    fail, mend, error = ROLLBACKS[how]
+    run_beside(pg_url, *fail)
     try:
-        assert gw.record_event(T, "goal_changed", actor_type="human", summary="lost") is None
+        with gw.store.trace_round_trips() as trips:
+            assert gw.record_event(T, "goal_changed", actor_type="human", summary="rolled back") is None
+        # sent as the one message (its ROLLBACK follows where the function failed)
+        assert trips[0][0].startswith("BEGIN; SELECT * FROM " + gw.store.record_function), trips
     finally:
-        run_beside(pg_url, f"ALTER TABLE {table}_away RENAME TO {table}")
-    assert (run_beside(pg_url, "SELECT count(*) FROM session_state_events"), cursors(pg_url)) == before
+        run_beside(pg_url, *mend)
+    logged = [str(r.exc_info[1]) for r in caplog.records if r.exc_info]  # R15's log of the failure
+    assert any(error in text for text in logged), logged  # it failed the way the case means
+    assert durable(gw, pg_url) == before
     for watcher in WATCHERS:
         assert gw.pending_system_events(watcher) == []
     assert gw.ops.stats["append_failures"] == 1
-    assert gw.record_event(T, "goal_changed", actor_type="human", summary="kept") is not None
+    with gw.store.trace_round_trips() as trips:
+        later = gw.record_event(T, "goal_changed", actor_type="human", summary="kept")
+    one_message(trips)
+    assert later is not None and later > first
+    [(count, top)], head, positions, witness = durable(gw, pg_url)
+    assert (count, top) == (before[0][0][0] + 1, later) and head == [(later,)]
+    assert positions == [(w, first, later, later) for w in WATCHERS]
+    assert witness[0][0] > before[3][0][0] and witness[0][1] == later
+    assert run_beside(pg_url, f"SELECT summary FROM session_state_events WHERE sequence > {first}") == [("kept",)]
+    for watcher in WATCHERS:
+        assert gw.pending_system_events(watcher) == [notice_text(T, first)]

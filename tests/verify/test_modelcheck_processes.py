@@ -90,11 +90,25 @@ def test_the_issue_trace_delivers_each_episode_once_by_the_durable_cursor():
     node, seen = walk(ISSUE_TRACE)
     assert seen == [[]] * len(ISSUE_TRACE)
     # Process 0 never swept after process 1's drain: it still held the first episode's notice
-    # beside the second's; the R21 drain delivered the second only and left nothing queued.
+    # when the second's entered and replaced it (R5); the R21 drain delivered the second and
+    # left nothing queued.
     assert node.mach.queues[0] == set() and node.ref.queue == set()
     assert node.fresh == (False, False)  # neither has swept the other's last commit
     node, messages = step(node, ("sweep", 0))
     assert messages == [] and node.fresh == (True, False)
+
+
+def test_a_notice_entering_a_process_queue_replaces_its_pairs_earlier_text(tmp_path):
+    """R5 across processes: process 0 holds A's notice on B when process 1 drains it (ending
+    that episode) before process 0's sweep; the next episode's notice, recorded in process 0,
+    replaces the first one's text there, in the machine path and on the real gateways."""
+    trace = ISSUE_TRACE[:4]
+    node, seen = walk(trace[:3])
+    assert node.mach.queues == [{("A", "B", 0)}, set()]  # the first episode's text, stale in process 0
+    node, seen = walk(trace)
+    assert seen == [[]] * len(trace)
+    assert node.mach.queues == [{("A", "B", 1)}, set()]  # one text for the pair: the second episode's
+    assert replay_two_process_trace(trace, tmp_path) == []  # each gateway's queue is its process's
 
 
 def test_a_drain_from_the_local_queue_is_caught_with_the_shortest_trace(monkeypatch):

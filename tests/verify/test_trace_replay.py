@@ -532,6 +532,31 @@ def test_a_pair_resynchronised_in_the_middle_of_a_drain_is_delivered_once(tmp_pa
     assert "resynchronised:" in out
 
 
+@pytest.mark.parametrize("how", ["delete the target", "reset the watcher"])
+def test_a_notice_that_replaces_its_pairs_text_from_an_episode_ended_elsewhere_replays_clean(tmp_path, how):
+    """R5 in a trace: gateway a holds MAIN's notice on TARGET when gateway b ends that episode
+    (a delete of TARGET or a reset of MAIN); before a's sweep, a watches again and an event
+    freezes the pair: the new notice enters a's queue in place of the stale text, which the
+    trace shows leaving, so a holds one text for the pair (INV2)."""
+    trace, url = tmp_path / "t.jsonl", tmp_path / "s.db"
+    human = {"actor_type": "human", "summary": "a human message"}
+    with Gateway.open(url, trace=trace, notify_on_create=False) as a, \
+            Gateway.open(url, trace=trace, notify_on_create=False) as b:
+        a.create_session(MAIN)
+        a.create_session(TARGET)
+        a.watch(MAIN, TARGET)
+        a.record_event(TARGET, "human_direct_message", **human)
+        if how == "delete the target":
+            b.ops.delete_session(TARGET)
+            a.create_session(TARGET)
+        else:
+            b.ops.reset_session(MAIN)
+        a.watch(MAIN, TARGET)
+        a.record_event(TARGET, "human_direct_message", **human)
+    code, out = replay(trace)
+    assert code == 0, out
+
+
 def test_the_two_process_demo_trace_replays_clean(tmp_path):
     """`demo --processes 2`: a served manager with the change pump, a recorder process that
     serves nothing, both appending to the one trace file they inherit through the environment."""
