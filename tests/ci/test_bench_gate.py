@@ -64,11 +64,12 @@ def _run_record_benchmark(tmp_path: Path, name: str, *plugin: str) -> Path:
 
 
 def test_gate_fails_a_real_benchmark_run_whose_append_path_was_slowed(tmp_path, capsys):
-    # A limit far above any machine's noise (the path runs at 1-2x raw here) and far below the
-    # injected 20 ms (raw is 0.1-0.5 ms here, so some 40-200x): only the slowdown can cross it.
+    # A limit far above any machine's noise (the path runs at 1-2x raw here, and a smoke run's
+    # few rounds on a loaded machine have been seen past 5x) and far below the injected 50 ms
+    # (raw is 0.1-1 ms here, so at least 50x): only the slowdown can cross it.
     clean = _run_record_benchmark(tmp_path, "clean")
     slowed = _run_record_benchmark(tmp_path, "slowed", "-p", "tests.ci.slowed_record")
-    assert report.main([str(clean), "--no-write", "--fail-above", "record.w3.project=5"]) == 0
-    assert report.main([str(slowed), "--no-write", "--fail-above", "record.w3.project=5"]) == 1
+    assert report.main([str(clean), "--no-write", "--fail-above", "record.w3.project=15"]) == 0
+    assert report.main([str(slowed), "--no-write", "--fail-above", "record.w3.project=15"]) == 1
     printed = capsys.readouterr()
     assert "GATE record.w3.project" in printed.out + printed.err
