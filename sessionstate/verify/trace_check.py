@@ -153,6 +153,9 @@ class TraceChecker:
                 positions = current(pair)
                 if positions is not None and derive_state(positions) in PENDING_STATES and pair not in swept:
                     return False
+        for line in unit.lines:  # R7: after the moves of the pending pairs whose positions it wrote
+            if line.op == "prune" and not self._prune_fits(line, current, set(self.pairs) | set(overlay)):
+                return False
         drained = {pair for pair, trigger in self._unit_steps(unit) if trigger == DRAIN}
         for watcher in {pair[0] for pair in drained}:  # R21: after any removal of a pair it skipped
             for pair in set(self.pairs) | set(overlay):
@@ -186,6 +189,20 @@ class TraceChecker:
                 except (KeyError, ValueError):
                     pass
         return after
+
+    def _prune_fits(self, line: TraceLine, current: Callable[[Any], Positions | None], pairs: set[Any]) -> bool:
+        """A prune fits where each pending pair of its sessions stands where it wrote it (R7)."""
+        try:
+            affected = {(str(key), str(agent)) for key, agent, _ in line.data["heads"]}
+            written = {(str(w), (str(key), str(agent))): _positions(p) for w, key, agent, p in line.data["cursors"]}
+        except (KeyError, ValueError, TypeError):
+            return False
+        for pair in pairs | set(written):
+            positions = current(pair)
+            if (pair[1] in affected and positions is not None and pair not in self.resync
+                    and derive_state(positions) in PENDING_STATES and written.get(pair) != positions):
+                return False
+        return True
 
     @staticmethod
     def _unit_steps(unit: Unit) -> list[tuple[Any, Any]]:

@@ -77,3 +77,27 @@ def test_a_drain_merges_after_another_process_removed_a_pending_pair_it_then_ski
         traces.append(read_trace(write_lines(tmp_path / f"{name}-{pid}.jsonl", rewritten)))
     summary = TraceChecker().run(traces)
     assert summary.steps > 0
+
+
+def test_a_prune_merges_after_another_process_drain_whose_positions_it_wrote(tmp_path):
+    # Found by the nemesis (SQLite, the long profile, seed 20261205): process B drained a pair
+    # (a follow-up episode left it pending), then process A pruned its target, both at one
+    # commit key; taken first, the prune wrote positions the pair had not reached: a false R7.
+    # Spec 15.2: a prune fits only where each pending pair of its sessions stands where it wrote.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    w, t = "agent:w:main", "agent:t:main"
+    with Gateway.open(url, trace=tmp_path / "a.jsonl", notify_on_create=False, max_rows=2) as a:
+        for key in (w, t):
+            a.create_session(key)
+        a.watch(w, t)
+        assert a.record_event(t, "goal_changed", actor_type="human", summary="first")
+        assert a.record_event(t, "goal_changed", actor_type="human", summary="second")
+        with Gateway.open(url, trace=tmp_path / "b.jsonl", notify_on_create=False) as b:
+            assert len(b.drain_system_events(w)) == 1  # the first episode; the second opens
+        a.prune()
+    traces = []
+    for name, pid in (("a", 1), ("b", 2)):  # A's process (the prune) first in the merge's order
+        rewritten = [{**line, "pid": pid} for line in read_lines(tmp_path / f"{name}.jsonl")]
+        assert name == "b" or any(line["op"] == "prune" for line in rewritten)
+        traces.append(read_trace(write_lines(tmp_path / f"{name}-{pid}.jsonl", rewritten)))
+    assert TraceChecker().run(traces).steps > 0
