@@ -153,6 +153,13 @@ class TraceChecker:
                 positions = current(pair)
                 if positions is not None and derive_state(positions) in PENDING_STATES and pair not in swept:
                     return False
+        drained = {pair for pair, trigger in self._unit_steps(unit) if trigger == DRAIN}
+        for watcher in {pair[0] for pair in drained}:  # R21: after any removal of a pair it skipped
+            for pair in set(self.pairs) | set(overlay):
+                positions = current(pair)
+                if (pair[0] == watcher and pair not in drained and pair not in self.resync and positions is not None
+                        and derive_state(positions) in PENDING_STATES):
+                    return False
         seen: set[Pair] = set()
         for line in unit.lines:
             if line.op != "step":

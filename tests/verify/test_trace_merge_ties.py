@@ -1,5 +1,6 @@
 """Spec 15.2's merge of tied units (transactions without events that read the same commit key
-in different processes) looks past each process's next unit.
+in different processes) looks past each process's next unit, and puts a drain after the removal
+of a pending pair it skipped.
 
 Found by the nemesis (trials/nemesis.py, SQLite, seed 1): process A committed, at one commit
 key, a drain of one pair and then a ``watch`` of another pair that kept its positions (a seed
@@ -11,7 +12,10 @@ false T3 on a trace the real commit order explains.
 
 from __future__ import annotations
 
-from sessionstate.verify.trace_read import TraceLine, Unit, merge
+from sessionstate import Gateway
+from sessionstate.verify.trace_check import TraceChecker
+from sessionstate.verify.trace_read import TraceLine, Unit, merge, read_trace
+from tests.verify.helpers import read_lines, write_lines
 
 P, Q = ("w1", ("t1", "a")), ("w2", ("t2", "a"))
 
@@ -47,3 +51,29 @@ def test_a_tied_unit_behind_another_of_its_process_keeps_its_place_before_a_move
         positions.update(outcome(chosen))
         order.append((chosen.proc[0], chosen.tx))
     assert order == [(2, 1), (2, 2), (1, 1)]
+
+
+def test_a_drain_merges_after_another_process_removed_a_pending_pair_it_then_skipped(tmp_path):
+    # Found by the nemesis (SQLite, the long profile, seed 20261205): W held two pending pairs;
+    # process B unwatched one, then process A's drain delivered the other, both at one commit
+    # key. Taken first (A's process id sorts first), the drain left a pending pair undelivered:
+    # a false R21. Spec 15.2: a drain fits only where it delivers every pending pair of W.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    w, t1, t2 = "agent:w:main", "agent:t1:main", "agent:t2:main"
+    with Gateway.open(url, trace=tmp_path / "a.jsonl", notify_on_create=False) as a:
+        for key in (w, t1, t2):
+            a.create_session(key)
+        a.watch(w, t1)
+        a.watch(w, t2)
+        for target in (t1, t2):
+            assert a.record_event(target, "goal_changed", actor_type="human", summary="new goal")
+        with Gateway.open(url, trace=tmp_path / "b.jsonl", notify_on_create=False) as b:
+            assert b.unwatch(w, t2)
+        lines = a.drain_system_events(w)
+        assert len(lines) == 1 and t1 in lines[0]
+    traces = []
+    for name, pid in (("a", 1), ("b", 2)):  # A's process first in the merge's order
+        rewritten = [{**line, "pid": pid} for line in read_lines(tmp_path / f"{name}.jsonl")]
+        traces.append(read_trace(write_lines(tmp_path / f"{name}-{pid}.jsonl", rewritten)))
+    summary = TraceChecker().run(traces)
+    assert summary.steps > 0
