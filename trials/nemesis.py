@@ -216,6 +216,7 @@ class Member:
         self.state = "down"  # up, stalled, down
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.command_lock = threading.Lock()
+        self.asked = 0  # the tag of the last command sent to this life
         self.offset = 0.0
 
 
@@ -274,12 +275,20 @@ class Cluster:
             proc = member.proc
             if proc is None or proc.poll() is not None or proc.stdin is None:
                 return None
+            member.asked += 1
+            tag = f"{member.asked} "
             try:
-                proc.stdin.write(text + "\n")
+                proc.stdin.write(tag + text + "\n")
                 proc.stdin.flush()
             except (OSError, ValueError):
                 return None
-            return self._answer(member, seconds)
+            # A command that timed out answers late: its answer carries its own tag and is
+            # passed over, never taken for a later command's.
+            deadline = time.monotonic() + seconds
+            while (line := self._answer(member, max(0.0, deadline - time.monotonic()))) is not None:
+                if line.startswith(tag):
+                    return line[len(tag):]
+            return None
 
     def take(self, name: str, state: str) -> str | None:
         """Move a worker that is up to ``state`` (its fault's): ``name`` or, when it is not
