@@ -7,7 +7,8 @@ schedule (``make_schedule``) injects, overlapping: SIGKILL and restart of a work
 past its lease with another worker attaching its watchers meanwhile then SIGCONT (R20's
 stalled server; stopped between its transactions, or anywhere: on SQLite a process stopped
 inside a write transaction holds every other writer, so nobody can take over), a jump of a worker's clock, and on PostgreSQL an immediate server restart, a
-cut of every connection, a refused reconnection, a COMMIT whose answer is lost (before or
+cut of every connection, a refused reconnection, on SQLite a full disk (the database on a
+tmpfs of its own, a ballast file taking its free space for a while), a COMMIT whose answer is lost (before or
 after the server has it, on a drain's witnessed commit or any other), and a failover.
 
 Then the faults stop and the run heals: stalled workers go on, dead ones are restarted, clocks
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import worker, worker_env
+from .full_disk import fill, mount_tmpfs, unmount
 from .nemesis_bugs import BUG_ENV
 from .nemesis_judge import Durable, Verdict, check_claims, judge
 from .nemesis_world import CHURN_PAIRS, SESSIONS, STABLE_PAIRS, own_watchers, worker_names
@@ -48,11 +50,12 @@ BACKENDS = ("sqlite", "postgres", "pgpair")
 READY_SECONDS = 180.0  # bounds for a stuck process, not measurements (a stall holds SQLite's lock)
 COMMAND_SECONDS = 60.0
 PROBE_CALM_SECONDS = 2.5  # before R20's probe: a killed worker's restart is done when it starts
-STALL_HOLD_SECONDS = 5.0  # how long a quiet stall waits for its worker's turn between transactions
+STALL_HOLD_SECONDS = 5.0
+SQLITE_DISK_SIZE = "1g"  # a tmpfs takes memory only for what is written; a long run's file fits  # how long a quiet stall waits for its worker's turn between transactions
 HEAL_SLACK = 3.0  # the pump's sweep, a turn's drain and LIV1's second, on a loaded machine
 WITNESS = b"sessionstate_commit_witness"  # in a drain's (or an attach's) COMMIT message (R29)
 FAULTS = {
-    "sqlite": ("kill", "stall", "clock"),
+    "sqlite": ("kill", "stall", "clock", "full"),
     "postgres": ("kill", "stall", "clock", "restart", "cut", "refuse", "lose-commit"),
     "pgpair": ("kill", "stall", "clock", "cut", "refuse", "lose-commit"),
 }
@@ -176,11 +179,15 @@ def make_schedule(seed: int, settings: Settings) -> list[Fault]:
             return Fault(at, kind, who, rng.choice((-1, 1)) * rng.uniform(0.5, 2 * settings.window))
         if kind == "refuse":
             return Fault(at, kind, None, rng.uniform(0.3, 1.5))
+        if kind == "full":  # long enough for the WAL to need new space (it reuses its own first)
+            return Fault(at, kind, None, rng.uniform(2.0, 4.0))
         if kind == "lose-commit":
             return Fault(at, kind, None, 0.0, mode or f"{rng.choice(('before', 'after'))} {rng.choice(('drain', 'any'))}")
         return Fault(at, kind)
 
     schedule = [fault("stall", span, "probe"), fault("kill", rng.uniform(0.5, calm))]
+    if "full" in kinds:
+        schedule.append(fault("full", rng.uniform(0.5, span)))
     if "lose-commit" in kinds:
         schedule += [fault("lose-commit", rng.uniform(0.5, span), "before drain"),
                      fault("lose-commit", rng.uniform(0.5, span), "after drain")]
@@ -209,6 +216,7 @@ class Member:
         self.state = "down"  # up, stalled, down
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.command_lock = threading.Lock()
+        self.asked = 0  # the tag of the last command sent to this life
         self.offset = 0.0
 
 
@@ -267,12 +275,20 @@ class Cluster:
             proc = member.proc
             if proc is None or proc.poll() is not None or proc.stdin is None:
                 return None
+            member.asked += 1
+            tag = f"{member.asked} "
             try:
-                proc.stdin.write(text + "\n")
+                proc.stdin.write(tag + text + "\n")
                 proc.stdin.flush()
             except (OSError, ValueError):
                 return None
-            return self._answer(member, seconds)
+            # A command that timed out answers late: its answer carries its own tag and is
+            # passed over, never taken for a later command's.
+            deadline = time.monotonic() + seconds
+            while (line := self._answer(member, max(0.0, deadline - time.monotonic()))) is not None:
+                if line.startswith(tag):
+                    return line[len(tag):]
+            return None
 
     def take(self, name: str, state: str) -> str | None:
         """Move a worker that is up to ``state`` (its fault's): ``name`` or, when it is not
@@ -334,8 +350,14 @@ class Database:
         self.proxy: Any = None
         self.server: Any = None
         self.pair: Any = None
+        self.disk: Path | None = None  # SQLite's own file system, where it could be mounted
         if backend == "sqlite":
-            self.path = directory / "state.db"
+            disk = directory / "disk"
+            disk.mkdir()
+            if mount_tmpfs(disk, SQLITE_DISK_SIZE):
+                stack.callback(unmount, disk)
+                self.disk = disk
+            self.path = disk / "state.db"
             self.url = self.direct = f"sqlite:///{self.path}"
             return
         from .pgproxy import CommitDroppingProxy
@@ -605,6 +627,16 @@ class Injector:
         with self.cluster.lock:
             member.state = "up"
         self.count(fault, answer == "ok")
+
+    def _full(self, fault: Fault) -> None:
+        """A full disk under SQLite: writes fail with SQLITE_FULL (``StorageFull``) until the
+        ballast goes; the workers' histories and traces are on another file system."""
+        if self.db.disk is None:  # no tmpfs could be mounted (not root)
+            return self.count(fault, False)
+        ballast = fill(self.db.disk)
+        self.count(fault, True)
+        time.sleep(fault.seconds)
+        ballast.unlink()
 
     def _restart(self, fault: Fault) -> None:
         with self.server_lock:

@@ -18,7 +18,8 @@ line, written and flushed before the next call of that client: what was acknowle
 (claim generation, server id), rolled back, and every wake. On PostgreSQL it also logs every
 event the change feed reported (R22: only committed events may be reported).
 
-Commands on stdin, one answer line each on stdout: ``attach KEY`` (``ok GENERATION`` or
+Commands on stdin, each after a tag (``TAG VERB ARGS``), one answer line each on stdout after the
+same tag (a late answer is told from the next one's): ``attach KEY`` (``ok GENERATION`` or
 ``error ...``), ``clock SECONDS``, ``hold SECONDS`` (``held`` once this process's store write turn is
 taken, so no transaction of its own is open when the nemesis stops it; ``busy`` when it could not
 be taken in SECONDS), ``release`` (gives the turn back), ``quiesce``, ``state`` (JSON: server id, claims held here),
@@ -414,7 +415,8 @@ def main(argv: list[str]) -> int:
         thread.start()
     print(f"ready {worker.server_id}", flush=True)
     for line in sys.stdin:
-        print(worker.command(line), flush=True)
+        tag, _, text = line.partition(" ")  # each answer carries its command's tag
+        print(f"{tag} {worker.command(text)}", flush=True)
         if worker.stopping.is_set():
             break
     worker.stopping.set()

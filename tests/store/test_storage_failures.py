@@ -17,7 +17,6 @@ code, and the database is unchanged.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -29,6 +28,7 @@ import pytest
 from sessionstate import Gateway, StorageBusy, StorageError, StorageFull, StorageUnavailable
 from sessionstate.shared.policy import ToolPolicy
 from tests.tools.support import full_dump, open_gateway
+from trials.full_disk import fill, mount_tmpfs, unmount
 
 MAIN = "agent:main:main"
 PEER = "agent:main:peer"
@@ -39,29 +39,12 @@ THIRD = "agent:main:third"
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
-    ).returncode != 0:
+    if not mount_tmpfs(mount, "2m"):
         pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
     try:
         yield mount
     finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
-def fill(directory: Path) -> Path:
-    """Write a ballast file until the file system says ENOSPC."""
-    ballast = directory / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as exc:
-        assert exc.errno == 28  # ENOSPC
-    finally:
-        os.close(fd)
-    return ballast
+        unmount(mount)
 
 
 @pytest.fixture

@@ -55,8 +55,9 @@ def test_the_short_nemesis_schedule_loses_and_repeats_nothing_and_heals_within_i
     if backend == "postgres":
         assert report.faults["lose-commit"] >= 2 and report.commits_cut >= 1, report.table()
         assert sum(report.resolutions.values()) >= 1, report.table()
-    else:  # the merged protocol trace was replayed against the spec
+    else:  # the merged protocol trace was replayed against the spec; the disk filled up
         assert "replayed OK" in report.trace, report.trace
+        assert report.faults["full"] >= 1, report.table()
     assert report.acknowledged > 100 and report.delivered > 10, report.table()
     assert report.lost == 0 and report.duplicated == 0
     assert report.heal_seconds is not None and report.heal_bound is not None
@@ -99,6 +100,7 @@ def test_a_schedule_is_a_function_of_its_seed_and_holds_the_faults_ci_relies_on(
             modes = {f.mode for f in first if f.kind == "lose-commit"}
             assert {"before drain", "after drain"} <= modes
         assert ("failover" in kinds) == (backend == "pgpair")
+        assert ("full" in kinds) == (backend == "sqlite")
     assert make_schedule(2, Settings()) != make_schedule(SEED, Settings())
 
 
