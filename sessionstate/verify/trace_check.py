@@ -153,9 +153,16 @@ class TraceChecker:
                 positions = current(pair)
                 if positions is not None and derive_state(positions) in PENDING_STATES and pair not in swept:
                     return False
-        for line in unit.lines:  # R7: after the moves of the pending pairs whose positions it wrote
+        own: dict[Any, Any] | None = None  # the unit's own steps come before the notices they open
+        for line in unit.lines:
             if line.op == "prune" and not self._prune_fits(line, current, set(self.pairs) | set(overlay)):
-                return False
+                return False  # R7: after the moves of the pending pairs whose positions it wrote
+            if line.op in ("reset", "delete") or (line.op == "notice" and line.data.get("queued") is True):
+                own = self._outcome(unit) if own is None else own
+                if line.op != "notice" and not self._leaves_none(line, own, overlay):
+                    return False  # R14: after another process's removal of the pairs it found gone
+                if line.op == "notice" and not self._notice_fits(line, own, overlay):
+                    return False  # INV4: a queue-only unit after the move it reacted to
         drained = {pair for pair, trigger in self._unit_steps(unit) if trigger == DRAIN}
         for watcher in {pair[0] for pair in drained}:  # R21: after any removal of a pair it skipped
             for pair in set(self.pairs) | set(overlay):
@@ -189,6 +196,36 @@ class TraceChecker:
                 except (KeyError, ValueError):
                     pass
         return after
+
+    def _position(self, pair: Any, own: dict[Any, Any], overlay: dict[Any, Any]) -> Positions | None:
+        return own[pair] if pair in own else overlay[pair] if pair in overlay else self.pairs.get(pair)
+
+    def _notice_fits(self, line: TraceLine, own: dict[Any, Any], overlay: dict[Any, Any]) -> bool:
+        """A queued notice's pair is pending at the notice's L."""
+        try:
+            pair = (line.data["watcher"], _target(line.data["target"]))
+        except (KeyError, ValueError):
+            return False
+        positions = self._position(pair, own, overlay)
+        if positions is None:
+            return True  # checked when merged
+        return (derive_state(positions) in PENDING_STATES
+                and str(line.data.get("text")) == notice_text(pair[1][0], positions.last_seen))
+
+    def _leaves_none(self, line: TraceLine, own: dict[Any, Any], overlay: dict[Any, Any]) -> bool:
+        """A reset (delete) removes every cursor of its session: it fits only where the pairs
+        it leaves standing are none (R14), its own steps applied."""
+        try:
+            session = line.data["session"]
+            target = _target(session) if line.op == "delete" else None
+        except (KeyError, ValueError):
+            return False
+        key = target[0] if target is not None else str(session)
+        for pair in set(self.pairs) | set(overlay):
+            if self._position(pair, own, overlay) is not None and (
+                    pair[0] == key or (target is not None and pair[1] == target)):
+                return False
+        return True
 
     def _prune_fits(self, line: TraceLine, current: Callable[[Any], Positions | None], pairs: set[Any]) -> bool:
         """A prune fits where each pending pair of its sessions stands where it wrote it (R7)."""
