@@ -130,3 +130,28 @@ def test_an_attach_never_answered_may_have_committed():
     answered = attaches + [entry(3, "attach", watcher=W, server="s2", error="StorageUnavailable")]
     check_claims(answered, world(claims={}, servers={"s1"}), {"s1": [], "s2": []}, verdict)
     assert rules(verdict) == {"R20"}
+
+
+def test_a_drain_never_answered_may_have_delivered_what_its_process_saw_committed():
+    # The long PostgreSQL run (seed 20261205): W's drain committed and its worker was killed
+    # before it wrote the lines down; the cursor moved past events no recorded line showed.
+    def life(t: float, op: str, life_no: int, **fields: Any) -> dict[str, Any]:
+        return {**entry(t, op, **fields), "life": life_no}
+
+    events = [record(1, T, "a", 11), record(2, T, "b", 12)]
+    killed = events + [life(3, "draining", 0, watcher=W, turn=True), life(9, "attach", 1, watcher=W)]
+    assert judge(killed, world(), {(W, T): 10}).findings == []
+    unknown = events + [life(3, "draining", 0, watcher=W, turn=False),
+                        life(4, "drain", 0, watcher=W, turn=False, error="CommitOutcomeUnknown")]
+    assert judge(unknown, world(), {(W, T): 10}).findings == []
+    # Answered (with nothing, or failed before its commit): nothing excuses the gap.
+    answered = events + [life(3, "draining", 0, watcher=W, turn=True),
+                         life(4, "drain", 0, watcher=W, turn=True, lines=[], tag="D", versions={})]
+    assert rules(judge(answered, world(), {(W, T): 10})) == {"LIV2"}
+    failed = events + [life(3, "draining", 0, watcher=W, turn=True),
+                       life(4, "drain", 0, watcher=W, turn=True, error="StorageUnavailable")]
+    assert rules(judge(failed, world(), {(W, T): 10})) == {"LIV2"}
+    # An event recorded after the killed process's next life began: no drain of it saw that one.
+    late = [life(3, "draining", 0, watcher=W, turn=True), life(5, "attach", 1, watcher=W),
+            record(6, T, "a", 11), record(7, T, "b", 12)]
+    assert rules(judge(late, world(), {(W, T): 10})) == {"LIV2"}
