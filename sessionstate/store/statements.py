@@ -140,7 +140,12 @@ class CoreStatements:
             " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
             " ORDER BY sequence LIMIT ?"
         )
-        self.earliest = sql("SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?")
+        # changesSince's head and earliest held sequence in one statement (the page is another).
+        self.head_and_earliest = sql(
+            "SELECT h.last_sequence, h.pruned_max_sequence, (SELECT min(e.sequence) FROM session_state_events e"
+            " WHERE e.session_key = h.session_key AND e.agent_id = h.agent_id)"
+            " FROM session_state_heads h WHERE h.session_key = ? AND h.agent_id = ?"
+        )
         self.sequence_high_water = d.sequence_high_water
         self.event_count = "SELECT count(*) FROM session_state_events"
 

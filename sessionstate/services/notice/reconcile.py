@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ...shared.timefmt import MILLIS_TAIL, epoch_micros, second_prefix
+from ...shared.timefmt import MILLIS_TAIL, second_prefix
 from ...shared.validation import visible_payload
 
 
@@ -18,9 +18,13 @@ def events_json(rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
     last_second = None
     prefix = ""
     for sequence, kind, actor_type, micros, summary, actor_id, run_id, payload, epoch in rows:
-        if micros is None:  # the backend left the rounding to Python
-            micros = epoch_micros(epoch)
-        second, within = divmod(micros, 1_000_000)
+        if micros is None:  # the backend left the rounding to Python: timefmt.epoch_micros, inline
+            second = int(epoch)
+            within = round((epoch - second) * 1e6)
+            if not 0 <= within < 1_000_000:  # a negative epoch, or a fraction rounded up to 1 s
+                second, within = divmod(second * 1_000_000 + within, 1_000_000)
+        else:
+            second, within = divmod(micros, 1_000_000)
         if second != last_second:
             prefix = second_prefix(second)
             last_second = second

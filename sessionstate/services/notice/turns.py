@@ -151,17 +151,19 @@ class Turns(CursorLifecycle):
             check_changes_since(changes_since)
         agent = resolve_agent_id(session_key, agent_id)
         target = (session_key, agent) if agent is not None else self.resolve(session_key, None)
-        head = self.store.head(*target)
-        if head is None:  # every registered session has a head row; deleting removes both
+        if changes_since is None:
+            head = self.store.head(*target)
+            if head is None:  # every registered session has a head row; deleting removes both
+                raise UnknownSession(f"unknown session {session_key!r} (agent {target[1]!r})")
+            return {"sessionKey": target[0], "stateVersion": head[0]}
+        page = self.store.changes_page(target[0], target[1], changes_since, CHANGES_PAGE + 1)
+        if page is None:
             raise UnknownSession(f"unknown session {session_key!r} (agent {target[1]!r})")
-        last, pruned = head
-        result: dict[str, Any] = {"sessionKey": target[0], "stateVersion": last}
-        if changes_since is not None:
-            rows = self.store.event_page(target[0], target[1], changes_since, CHANGES_PAGE + 1)
-            result["stateChanges"] = {
-                "events": events_json(rows[:CHANGES_PAGE]),
-                "truncated": len(rows) > CHANGES_PAGE,
-                "earliestAvailableSequence": self.store.earliest_sequence(*target),
-                "historyGap": changes_since < pruned,  # INV8: from the watermark only
-            }
-        return result
+        events = page.events
+        truncated = len(events) > CHANGES_PAGE
+        return {"sessionKey": target[0], "stateVersion": page.last_sequence, "stateChanges": {
+            "events": events_json(events[:CHANGES_PAGE] if truncated else events),
+            "truncated": truncated,
+            "earliestAvailableSequence": page.earliest_sequence,
+            "historyGap": changes_since < page.pruned_max_sequence,  # INV8: from the watermark only
+        }}
