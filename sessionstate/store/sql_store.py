@@ -40,6 +40,7 @@ from .statements import (
     EVERY,
     EXPIRED,
     HELD_BY,
+    HELD_PENDING,
     NAMING,
     PENDING,
     TARGET_ORDER,
@@ -285,7 +286,7 @@ class SqlStore:
         return self._cursors(HELD_BY, (watcher,), order=TARGET_ORDER)
 
     def pending_cursors_held_by(self, watcher: str) -> list[CursorRecord]:
-        return self._cursors(f"{HELD_BY} AND {PENDING}", (watcher,), order=TARGET_ORDER)
+        return self._cursors(HELD_PENDING, (watcher,), order=TARGET_ORDER)
 
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
         # The session's own head joins the ordered lock: delete_session_data removes it.
@@ -355,7 +356,7 @@ class SqlStore:
         """A drain's start (contract ``CursorTable``): the heads of the watcher's targets
         locked, then its pending cursors read with their effective positions."""
         self.lock_watcher_targets(watcher)
-        return self.pending_cursors_held_by(watcher)
+        return self._cursors(HELD_PENDING, (watcher,), order=TARGET_ORDER)
 
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock the heads of the targets ``watcher`` holds cursors on (the backend's own)."""

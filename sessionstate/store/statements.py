@@ -26,6 +26,7 @@ CURSOR_KEY = "watcher_session_key = ? AND target_session_key = ? AND target_agen
 # the same condition names before it reads (``SqlStore._cursors``).
 HELD_BY = "c.watcher_session_key = ?"
 PENDING = "c.notified_sequence > c.last_seen_sequence"
+HELD_PENDING = f"{HELD_BY} AND {PENDING}"  # a drain's read: the watcher's pending cursors
 NAMING = "(c.watcher_session_key = ? OR (c.target_session_key = ? AND c.target_agent_id = ?))"
 BEHIND = (
     "c.notified_sequence > c.last_seen_sequence"
@@ -57,9 +58,11 @@ PUT_CURSOR = (
 )
 
 
-def kinds_list(notifying_kinds: Sequence[str]) -> str:
-    """The notifying kinds as SQL literals (they are the package's constants, quoted anyway)."""
-    return ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
+def is_one_of(column: str, kinds: Sequence[str]) -> str:
+    """``column`` equals one of ``kinds`` (the package's constants, quoted anyway), as a chain
+    of equalities: SQLite builds a throwaway table for a literal ``IN`` list at every run of
+    the statement, which cost a drain's pending read a sixth of its time."""
+    return "(" + " OR ".join(f"{column} = '" + k.replace("'", "''") + "'" for k in kinds) + ")" if kinds else "1 = 0"
 
 
 class CoreStatements:
@@ -79,7 +82,7 @@ class CoreStatements:
                           WHERE e.session_key = c.target_session_key
                             AND e.agent_id = c.target_agent_id
                             AND e.sequence > c.notified_sequence
-                            AND e.kind IN ({kinds_list(notifying_kinds)})
+                            AND {is_one_of('e.kind', notifying_kinds)}
                             AND (e.actor_id IS NULL OR e.actor_id <> c.watcher_session_key)),
                          0))
             ELSE c.material_sequence END"""

@@ -85,18 +85,20 @@ class Turns(CursorLifecycle):
                 # The targets' heads locked, then one read for every pending pair, effective
                 # positions included (R7; spec section 16): the acknowledgements fire on them
                 # without reading each cursor again.
-                owed = {(r.target_key, r.target_agent_id): r.positions
-                        for r in self.store.pending_for_drain(session_key)}
-                lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
+                owed = {(r.target_key, r.target_agent_id): r for r in self.store.pending_for_drain(session_key)}
+                lines = plan_drain(entries, {target: record.positions[0] for target, record in owed.items()})
                 for text, target in lines:
                     if target is None:
                         continue
                     # The acks are the transaction's last writes: in a drain of its own they
                     # may travel with its COMMIT.
-                    (step,) = self._fire_pairs([(session_key, target, owed[target])], DRAIN, None, now, delivered=text,
-                                               with_commit=own_transaction)
+                    record = owed[target]
+                    (step,) = self._fire_pairs([(session_key, target, record.positions)], DRAIN, None, now,
+                                               delivered=text, with_commit=own_transaction)
                     if step.notice_since is not None:
-                        follow_ups.append((session_key, target, step.notice_since, None))
+                        # The follow-up's wake (R26) asks the provenance this read found, in
+                        # the transaction that acknowledged: no read after the commit.
+                        follow_ups.append((session_key, target, step.notice_since, record.provenance))
                 texts = [e.text for e in entries]
                 self.store.after_commit(lambda: self.queue.remove(session_key, texts))
                 self.queue_notices(follow_ups)
