@@ -88,7 +88,9 @@ class CoreStatements:
             ELSE c.material_sequence END"""
         columns = (
             "c.watcher_session_key, c.target_session_key, c.target_agent_id,"
-            f" c.last_seen_sequence, c.notified_sequence, {self.effective_material}, c.updated_at,"
+            # Named: the driver reads each result column's name at every run (sqlite3 builds
+            # the cursor's description), and an unnamed one is the whole expression's text.
+            f" c.last_seen_sequence, c.notified_sequence, {self.effective_material} AS material_sequence, c.updated_at,"
             " c.provenance"
         )
         self.cursors_where = f"SELECT {columns} FROM session_watch_cursors c WHERE "
@@ -146,7 +148,7 @@ class CoreStatements:
         # changesSince's head and earliest held sequence in one statement (the page is another).
         self.head_and_earliest = sql(
             "SELECT h.last_sequence, h.pruned_max_sequence, (SELECT min(e.sequence) FROM session_state_events e"
-            " WHERE e.session_key = h.session_key AND e.agent_id = h.agent_id)"
+            " WHERE e.session_key = h.session_key AND e.agent_id = h.agent_id) AS earliest_sequence"
             " FROM session_state_heads h WHERE h.session_key = ? AND h.agent_id = ?"
         )
         self.sequence_high_water = d.sequence_high_water
