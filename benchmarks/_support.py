@@ -31,7 +31,9 @@ from sessionstate.store.sqlite import (
 )
 from sessionstate.store.statements import CoreStatements
 
-EVENT_PAGE_SQL = CoreStatements(SQLITE, sorted(NOTIFYING_KINDS)).event_page  # the store's own page read
+_STORE_SQL = CoreStatements(SQLITE, sorted(NOTIFYING_KINDS))
+EVENT_PAGE_SQL = _STORE_SQL.event_page  # the store's own page read
+HEAD_AND_EARLIEST_SQL = _STORE_SQL.head_and_earliest  # and its head read for changesSince
 
 SMOKE = os.environ.get("SESSIONSTATE_BENCH_SMOKE", "") not in ("", "0")
 
@@ -285,13 +287,9 @@ UPSERT_CURSOR = (
     " last_seen_sequence = excluded.last_seen_sequence, notified_sequence = excluded.notified_sequence,"
     " material_sequence = excluded.material_sequence, updated_at = excluded.updated_at"
 )
-SELECT_HEAD = (
-    "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
-    " WHERE session_key = ? AND agent_id = ?"
-)
 # The project's own page statement: the baseline reads exactly what the project reads.
 SELECT_PAGE = EVENT_PAGE_SQL
-SELECT_EARLIEST = "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?"
+SELECT_HEAD_AND_EARLIEST = HEAD_AND_EARLIEST_SQL
 ACK_CURSOR = (
     "UPDATE session_watch_cursors SET last_seen_sequence = notified_sequence, updated_at = ?"
     " WHERE watcher_session_key = ? AND target_session_key = ? AND target_agent_id = ?"
@@ -380,10 +378,9 @@ class RawLog:
 
     def page(self, key: str, after: int, limit: int = 201) -> list[Any]:
         db = self.db
-        head = db.execute(SELECT_HEAD, (key, AGENT)).fetchone()
+        head = db.execute(SELECT_HEAD_AND_EARLIEST, (key, AGENT)).fetchone()
         rows = db.execute(SELECT_PAGE, (key, AGENT, after, limit)).fetchall()
-        earliest = db.execute(SELECT_EARLIEST, (key, AGENT)).fetchone()
-        return [head, rows, earliest]
+        return [head, rows]
 
     def ack(self, watcher: str, target: str = TARGET) -> None:
         db = self.db

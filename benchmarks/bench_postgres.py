@@ -7,7 +7,7 @@ The raw baseline (``RawPg``) is one autocommit psycopg connection running, at th
 transaction boundaries, the very statements ``PostgresStore`` runs (imported from it, so they
 cannot drift apart), prepared on the server: head lock with insert + head bump (one
 statement), the caught-up read, the cursor upsert (one statement for up to 16 rows); and
-for ``changesSince`` the head, the page and the earliest sequence. It does that SQL and
+for ``changesSince`` the head with the earliest sequence, then the page. It does that SQL and
 nothing else: no validation, no protocol machine, no queue, no ``NOTIFY``.
 """
 
@@ -154,10 +154,9 @@ class RawPg:
 
     def page(self, key: str, after: int, limit: int = 201) -> list[Any]:
         sql, cur = self.sql, self.cur
-        head = cur.execute(sql.head, (key, AGENT), prepare=True).fetchone()
+        head = cur.execute(sql.head_and_earliest, (key, AGENT), prepare=True).fetchone()
         rows = cur.execute(sql.event_page, (key, AGENT, after, limit), prepare=True).fetchall()
-        earliest = cur.execute(sql.earliest, (key, AGENT), prepare=True).fetchone()
-        return [head, rows, earliest]
+        return [head, rows]
 
 
 @pytest.mark.parametrize("watchers", [1, 3])

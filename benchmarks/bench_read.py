@@ -1,8 +1,8 @@
 """``changesSince`` reads at 50,000 rows: a full page of 200 and a near-head page of 5.
 
-The project call is ``session_status(key, changes_since=N)``: validation, session lookup, head,
-page (LIMIT 201), earliest retained sequence, and one JSON-ready dict per event. The baseline
-runs the same three SELECTs on the same file and keeps the rows as tuples.
+The project call is ``session_status(key, changes_since=N)``: validation, session lookup, the
+head with the earliest retained sequence, the page (LIMIT 201), and one JSON-ready dict per
+event. The baseline runs the same two SELECTs on the same file and keeps the rows as tuples.
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ from .statemachine import Positions
 from .store import (
     ChangeFeed,
     ChangeSet,
+    ChangesPage,
     CursorRecord,
     EventRecord,
     Head,
@@ -90,6 +91,7 @@ __all__ = [
     "AsyncWakeHook",
     "ChangeFeed",
     "ChangeSet",
+    "ChangesPage",
     "Clock",
     "Cluster",
     "CommitOutcomeUnknown",

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 from .records import (
     CaughtUpRow,
     ChangeSet,
+    ChangesPage,
     CursorRecord,
     EventRecord,
     EventRow,
@@ -209,11 +210,12 @@ class SignalLog(Protocol):
 
     def events_after(self, key: str, agent_id: str, after: int, limit: int) -> list[EventRecord]: ...
 
-    def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[EventPageRow]:
-        """``changesSince``'s columns, ascending by sequence, at most ``limit`` rows."""
+    def changes_page(self, key: str, agent_id: str, after: int, limit: int) -> ChangesPage | None:
+        """``changesSince``'s read: the head, the earliest sequence still held, and at most
+        ``limit`` events after ``after`` with ``changesSince``'s columns, ascending by
+        sequence; ``None`` for a session without a head. Two statements (the head with the
+        earliest sequence, then the page)."""
         ...
-
-    def earliest_sequence(self, key: str, agent_id: str) -> int | None: ...
 
     def event_count(self) -> int: ...
 

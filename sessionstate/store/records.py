@@ -84,6 +84,17 @@ class Head(NamedTuple):
     pruned_max_sequence: int
 
 
+class ChangesPage(NamedTuple):
+    """What ``changesSince`` reads of a session (``SignalLog.changes_page``): its head, the
+    smallest sequence the log still holds for it (``None``: none), and the page of events
+    after the caller's sequence (``contract.EventPageRow``s, ascending)."""
+
+    last_sequence: int
+    pruned_max_sequence: int
+    earliest_sequence: int | None
+    events: list[tuple[Any, ...]]
+
+
 class MetaRecord(NamedTuple):
     """A session's runtime metadata; a session without a row reads as ``defaults``."""
 

@@ -135,6 +135,9 @@ class SqlServingTable:
     """Servers, claims, wake slots and the sweep's reads on the store's connection (either
     backend); callers hold the store's lock."""
 
+    # Runs only inside the store's transaction(), which translates its driver errors.
+    HOT_PATH = ("note_cursor_changes",)
+
     def __init__(self, db: Any, dialect: Dialect, storage_error: Callable[[BaseException], StorageError]) -> None:
         self._db = db
         self._dialect = dialect

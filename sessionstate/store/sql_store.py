@@ -25,6 +25,7 @@ from ..errors import StorageError
 from .contract import TransactionObserver
 from .records import (
     CaughtUpRow,
+    ChangesPage,
     CursorRecord,
     EventRecord,
     EventRow,
@@ -39,6 +40,7 @@ from .statements import (
     EVERY,
     EXPIRED,
     HELD_BY,
+    HELD_PENDING,
     NAMING,
     PENDING,
     TARGET_ORDER,
@@ -229,14 +231,15 @@ class SqlStore:
         rows = self._run(self._sql.events_after, (key, agent_id, after, limit)).fetchall()
         return [EventRecord(*r) for r in rows]
 
-    def event_page(self, key: str, agent_id: str, after: int, limit: int) -> list[tuple[Any, ...]]:
-        """The reconciliation page: only the columns ``changesSince`` shows, as plain tuples
-        (``contract.EventPageRow``)."""
-        return self._run(self._sql.event_page, (key, agent_id, after, limit)).fetchall()
-
-    def earliest_sequence(self, key: str, agent_id: str) -> int | None:
-        value = first_value(self._run(self._sql.earliest, (key, agent_id)).fetchone())
-        return None if value is None else int(value)
+    def changes_page(self, key: str, agent_id: str, after: int, limit: int) -> ChangesPage | None:
+        """``changesSince``'s read (contract ``SignalLog``): the head with the earliest held
+        sequence, then the page as plain tuples (``contract.EventPageRow``)."""
+        run = self._run
+        head = run(self._sql.head_and_earliest, (key, agent_id)).fetchone()
+        if head is None:
+            return None
+        events = run(self._sql.event_page, (key, agent_id, after, limit)).fetchall()
+        return ChangesPage(head[0], head[1], head[2], events)
 
     def sequence_high_water(self) -> int:
         """The largest sequence ever assigned (pruned or deleted ones included); 0 before any."""
@@ -283,7 +286,7 @@ class SqlStore:
         return self._cursors(HELD_BY, (watcher,), order=TARGET_ORDER)
 
     def pending_cursors_held_by(self, watcher: str) -> list[CursorRecord]:
-        return self._cursors(f"{HELD_BY} AND {PENDING}", (watcher,), order=TARGET_ORDER)
+        return self._cursors(HELD_PENDING, (watcher,), order=TARGET_ORDER)
 
     def cursors_naming(self, key: str, agent_id: str) -> list[CursorRecord]:
         # The session's own head joins the ordered lock: delete_session_data removes it.
@@ -353,7 +356,7 @@ class SqlStore:
         """A drain's start (contract ``CursorTable``): the heads of the watcher's targets
         locked, then its pending cursors read with their effective positions."""
         self.lock_watcher_targets(watcher)
-        return self.pending_cursors_held_by(watcher)
+        return self._cursors(HELD_PENDING, (watcher,), order=TARGET_ORDER)
 
     def lock_watcher_targets(self, watcher: str) -> None:
         """Lock the heads of the targets ``watcher`` holds cursors on (the backend's own)."""

@@ -140,7 +140,7 @@ class SqliteStore(SqlStore):
 
     HOT_PATH = (
         "append_event", "caught_up_watchers", "caught_up_watchers_of", "put_cursors", "put_pair_cursors",
-        "transaction", "after_commit", "witness_commit",
+        "transaction", "after_commit", "witness_commit", "pending_for_drain",
     )
     DRIVER_ERRORS = DRIVER_ERRORS
     PRUNE_CHUNK_ROWS = PRUNE_CHUNK_ROWS

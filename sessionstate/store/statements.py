@@ -26,6 +26,7 @@ CURSOR_KEY = "watcher_session_key = ? AND target_session_key = ? AND target_agen
 # the same condition names before it reads (``SqlStore._cursors``).
 HELD_BY = "c.watcher_session_key = ?"
 PENDING = "c.notified_sequence > c.last_seen_sequence"
+HELD_PENDING = f"{HELD_BY} AND {PENDING}"  # a drain's read: the watcher's pending cursors
 NAMING = "(c.watcher_session_key = ? OR (c.target_session_key = ? AND c.target_agent_id = ?))"
 BEHIND = (
     "c.notified_sequence > c.last_seen_sequence"
@@ -57,9 +58,11 @@ PUT_CURSOR = (
 )
 
 
-def kinds_list(notifying_kinds: Sequence[str]) -> str:
-    """The notifying kinds as SQL literals (they are the package's constants, quoted anyway)."""
-    return ", ".join("'" + k.replace("'", "''") + "'" for k in notifying_kinds) or "NULL"
+def is_one_of(column: str, kinds: Sequence[str]) -> str:
+    """``column`` equals one of ``kinds`` (the package's constants, quoted anyway), as a chain
+    of equalities: SQLite builds a throwaway table for a literal ``IN`` list at every run of
+    the statement, which cost a drain's pending read a sixth of its time."""
+    return "(" + " OR ".join(f"{column} = '" + k.replace("'", "''") + "'" for k in kinds) + ")" if kinds else "1 = 0"
 
 
 class CoreStatements:
@@ -79,13 +82,15 @@ class CoreStatements:
                           WHERE e.session_key = c.target_session_key
                             AND e.agent_id = c.target_agent_id
                             AND e.sequence > c.notified_sequence
-                            AND e.kind IN ({kinds_list(notifying_kinds)})
+                            AND {is_one_of('e.kind', notifying_kinds)}
                             AND (e.actor_id IS NULL OR e.actor_id <> c.watcher_session_key)),
                          0))
             ELSE c.material_sequence END"""
         columns = (
             "c.watcher_session_key, c.target_session_key, c.target_agent_id,"
-            f" c.last_seen_sequence, c.notified_sequence, {self.effective_material}, c.updated_at,"
+            # Named: the driver reads each result column's name at every run (sqlite3 builds
+            # the cursor's description), and an unnamed one is the whole expression's text.
+            f" c.last_seen_sequence, c.notified_sequence, {self.effective_material} AS material_sequence, c.updated_at,"
             " c.provenance"
         )
         self.cursors_where = f"SELECT {columns} FROM session_watch_cursors c WHERE "
@@ -140,7 +145,12 @@ class CoreStatements:
             " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
             " ORDER BY sequence LIMIT ?"
         )
-        self.earliest = sql("SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?")
+        # changesSince's head and earliest held sequence in one statement (the page is another).
+        self.head_and_earliest = sql(
+            "SELECT h.last_sequence, h.pruned_max_sequence, (SELECT min(e.sequence) FROM session_state_events e"
+            " WHERE e.session_key = h.session_key AND e.agent_id = h.agent_id) AS earliest_sequence"
+            " FROM session_state_heads h WHERE h.session_key = ? AND h.agent_id = ?"
+        )
         self.sequence_high_water = d.sequence_high_water
         self.event_count = "SELECT count(*) FROM session_state_events"
 

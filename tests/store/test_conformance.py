@@ -191,10 +191,12 @@ def test_append_and_read_with_an_unknown_session_raises_and_changes_nothing(stor
     assert store.head(A, "a").last_sequence == 1
 
 
-def test_the_event_page_is_ascending_and_bounded(store):
+def test_the_changes_page_holds_the_head_the_earliest_sequence_and_an_ascending_bounded_page(store):
     for kind, actor in ((NOTIFYING, None), (LOG_ONLY, None), ("goal_changed", W), ("goal_changed", None)):
         append(store, kind=kind, actor=actor)
-    page = store.event_page(A, "a", 1, 2)
+    read = store.changes_page(A, "a", 1, 2)
+    assert (read.last_sequence, read.pruned_max_sequence, read.earliest_sequence) == (4, 0, 1)
+    page = read.events
     assert [row[0] for row in page] == [2, 3]
     # contract.EventPageRow: (sequence, kind, actor_type, occurred_micros, summary, actor_id,
     # run_id, payload, occurred_at), the columns changesSince shows
@@ -202,7 +204,9 @@ def test_the_event_page_is_ascending_and_bounded(store):
                                                      ("goal_changed", "human", "s", W, None, None)]
     # the instant (1.0 s) in whole microseconds, or the float where Python does the rounding
     assert all((row[3], row[8]) in ((1_000_000, None), (None, 1.0)) for row in page)
-    assert store.earliest_sequence(A, "a") == 1 and store.earliest_sequence(B, "a") is None
+    assert store.changes_page(A, "a", 4, 2).events == []
+    assert store.changes_page(B, "a", 0, 2) == (0, 0, None, [])  # a head, no events
+    assert store.changes_page("agent:a:nobody", "a", 0, 2) is None  # no head: no session
 
 
 # -- cursors: effective positions (R7) ------------------------------------------------------

@@ -85,18 +85,20 @@ class Turns(CursorLifecycle):
                 # The targets' heads locked, then one read for every pending pair, effective
                 # positions included (R7; spec section 16): the acknowledgements fire on them
                 # without reading each cursor again.
-                owed = {(r.target_key, r.target_agent_id): r.positions
-                        for r in self.store.pending_for_drain(session_key)}
-                lines = plan_drain(entries, {target: positions[0] for target, positions in owed.items()})
+                owed = {(r.target_key, r.target_agent_id): r for r in self.store.pending_for_drain(session_key)}
+                lines = plan_drain(entries, {target: record.positions[0] for target, record in owed.items()})
                 for text, target in lines:
                     if target is None:
                         continue
                     # The acks are the transaction's last writes: in a drain of its own they
                     # may travel with its COMMIT.
-                    (step,) = self._fire_pairs([(session_key, target, owed[target])], DRAIN, None, now, delivered=text,
-                                               with_commit=own_transaction)
+                    record = owed[target]
+                    (step,) = self._fire_pairs([(session_key, target, record.positions)], DRAIN, None, now,
+                                               delivered=text, with_commit=own_transaction)
                     if step.notice_since is not None:
-                        follow_ups.append((session_key, target, step.notice_since, None))
+                        # The follow-up's wake (R26) asks the provenance this read found, in
+                        # the transaction that acknowledged: no read after the commit.
+                        follow_ups.append((session_key, target, step.notice_since, record.provenance))
                 texts = [e.text for e in entries]
                 self.store.after_commit(lambda: self.queue.remove(session_key, texts))
                 self.queue_notices(follow_ups)
@@ -151,17 +153,19 @@ class Turns(CursorLifecycle):
             check_changes_since(changes_since)
         agent = resolve_agent_id(session_key, agent_id)
         target = (session_key, agent) if agent is not None else self.resolve(session_key, None)
-        head = self.store.head(*target)
-        if head is None:  # every registered session has a head row; deleting removes both
+        if changes_since is None:
+            head = self.store.head(*target)
+            if head is None:  # every registered session has a head row; deleting removes both
+                raise UnknownSession(f"unknown session {session_key!r} (agent {target[1]!r})")
+            return {"sessionKey": target[0], "stateVersion": head[0]}
+        page = self.store.changes_page(target[0], target[1], changes_since, CHANGES_PAGE + 1)
+        if page is None:
             raise UnknownSession(f"unknown session {session_key!r} (agent {target[1]!r})")
-        last, pruned = head
-        result: dict[str, Any] = {"sessionKey": target[0], "stateVersion": last}
-        if changes_since is not None:
-            rows = self.store.event_page(target[0], target[1], changes_since, CHANGES_PAGE + 1)
-            result["stateChanges"] = {
-                "events": events_json(rows[:CHANGES_PAGE]),
-                "truncated": len(rows) > CHANGES_PAGE,
-                "earliestAvailableSequence": self.store.earliest_sequence(*target),
-                "historyGap": changes_since < pruned,  # INV8: from the watermark only
-            }
-        return result
+        events = page.events
+        truncated = len(events) > CHANGES_PAGE
+        return {"sessionKey": target[0], "stateVersion": page.last_sequence, "stateChanges": {
+            "events": events_json(events[:CHANGES_PAGE] if truncated else events),
+            "truncated": truncated,
+            "earliestAvailableSequence": page.earliest_sequence,
+            "historyGap": changes_since < page.pruned_max_sequence,  # INV8: from the watermark only
+        }}
