@@ -200,9 +200,11 @@ class Worker:
         self.history.write("draining", watcher=watcher, turn=turn)
         try:
             lines = self.gw.drain_system_events(watcher)
-        except StorageError as exc:
+        except Exception as exc:  # answered: it failed (a deleted watcher raises UnknownSession)
             self.history.write("drain", watcher=watcher, turn=turn, error=type(exc).__name__)
-            return False
+            if isinstance(exc, StorageError):
+                return False
+            raise
         versions: dict[str, int | None] = {}
         for line in lines:
             found = _SINCE.search(line)
