@@ -515,6 +515,7 @@ class Injector:
         self.threads: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.server_lock = threading.Lock()  # one restart or failover at a time
+        self.disk_lock = threading.Lock()
 
     def count(self, fault: Fault, done: bool) -> None:
         with self.lock:
@@ -633,10 +634,11 @@ class Injector:
         ballast goes; the workers' histories and traces are on another file system."""
         if self.db.disk is None:  # no tmpfs could be mounted (not root)
             return self.count(fault, False)
-        ballast = fill(self.db.disk)
-        self.count(fault, True)
-        time.sleep(fault.seconds)
-        ballast.unlink()
+        with self.disk_lock:  # one full disk at a time: an overlapping one starts when it ends
+            ballast = fill(self.db.disk)
+            self.count(fault, True)
+            time.sleep(fault.seconds)
+            ballast.unlink()
 
     def _restart(self, fault: Fault) -> None:
         with self.server_lock:

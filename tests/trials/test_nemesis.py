@@ -139,3 +139,29 @@ def test_the_runner_part_prints_the_table_and_a_finding_with_its_replay_command(
     args = runner.parser().parse_args(["--only", "nemesis", "--nemesis-backends", "oracle"])
     assert runner.run_trials(args, out) == 1 and "unknown backend(s) ['oracle']" in out.getvalue()
     assert len(calls) == before  # nothing ran
+
+
+def test_full_disk_faults_that_overlap_take_turns(tmp_path):
+    import threading
+    from types import SimpleNamespace
+
+    from trials.full_disk import BALLAST, mount_tmpfs, unmount
+    from trials.nemesis import Fault, Injector
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not mount_tmpfs(disk, "1m"):
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        report = NemesisReport(SEED, Settings())
+        injector = Injector(SimpleNamespace(), SimpleNamespace(disk=disk), Settings(), report)
+        faults = [Fault(0.0, "full", seconds=0.3), Fault(0.1, "full", seconds=0.3)]
+        threads = [threading.Thread(target=injector._inject, args=(f,)) for f in faults]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert report.findings == [] and report.faults["full"] == 2
+        assert not (disk / BALLAST).exists()
+    finally:
+        unmount(disk)
