@@ -394,6 +394,31 @@ def test_a_server_declared_dead_takes_back_its_claims_even_when_its_sweep_saw_th
         assert a.cluster.attached() == [W]
 
 
+def test_a_take_back_whose_heartbeat_rolled_back_is_made_by_the_next_heartbeat(path, monkeypatch):
+    # R20 with a rollback: the heartbeat that registered anew fails before its commit; the
+    # claims the sweep saw lost stay remembered, and the next heartbeat of the same gateway
+    # commits the take-back.
+    from sessionstate import StorageUnavailable
+
+    with opened(path, serve=[]) as a, opened(path, serve=[]) as b:
+        a.cluster.attach(W)
+        declare_dead(b, a)
+        a.cluster.sweep()
+        claim = a.store.serving.claim
+
+        def refused(*args, **kwargs):
+            raise StorageUnavailable("the store went away")
+
+        monkeypatch.setattr(a.store.serving, "claim", refused)  # after it registered anew
+        with pytest.raises(StorageUnavailable):
+            a.cluster.heartbeat()
+        assert a.store.serving.claimant(W) is None and a.cluster.attached() == []
+        monkeypatch.setattr(a.store.serving, "claim", claim)
+        a.cluster.heartbeat()
+        assert a.store.serving.claimant(W) == (server_id(a), 1)
+        assert a.cluster.attached() == [W] and a.cluster.serves(W)
+
+
 def test_a_claim_released_while_its_server_lives_is_not_taken_back_later(path):
     # Only a removal of this server's row releases its claims without a detach; a heartbeat
     # that finds the row in place forgets what the sweep saw released.
