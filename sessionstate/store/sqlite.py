@@ -28,7 +28,7 @@ from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
 from .sql_store import SYNCHRONOUS_LEVELS, SqlStore
-from .sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
+from .sqlite_checkpoint import BACKSTOP_PAGES, DEFAULT_AUTOCHECKPOINT_PAGES, WalCheckpointer
 from .sqlite_feed import SqliteChangeFeed
 from .statements import EVENT_COLUMNS, CoreStatements
 from .transcripts import SqlTranscriptTable
@@ -189,8 +189,6 @@ class SqliteStore(SqlStore):
                 db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             checkpoint_aside = background_checkpoints and path is not None and not self._opened_read_only
-            if checkpoint_aside:
-                db.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
         except BaseException as exc:
             if db is not None:
                 db.close()
@@ -213,12 +211,29 @@ class SqliteStore(SqlStore):
         self.checkpointer: WalCheckpointer | None = WalCheckpointer(
             path, synchronous=synchronous.upper(), busy_timeout=BUSY_TIMEOUT_MS / 1000, write_turn=self.lock
         ) if checkpoint_aside and path is not None else None
+        if self.checkpointer is not None:
+            self._set_autocheckpoint(self.checkpointer)
         self._sql = CoreStatements(SQLITE, sorted(notifying_kinds))
         self.meta = SqlMetadataTable(db, SQLITE, self.storage_error)
         self.runs = SqlRunTable(db, SQLITE, self.storage_error)
         self.transcripts = SqlTranscriptTable(db, SQLITE, self.storage_error)
         self.links = SqlUpstreamLinkTable(db, SQLITE, self.transaction, self.storage_error)
         self.serving = SqlServingTable(db, SQLITE, self.storage_error)
+
+    def _set_autocheckpoint(self, checkpointer: WalCheckpointer) -> None:
+        """The writer's own autocheckpoint beside the thread: off where every checkpoint must
+        hold the write lock (SQLite's WAL-reset race; ``sqlite_checkpoint.py``), else a
+        backstop; SQLite's default where the thread could not connect."""
+        checkpointer.started.wait()
+        if not checkpointer.connected:
+            pages = DEFAULT_AUTOCHECKPOINT_PAGES
+        else:
+            pages = 0 if checkpointer.guard else BACKSTOP_PAGES
+        try:
+            self._db.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+        except DRIVER_ERRORS as error:
+            self.close()
+            raise self.storage_error(error) from error
 
     def open_change_feed(self, kinds: tuple[str, ...]) -> SqliteChangeFeed:
         """R22: ``PRAGMA data_version`` on a connection of its own (file databases only)."""
@@ -406,8 +421,16 @@ class SqliteStore(SqlStore):
         the background thread's: SQLite's ``(busy, frames in the WAL, frames copied)``."""
         if mode not in CHECKPOINT_MODES:
             raise ValueError(f"checkpoint mode must be one of {CHECKPOINT_MODES}")
-        with self.checkpointer.turn if self.checkpointer is not None else nullcontext():
-            busy, frames, copied = self._db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        checkpointer = self.checkpointer
+        try:
+            with checkpointer.turn if checkpointer is not None else nullcontext():
+                # A passive checkpoint takes no write lock of its own: where the WAL-reset
+                # race is open, the thread's second connection holds it meanwhile.
+                guarded = mode == "PASSIVE" and checkpointer is not None and checkpointer.guard and checkpointer.connected
+                with checkpointer.write_locked() if guarded else nullcontext():  # type: ignore[union-attr]
+                    busy, frames, copied = self._db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        except DRIVER_ERRORS as error:
+            raise self.storage_error(error) from error
         return int(busy), int(frames), int(copied)
 
     def trace_statements(self) -> AbstractContextManager[list[str]]:

@@ -20,6 +20,16 @@ commit of this process adds frames meanwhile; it has little left to copy, and th
 starts the WAL over. The writer's own autocheckpoint stays on as a backstop, at
 ``BACKSTOP_PAGES``, for what this thread cannot do: another process writing without a pause,
 a thread that could not start.
+
+**SQLite's WAL-reset race.** SQLite 3.7.0 to 3.51.2 (fixed in 3.51.3, and in 3.44.6 and 3.50.7)
+can lose committed transactions when a checkpoint starts right after another one finished and,
+while it starts, a writer begins the WAL anew (https://sqlite.org/wal.html#walresetbug). Passive
+checkpoints in several processes, one after each burst of commits, are that race's best case.
+On such a library (``WAL_RESET_GUARD``) every round is one passive pass made while the thread
+holds the database's write lock through a second connection of its own (``BEGIN IMMEDIATE``)
+and the store's write turn, so no writer of any process can begin the WAL anew meanwhile; the
+store turns the writer's autocheckpoint off, since it would checkpoint without that lock. What
+that costs is that writers wait for the copy.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +49,8 @@ log = logging.getLogger("sessionstate")
 # here (a commit of one event writes 5-6 pages): at 4,000 the writer's backstop still fired
 # now and then, a 15 ms commit; at 8,000 it does not (docs/performance-threads.md).
 BACKSTOP_PAGES = 8_000
+# SQLite's own autocheckpoint, left to the commits where the thread could not connect.
+DEFAULT_AUTOCHECKPOINT_PAGES = 1_000
 # At most one background checkpoint per interval: a checkpoint syncs the file, so one per
 # commit would trade a write for a sync.
 CHECKPOINT_INTERVAL_SECONDS = 0.05
@@ -53,6 +66,25 @@ SETTLED_FRAMES = 100
 # goes first, and the next request tries again), and never once the store is closing.
 WRITE_TURN_POLL_SECONDS = 0.01
 WRITE_TURN_POLLS = 10
+# How long a guarded round waits for the database's write lock (another process's commit goes
+# first) before it leaves the round to the next request.
+WRITE_LOCK_WAIT_SECONDS = 0.1
+# The releases that fixed the WAL-reset race, per line of backports: a version at or above the
+# first, or at or above another on its own minor line, is safe.
+WAL_RESET_FIXED = ((3, 51, 3), (3, 50, 7), (3, 44, 6))
+_SQLITE_BUSY = 5
+
+
+def wal_reset_fixed(version: tuple[int, int, int]) -> bool:
+    """Whether a SQLite library of ``version`` has the WAL-reset race fixed."""
+    newest = WAL_RESET_FIXED[0]
+    if version >= newest:
+        return True
+    return any(version[:2] == fixed[:2] and version >= fixed for fixed in WAL_RESET_FIXED[1:])
+
+
+# The library this process runs: whether every checkpoint must hold the write lock.
+WAL_RESET_GUARD = not wal_reset_fixed(sqlite3.sqlite_version_info)
 
 
 class WalCheckpointer:
@@ -69,12 +101,19 @@ class WalCheckpointer:
         busy_timeout: float,
         interval: float = CHECKPOINT_INTERVAL_SECONDS,
         write_turn: Any = None,
-        connect: Callable[..., sqlite3.Connection] = sqlite3.connect,
+        connect: Callable[..., sqlite3.Connection] | None = None,
+        guard: bool | None = None,
     ) -> None:
         self._path = path
+        # Every pass holds the database's write lock (the WAL-reset race): by default where
+        # this process's SQLite library has the race.
+        self.guard = WAL_RESET_GUARD if guard is None else guard
+        self._lock_db: sqlite3.Connection | None = None  # the connection holding it (guarded)
+        self.started = threading.Event()  # set once the thread is connected, or could not be
+        self.connected = False
         self.write_turn = write_turn  # the store's lock: held, no commit of this process runs
         self.synchronous = synchronous  # the level the thread's connection syncs at (the store's)
-        self._connect = connect
+        self._connect = connect or sqlite3.connect
         self._busy_timeout = busy_timeout
         self._interval = interval
         self._wanted = threading.Event()
@@ -104,14 +143,24 @@ class WalCheckpointer:
 
     def _run(self) -> None:
         db: sqlite3.Connection | None = None
+        lock_db: sqlite3.Connection | None = None
         try:
             db = self._connect(str(self._path), timeout=self._busy_timeout, isolation_level=None)
             db.execute(f"PRAGMA synchronous = {self.synchronous}")
+            if self.guard:
+                # Used under ``turn`` by this thread and by the store's own checkpoints.
+                lock_db = self._connect(str(self._path), timeout=WRITE_LOCK_WAIT_SECONDS, isolation_level=None,
+                                        check_same_thread=False)
         except sqlite3.Error as exc:
-            if db is not None:
-                db.close()
+            for opened in (db, lock_db):
+                if opened is not None:
+                    opened.close()
             log.warning("%s: no background WAL checkpoints (%s); commits checkpoint by themselves", self._path, exc)
+            self.started.set()
             return
+        self._lock_db = lock_db
+        self.connected = True
+        self.started.set()
         try:
             while True:
                 self._wanted.wait()
@@ -123,8 +172,28 @@ class WalCheckpointer:
                     return
         finally:
             db.close()
+            if lock_db is not None:
+                with self.turn:
+                    lock_db.close()
+
+    @contextmanager
+    def write_locked(self) -> Iterator[None]:
+        """The database's write lock, held through the thread's second connection for the
+        block (called holding ``turn``). Raises ``sqlite3.OperationalError`` (busy) when
+        another connection keeps it past ``WRITE_LOCK_WAIT_SECONDS``."""
+        lock_db = self._lock_db
+        assert lock_db is not None, "only a guarded, connected checkpointer holds the write lock"
+        lock_db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            if lock_db.in_transaction:
+                lock_db.execute("ROLLBACK")
 
     def _checkpoint(self, db: sqlite3.Connection) -> None:
+        if self.guard:
+            self._guarded_round(db)
+            return
         try:
             with self.turn:
                 frames = self._settle(db)
@@ -142,6 +211,29 @@ class WalCheckpointer:
             log.warning("%s: background WAL checkpoint failed (%s)", self._path, exc)
         else:
             self.checkpoints += 1
+
+    def _guarded_round(self, db: sqlite3.Connection) -> None:
+        """One pass holding the store's write turn and the database's write lock, so no
+        writer begins the WAL anew while it copies; a turn or lock that stays taken leaves the
+        round to the next request."""
+        took_turn = self.write_turn is not None
+        if took_turn and not self._take_write_turn():
+            return
+        try:
+            with self.turn, self.write_locked():
+                _passive(db)
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != _SQLITE_BUSY:
+                log.warning("%s: background WAL checkpoint failed (%s)", self._path, exc)
+            return  # busy: another writer's turn; the next commit asks again
+        except sqlite3.Error as exc:
+            log.warning("%s: background WAL checkpoint failed (%s)", self._path, exc)
+            return
+        finally:
+            if took_turn:
+                assert self.write_turn is not None
+                self.write_turn.release()
+        self.checkpoints += 1
 
     def _settle(self, db: sqlite3.Connection) -> int:
         """Passes while they find fewer new frames; the WAL's frames at the last one's start,

@@ -15,7 +15,8 @@ import pytest
 from sessionstate import StorageUnavailable
 from sessionstate.statemachine import NOTIFYING_KINDS
 from sessionstate.store import SessionRecord, SqliteStore
-from sessionstate.store.sqlite_checkpoint import BACKSTOP_PAGES, RESTART_FRAMES, SETTLED_FRAMES, SETTLING_PASSES, THREAD_NAME, WRITE_TURN_POLLS, WalCheckpointer
+from sessionstate.store import sqlite_checkpoint
+from sessionstate.store.sqlite_checkpoint import BACKSTOP_PAGES, DEFAULT_AUTOCHECKPOINT_PAGES, RESTART_FRAMES, SETTLED_FRAMES, SETTLING_PASSES, THREAD_NAME, WRITE_TURN_POLLS, WalCheckpointer, wal_reset_fixed
 
 KEY, AGENT = "agent:a:one", "a"
 
@@ -54,9 +55,10 @@ def store(tmp_path):
 
 
 def test_commits_reach_the_file_through_the_thread(store, tmp_path):
-    # The writer's own autocheckpoint is only a backstop, far above what ten commits write.
-    assert store.pragma("wal_autocheckpoint") == BACKSTOP_PAGES
+    # The writer's own autocheckpoint: off where every checkpoint must hold the write lock
+    # (it would checkpoint without it), else only a backstop far above what ten commits write.
     assert store.checkpointer is not None and store.checkpointer.alive
+    assert store.pragma("wal_autocheckpoint") == (0 if store.checkpointer.guard else BACKSTOP_PAGES)
     copies = tmp_path / "copies"
     copies.mkdir()
     append(store, 10)
@@ -296,7 +298,7 @@ def test_a_long_wal_under_steady_commits_is_copied_to_its_end_under_the_write_tu
             return FetchedRows(rows)
 
     checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn,
-                                   connect=lambda *a, **k: sqlite3.connect(*a, factory=Connection, **k))
+                                   connect=lambda *a, **k: sqlite3.connect(*a, factory=Connection, **k), guard=False)
     try:
         checkpointer.request()
         wait_until(lambda: checkpointer.checkpoints == 1)
@@ -318,7 +320,8 @@ def test_a_short_wal_takes_no_write_turn(tmp_path):
     writer = filler(path)
     long_wal(writer, 10)
     turn = RecordedTurn()
-    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn)
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=60.0, write_turn=turn,
+                                   guard=False)
     try:
         checkpointer.request()
         wait_until(lambda: checkpointer.checkpoints == 1)
@@ -339,9 +342,10 @@ def long_wal_file(tmp_path):
     writer.close()
 
 
-def started(path, turn: RecordedTurn) -> WalCheckpointer:
+def started(path, turn: RecordedTurn, guard: bool = False) -> WalCheckpointer:
     """A checkpointer asked for one round (its next round an hour away)."""
-    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=3600.0, write_turn=turn)
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=3600.0, write_turn=turn,
+                                   guard=guard)
     checkpointer.request()
     return checkpointer
 
@@ -381,7 +385,7 @@ def test_the_thread_is_named_and_checkpoints_at_the_stores_durability(tmp_path):
     connections: list[sqlite3.Connection] = []
 
     def connect(*args, **kwargs):
-        connections.append(sqlite3.connect(*args, check_same_thread=False, **kwargs))
+        connections.append(sqlite3.connect(*args, **{"check_same_thread": False, **kwargs}))
         return connections[-1]
 
     before = set(threading.enumerate())
@@ -412,7 +416,7 @@ def test_every_round_is_counted(tmp_path):
 def test_without_a_write_turn_a_long_wal_gets_its_passes_alone(long_wal_file):
     """A checkpointer given no write turn (nothing to hold commits back) runs its passes and
     takes no last one; the round ends and the thread goes on."""
-    checkpointer = WalCheckpointer(long_wal_file, synchronous="NORMAL", busy_timeout=1.0, interval=0.0)
+    checkpointer = WalCheckpointer(long_wal_file, synchronous="NORMAL", busy_timeout=1.0, interval=0.0, guard=False)
     try:
         checkpointer.request()
         wait_until(lambda: checkpointer.checkpoints == 1)
@@ -421,3 +425,145 @@ def test_without_a_write_turn_a_long_wal_gets_its_passes_alone(long_wal_file):
         assert checkpointer.alive
     finally:
         checkpointer.close()
+
+
+# -- SQLite's WAL-reset race (https://sqlite.org/wal.html#walresetbug) ------------------------
+# A library with the race can lose committed transactions when a checkpoint runs while a writer
+# of another connection begins the WAL anew. Where it is open, no checkpoint of the store's may
+# run without the database's write lock.
+
+
+def write_lock_held(path) -> bool:
+    """Whether another connection holds the database's write lock right now."""
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        assert exc.sqlite_errorcode == 5, exc  # SQLITE_BUSY
+        return True
+    else:
+        probe.execute("ROLLBACK")
+        return False
+    finally:
+        probe.close()
+
+
+@pytest.mark.parametrize("version, fixed", [
+    ((3, 7, 0), False), ((3, 40, 1), False), ((3, 44, 5), False), ((3, 44, 6), True), ((3, 45, 0), False),
+    ((3, 50, 6), False), ((3, 50, 7), True), ((3, 51, 2), False), ((3, 51, 3), True), ((3, 52, 0), True),
+    ((3, 54, 1), True), ((4, 0, 0), True),
+])
+def test_the_releases_with_the_wal_reset_race_fixed(version, fixed):
+    assert wal_reset_fixed(version) is fixed
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_a_guarded_thread_checkpoints_only_holding_the_write_lock(tmp_path, guard):
+    """Each of a guarded thread's passes finds the write lock held (by its own second
+    connection); an unguarded thread's do not, which is what lets a writer begin the WAL anew
+    under a checkpoint."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    writer = filler(path)
+    long_wal(writer, RESTART_FRAMES + 10)
+    held: list[bool] = []
+
+    class Connection(sqlite3.Connection):
+        def execute(self, sql, *args):
+            if "wal_checkpoint" in sql:
+                held.append(write_lock_held(path))
+            return super().execute(sql, *args)
+
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=0.0, write_turn=RecordedTurn(),
+                                   connect=lambda *a, **k: sqlite3.connect(*a, factory=Connection, **k), guard=guard)
+    try:
+        for rounds in (1, 2):
+            long_wal(writer, 20)
+            checkpointer.request()
+            wait_until(lambda: checkpointer.checkpoints == rounds)
+    finally:
+        checkpointer.close()
+        writer.close()
+    assert held and all(h == guard for h in held), held
+    assert wal_frames(path) == 0 or not guard  # the guarded passes copied everything there was
+
+
+def test_a_guarded_round_that_finds_the_write_lock_taken_leaves_it_to_the_next_request(tmp_path, caplog):
+    """Another process's transaction keeps the write lock: the round waits a moment, gives up
+    without a warning, and the next request checkpoints."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    writer = filler(path)
+    long_wal(writer, 10)
+    caplog.set_level(logging.WARNING, logger="sessionstate")
+    checkpointer = WalCheckpointer(path, synchronous="NORMAL", busy_timeout=1.0, interval=0.0, guard=True)
+    try:
+        checkpointer.started.wait()
+        writer.execute("BEGIN IMMEDIATE")
+        checkpointer.request()
+        time.sleep(0.5)  # several of its waits for the lock
+        assert checkpointer.checkpoints == 0
+        writer.execute("ROLLBACK")
+        checkpointer.request()
+        wait_until(lambda: checkpointer.checkpoints == 1)
+    finally:
+        checkpointer.close()
+        writer.close()
+    assert caplog.records == []
+    assert wal_frames(path) == 0
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_the_writers_autocheckpoint_is_off_where_checkpoints_must_hold_the_write_lock(tmp_path, monkeypatch, guard):
+    monkeypatch.setattr(sqlite_checkpoint, "WAL_RESET_GUARD", guard)
+    store = open_store(tmp_path / "state.db")
+    try:
+        assert store.checkpointer is not None and store.checkpointer.guard is guard
+        assert store.pragma("wal_autocheckpoint") == (0 if guard else BACKSTOP_PAGES)
+    finally:
+        store.close()
+
+
+def test_without_its_thread_a_store_leaves_checkpoints_to_sqlite(tmp_path, monkeypatch, caplog):
+    """The thread could not connect: the commits checkpoint by themselves, at SQLite's own
+    default, as its warning says."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    real_connect = sqlite3.connect
+
+    def refusing(*args, **kwargs):  # the thread's connections only
+        if threading.current_thread().name == THREAD_NAME:
+            raise sqlite3.OperationalError("unable to open database file")
+        return real_connect(*args, **kwargs)
+
+    caplog.set_level(logging.WARNING, logger="sessionstate")
+    monkeypatch.setattr(sqlite_checkpoint.sqlite3, "connect", refusing)
+    try:
+        store = SqliteStore(f"sqlite:///{path}", notifying_kinds=NOTIFYING_KINDS)
+    finally:
+        monkeypatch.setattr(sqlite_checkpoint.sqlite3, "connect", real_connect)
+    try:
+        assert store.checkpointer is not None and not store.checkpointer.connected
+        assert store.pragma("wal_autocheckpoint") == DEFAULT_AUTOCHECKPOINT_PAGES
+        assert any("no background WAL checkpoints" in r.getMessage() for r in caplog.records)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_the_stores_own_passive_checkpoint_holds_the_write_lock_where_the_race_is_open(tmp_path, monkeypatch, guard):
+    monkeypatch.setattr(sqlite_checkpoint, "WAL_RESET_GUARD", guard)
+    store = open_store(tmp_path / "state.db")
+    store.insert_session(SessionRecord(KEY, AGENT, "main", None, None, None, 1.0, 1.0))
+    held: list[bool] = []
+    try:
+        append(store, 5)
+        # The hook SQLite calls as each statement starts, on the store's own connection.
+        store._db.set_trace_callback(
+            lambda sql: held.append(write_lock_held(store.path)) if "wal_checkpoint" in sql else None)
+        busy, frames, copied = store.checkpoint()
+        store._db.set_trace_callback(None)
+        assert busy == 0 and copied == frames
+    finally:
+        store.close()
+    assert held == [guard]
