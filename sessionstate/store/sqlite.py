@@ -427,7 +427,8 @@ class SqliteStore(SqlStore):
                 # A passive checkpoint takes no write lock of its own: where the WAL-reset
                 # race is open, the thread's second connection holds it meanwhile.
                 guarded = mode == "PASSIVE" and checkpointer is not None and checkpointer.guard and checkpointer.connected
-                with checkpointer.write_locked() if guarded else nullcontext():  # type: ignore[union-attr]
+                # It waits for the lock as long as a write would.
+                with checkpointer.write_locked(BUSY_TIMEOUT_MS / 1000) if guarded else nullcontext():  # type: ignore[union-attr]
                     busy, frames, copied = self._db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
         except DRIVER_ERRORS as error:
             raise self.storage_error(error) from error

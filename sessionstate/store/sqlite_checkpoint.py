@@ -177,12 +177,13 @@ class WalCheckpointer:
                     lock_db.close()
 
     @contextmanager
-    def write_locked(self) -> Iterator[None]:
+    def write_locked(self, wait_seconds: float = WRITE_LOCK_WAIT_SECONDS) -> Iterator[None]:
         """The database's write lock, held through the thread's second connection for the
         block (called holding ``turn``). Raises ``sqlite3.OperationalError`` (busy) when
-        another connection keeps it past ``WRITE_LOCK_WAIT_SECONDS``."""
+        another connection keeps it past ``wait_seconds``."""
         lock_db = self._lock_db
         assert lock_db is not None, "only a guarded, connected checkpointer holds the write lock"
+        lock_db.execute(f"PRAGMA busy_timeout = {int(wait_seconds * 1000)}")
         lock_db.execute("BEGIN IMMEDIATE")
         try:
             yield
