@@ -54,6 +54,10 @@ DEFAULT_AUTOCHECKPOINT_PAGES = 1_000
 # At most one background checkpoint per interval: a checkpoint syncs the file, so one per
 # commit would trade a write for a sync.
 CHECKPOINT_INTERVAL_SECONDS = 0.05
+# A guarded round holds writers back while it syncs and copies, and its two syncs cost the same
+# however few frames it copies: rounds twice as far apart cut what a tight loop of commits loses
+# to them from about 16% to about 6% (docs/operations.md, "WAL checkpoints").
+GUARDED_INTERVAL_SECONDS = 0.1
 THREAD_NAME = "sessionstate-wal-checkpoint"
 # A WAL this long is copied to its end holding the store's write turn (as SQLite's default
 # autocheckpoint would, inside a commit), so that the next commit starts it over.
@@ -99,7 +103,7 @@ class WalCheckpointer:
         *,
         synchronous: str,
         busy_timeout: float,
-        interval: float = CHECKPOINT_INTERVAL_SECONDS,
+        interval: float | None = None,
         write_turn: Any = None,
         connect: Callable[..., sqlite3.Connection] | None = None,
         guard: bool | None = None,
@@ -115,6 +119,8 @@ class WalCheckpointer:
         self.synchronous = synchronous  # the level the thread's connection syncs at (the store's)
         self._connect = connect or sqlite3.connect
         self._busy_timeout = busy_timeout
+        if interval is None:
+            interval = GUARDED_INTERVAL_SECONDS if self.guard else CHECKPOINT_INTERVAL_SECONDS
         self._interval = interval
         self._wanted = threading.Event()
         self._stopping = threading.Event()
