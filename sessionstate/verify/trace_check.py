@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..errors import ProtocolError
 from ..shared.formats import notice_text
@@ -33,6 +33,16 @@ from .trace_read import Proc, TraceFile, TraceLine, TraceOrderError, Unit, merge
 
 Target = tuple[str, str]
 Pair = tuple[str, Target]
+
+
+class PrunedMark(NamedTuple):
+    """An overlay key beside the pairs': the pruned watermark a tied unit leaves on a session."""
+
+    session: Target
+
+
+def _pairs_of(overlay: dict[Any, Any]) -> set[Any]:
+    return {key for key in overlay if not isinstance(key, PrunedMark)}
 EVENT_TRIGGERS = (MATERIAL_EVENT, SELF_EVENT, LOG_ONLY_EVENT)
 HISTORY = 64  # lines kept per pair and overall for the report
 
@@ -149,14 +159,14 @@ class TraceChecker:
 
         if any(line.op == "sweep" for line in unit.lines):
             swept = {pair for pair, trigger in self._unit_steps(unit) if trigger == RESTART_SWEEP}
-            for pair in set(self.pairs) | set(overlay):
+            for pair in set(self.pairs) | _pairs_of(overlay):
                 positions = current(pair)
                 if positions is not None and derive_state(positions) in PENDING_STATES and pair not in swept:
                     return False
         own: dict[Any, Any] | None = None  # the unit's own steps come before the notices they open
         for line in unit.lines:
-            if line.op == "prune" and not self._prune_fits(line, current, set(self.pairs) | set(overlay)):
-                return False  # R7: after the moves of the pending pairs whose positions it wrote
+            if line.op == "prune" and not self._prune_fits(line, current, set(self.pairs) | _pairs_of(overlay), overlay):
+                return False  # R7, R13: after the moves it read and the prunes that raised less
             if line.op in ("reset", "delete") or (line.op == "notice" and line.data.get("queued") is True):
                 own = self._outcome(unit) if own is None else own
                 if line.op != "notice" and not self._leaves_none(line, own, overlay):
@@ -165,7 +175,7 @@ class TraceChecker:
                     return False  # INV4: a queue-only unit after the move it reacted to
         drained = {pair for pair, trigger in self._unit_steps(unit) if trigger == DRAIN}
         for watcher in {pair[0] for pair in drained}:  # R21: after any removal of a pair it skipped
-            for pair in set(self.pairs) | set(overlay):
+            for pair in set(self.pairs) | _pairs_of(overlay):
                 positions = current(pair)
                 if (pair[0] == watcher and pair not in drained and pair not in self.resync and positions is not None
                         and derive_state(positions) in PENDING_STATES):
@@ -187,9 +197,15 @@ class TraceChecker:
         return True
 
     def _outcome(self, unit: Unit) -> dict[Any, Any]:
-        """The positions a unit leaves on the pairs it steps (for ordering tied units)."""
+        """The positions a unit leaves on the pairs it steps, and the watermarks a prune
+        leaves (for ordering tied units)."""
         after: dict[Any, Any] = {}
         for line in unit.lines:
+            if line.op == "prune":
+                try:
+                    after.update({PrunedMark((str(k), str(a))): int(m) for k, a, m in line.data["heads"]})
+                except (KeyError, ValueError, TypeError):
+                    pass
             if line.op == "step":
                 try:
                     after[(line.data["watcher"], _target(line.data["target"]))] = _positions(line.data["after"])
@@ -221,19 +237,25 @@ class TraceChecker:
         except (KeyError, ValueError):
             return False
         key = target[0] if target is not None else str(session)
-        for pair in set(self.pairs) | set(overlay):
+        for pair in set(self.pairs) | _pairs_of(overlay):
             if self._position(pair, own, overlay) is not None and (
                     pair[0] == key or (target is not None and pair[1] == target)):
                 return False
         return True
 
-    def _prune_fits(self, line: TraceLine, current: Callable[[Any], Positions | None], pairs: set[Any]) -> bool:
-        """A prune fits where each pending pair of its sessions stands where it wrote it (R7)."""
+    def _prune_fits(self, line: TraceLine, current: Callable[[Any], Positions | None], pairs: set[Any],
+                    overlay: dict[Any, Any]) -> bool:
+        """A prune fits where each pending pair of its sessions stands where it wrote it (R7)
+        and each watermark it left is at or above the session's (R13 only raises one)."""
         try:
-            affected = {(str(key), str(agent)) for key, agent, _ in line.data["heads"]}
+            marks = {(str(key), str(agent)): int(mark) for key, agent, mark in line.data["heads"]}
             written = {(str(w), (str(key), str(agent))): _positions(p) for w, key, agent, p in line.data["cursors"]}
         except (KeyError, ValueError, TypeError):
             return False
+        for session, mark in marks.items():
+            if mark < overlay.get(PrunedMark(session), self.pruned.get(session, 0)):
+                return False
+        affected = set(marks)
         for pair in pairs | set(written):
             positions = current(pair)
             if (pair[1] in affected and positions is not None and pair not in self.resync

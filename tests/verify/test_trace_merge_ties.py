@@ -101,3 +101,29 @@ def test_a_prune_merges_after_another_process_drain_whose_positions_it_wrote(tmp
         assert name == "b" or any(line["op"] == "prune" for line in rewritten)
         traces.append(read_trace(write_lines(tmp_path / f"{name}-{pid}.jsonl", rewritten)))
     assert TraceChecker().run(traces).steps > 0
+
+
+def test_of_two_prunes_at_one_commit_key_the_one_that_raised_the_watermark_less_merges_first(tmp_path):
+    # Found by the nemesis (SQLite, the long profile, seed 20261205): two processes pruned one
+    # session at one commit key, the second deeper; taken first, the deeper prune's watermark
+    # was followed by the shallower one's: a false INV7 (the watermark "fell"). Spec 15.2: a
+    # prune fits only where each watermark it recorded is at or above the replayed one (R13).
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    t = "agent:t:main"
+    with Gateway.open(url, trace=tmp_path / "shallow.jsonl", notify_on_create=False, max_rows=3) as shallow:
+        shallow.create_session(t)
+        for i in range(5):
+            assert shallow.record_event(t, "goal_changed", actor_type="human", summary=f"goal {i}")
+        shallow.prune()
+        with Gateway.open(url, trace=tmp_path / "deep.jsonl", notify_on_create=False, max_rows=1) as deep:
+            deep.prune()
+    marks = {}
+    traces = []
+    for name, pid in (("deep", 1), ("shallow", 2)):  # the deeper prune's process first in the merge's order
+        rewritten = [{**line, "pid": pid} for line in read_lines(tmp_path / f"{name}.jsonl")]
+        [prune] = [line for line in rewritten if line["op"] == "prune"]
+        marks[name] = (prune["c"], prune["heads"][0][2])
+        traces.append(read_trace(write_lines(tmp_path / f"{name}-{pid}.jsonl", rewritten)))
+    assert marks["deep"][0] == marks["shallow"][0]  # tied: no event between them
+    assert marks["deep"][1] > marks["shallow"][1]
+    assert TraceChecker().run(traces).units > 0
