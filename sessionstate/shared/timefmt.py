@@ -4,7 +4,7 @@ The text is byte-identical to ``datetime.fromtimestamp(t, timezone.utc)`` trunca
 milliseconds: the fraction of the second is rounded half-even to whole microseconds (carrying
 into the second), then the microseconds are truncated to milliseconds. ``iso_millis`` does that
 rounding here; ``iso_micros`` takes the instant already rounded to whole microseconds, which
-the PostgreSQL event page computes in SQL (store/postgres.py, ``EVENT_PAGE_SQL``).
+the PostgreSQL event page computes in SQL (store/dialect.py, ``_POSTGRES_PAGE``).
 
 A page of events usually shares a handful of distinct seconds, so the formatted
 "YYYY-MM-DDTHH:MM:SS" prefix is cached per whole second (``second_prefix``) and the ".mmmZ"

@@ -67,10 +67,10 @@ from .records import (
     VacuumReport,
 )
 
-# (sequence, kind, actor_type, occurred_micros, summary, actor_id, run_id, payload, occurred_at):
-# ``occurred_micros`` is occurred_at in whole microseconds rounded as timefmt.iso_millis rounds
-# (computed by the database where that is cheaper than in Python), else None and
-# ``occurred_at`` holds the epoch seconds (else None).
+# (sequence, kind, actor_type, occurred, summary, actor_id, run_id, payload): ``occurred`` is
+# the event's instant either as whole microseconds (an int, rounded by the database as
+# timefmt.iso_millis rounds, where that is cheaper than in Python) or as epoch seconds (a
+# float, which Python rounds), one or the other for every row of a page.
 EventPageRow = tuple[Any, ...]
 
 
@@ -214,7 +214,8 @@ class SignalLog(Protocol):
         """``changesSince``'s read: the head, the earliest sequence still held, and at most
         ``limit`` events after ``after`` with ``changesSince``'s columns, ascending by
         sequence; ``None`` for a session without a head. Two statements (the head with the
-        earliest sequence, then the page)."""
+        earliest sequence, then the page); PostgreSQL reads the page once more, its instants
+        in seconds, when one is beyond what its rounding in SQL covers."""
         ...
 
     def event_count(self) -> int: ...

@@ -41,23 +41,21 @@ class Dialect(NamedTuple):
         return " NOT INDEXED" if self.hints else ""
 
 
-# SQLite has no half-even rounding, and the CASE expressions that would replace it cost more
-# per row than the rounding in Python (timefmt.iso_millis), so the microseconds column stays
-# NULL and the float goes last.
-_SQLITE_PAGE = "sequence, kind, actor_type, NULL, summary, actor_id, run_id, payload, occurred_at"
+# The page with each event's instant as its epoch seconds (a float), which Python rounds
+# (timefmt.iso_millis). SQLite has no half-even rounding, and the CASE expressions that would
+# replace it cost more per row than the rounding in Python, so this is SQLite's page.
+EVENT_PAGE_IN_SECONDS = "sequence, kind, actor_type, occurred_at, summary, actor_id, run_id, payload"
 
 # The server rounds each occurred_at to whole microseconds as timefmt.iso_millis does (trunc
 # is exact, the fraction times 10**6 is the same IEEE product, round(float8) is rint:
 # half-even), so Python only formats text (timefmt.iso_micros). Beyond +-10**12 s the bigint
-# product could overflow: those rows carry the raw float in the last column instead and
-# Python rounds them.
-_OCCURRED_IN_RANGE = "abs(occurred_at) < 1e12::float8"
+# product could overflow: such a row reads NULL there, and the store reads that page again as
+# EVENT_PAGE_IN_SECONDS (PostgresStore.changes_page).
 _POSTGRES_PAGE = (
-    f"sequence, kind, actor_type, CASE WHEN {_OCCURRED_IN_RANGE}"
+    "sequence, kind, actor_type, CASE WHEN abs(occurred_at) < 1e12::float8"
     " THEN trunc(occurred_at)::bigint * 1000000"
     " + round((occurred_at - trunc(occurred_at)) * 1000000::float8)::bigint END,"
-    " summary, actor_id, run_id, payload,"
-    f" CASE WHEN NOT {_OCCURRED_IN_RANGE} THEN occurred_at END"
+    " summary, actor_id, run_id, payload"
 )
 
 SQLITE = Dialect(
@@ -66,7 +64,7 @@ SQLITE = Dialect(
     greatest="max",
     hints=True,
     sequence_high_water="SELECT seq FROM sqlite_sequence WHERE name = 'session_state_events'",
-    event_page_columns=_SQLITE_PAGE,
+    event_page_columns=EVENT_PAGE_IN_SECONDS,
 )
 POSTGRES = Dialect(
     name="postgresql",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .dialect import Dialect
+from .dialect import EVENT_PAGE_IN_SECONDS, Dialect
 from .records import CaughtUpRow, CursorRecord
 
 EVENT_COLUMNS = (
@@ -140,11 +140,13 @@ class CoreStatements:
             " WHERE session_key = ? AND agent_id = ? AND sequence > ?"
             " ORDER BY sequence LIMIT ?"
         )
-        self.event_page = sql(
-            f"SELECT {d.event_page_columns}"
+        page_rows = (
             " FROM session_state_events WHERE session_key = ? AND agent_id = ? AND sequence > ?"
             " ORDER BY sequence LIMIT ?"
         )
+        self.event_page = sql(f"SELECT {d.event_page_columns}{page_rows}")
+        # The same page with every instant in epoch seconds (where event_page rounds in SQL).
+        self.event_page_in_seconds = sql(f"SELECT {EVENT_PAGE_IN_SECONDS}{page_rows}")
         # changesSince's head and earliest held sequence in one statement (the page is another).
         self.head_and_earliest = sql(
             "SELECT h.last_sequence, h.pruned_max_sequence, (SELECT min(e.sequence) FROM session_state_events e"

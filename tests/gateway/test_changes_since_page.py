@@ -1,7 +1,8 @@
 """``changesSince`` pages are the same on every backend, to the byte.
 
-PostgreSQL rounds each ``occurred_at`` to whole microseconds in SQL (store/postgres.py,
-``EVENT_PAGE_SQL``) while SQLite leaves that to Python (``timefmt.iso_millis``): these tests
+PostgreSQL rounds each ``occurred_at`` to whole microseconds in SQL (store/dialect.py,
+``_POSTGRES_PAGE``; a page with an instant beyond 10**12 s is read again in seconds) while
+SQLite leaves that to Python (``timefmt.iso_millis``): these tests
 store the same events, timestamps at millisecond edges included, on both and compare the pages
 with each other and with ``datetime``'s own text. Events go in through the store so that any
 float can be stored (the gateway clamps ``occurred_at`` to its window, R16).

@@ -31,8 +31,8 @@ def test_a_page_writes_each_event_s_instant_as_iso_millis_whether_or_not_it_repe
     # events_json writes a run of one instant once (a batch's events share one), and rounds
     # each new instant inline: every event's text is still iso_millis of its own instant.
     epochs = [epoch for epoch, repeats in runs for _ in range(repeats)]
-    rows = [(i, "goal_changed", "agent", None, "s", None, None, None, e) for i, e in enumerate(epochs)]
+    rows = [(i, "goal_changed", "agent", e, "s", None, None, None) for i, e in enumerate(epochs)]
     assert [event["occurredAt"] for event in events_json(rows)] == [iso_millis(e) for e in epochs]
     micros = [round(e * 1e6) for e in epochs]  # a backend that rounded in SQL sends whole microseconds
-    rows = [(i, "goal_changed", "agent", m, "s", None, None, None, None) for i, m in enumerate(micros)]
+    rows = [(i, "goal_changed", "agent", m, "s", None, None, None) for i, m in enumerate(micros)]
     assert [event["occurredAt"] for event in events_json(rows)] == [iso_micros(m) for m in micros]
