@@ -230,7 +230,7 @@ class WalCheckpointer:
             with self.turn, self.write_locked():
                 _passive(db)
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) != _SQLITE_BUSY:
+            if int(getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF != _SQLITE_BUSY:  # any busy's primary code
                 log.warning("%s: background WAL checkpoint failed (%s)", self._path, exc)
             return  # busy: another writer's turn; the next commit asks again
         except sqlite3.Error as exc:
