@@ -641,3 +641,34 @@ def test_processes_writing_beside_guarded_checkpointers_keep_every_acknowledged_
                if rows.get(seq) != (writer, nth)]
     assert sum(len(acknowledged) for _, acknowledged, _ in reports) > 1_000  # the writers got going
     assert missing == []
+
+
+def test_a_guarded_round_syncs_the_wal_before_it_takes_the_write_lock(tmp_path, monkeypatch):
+    """Most of a pass's time is its sync of the WAL: done first, without the lock, it leaves
+    the pass under the lock little to sync, so writers wait less; at synchronous=OFF nothing
+    is synced."""
+    path = tmp_path / "state.db"
+    open_store(path).close()
+    writer = filler(path)
+    long_wal(writer, 50)
+    synced: list[tuple[str, bool]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), write_lock_held(path)))
+        real_fsync(fd)
+
+    monkeypatch.setattr(sqlite_checkpoint.os, "fsync", fsync)
+    try:
+        for level, expected in (("NORMAL", [(f"{path}-wal", False)]), ("OFF", [])):
+            synced.clear()
+            checkpointer = WalCheckpointer(path, synchronous=level, busy_timeout=1.0, interval=3600.0, guard=True)
+            try:
+                checkpointer.request()
+                wait_until(lambda: checkpointer.checkpoints == 1)
+            finally:
+                checkpointer.close()
+            assert synced == expected, level
+            long_wal(writer, 50)
+    finally:
+        writer.close()
