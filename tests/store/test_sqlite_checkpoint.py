@@ -4,6 +4,7 @@ store, and a checkpoint that fails is logged and asked for again."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -555,21 +556,30 @@ def test_without_its_thread_a_store_leaves_checkpoints_to_sqlite(tmp_path, monke
 
 @pytest.mark.parametrize("guard", [True, False])
 def test_the_stores_own_passive_checkpoint_holds_the_write_lock_where_the_race_is_open(tmp_path, monkeypatch, guard):
+    """``SqliteStore.checkpoint`` (after reclaiming pages) runs inside the thread's
+    ``write_locked`` where the race is open, and the lock is held there; elsewhere not."""
     monkeypatch.setattr(sqlite_checkpoint, "WAL_RESET_GUARD", guard)
     store = open_store(tmp_path / "state.db")
     store.insert_session(SessionRecord(KEY, AGENT, "main", None, None, None, 1.0, 1.0))
     held: list[bool] = []
     try:
         append(store, 5)
-        # The hook SQLite calls as each statement starts, on the store's own connection.
-        store._db.set_trace_callback(
-            lambda sql: held.append(write_lock_held(store.path)) if "wal_checkpoint" in sql else None)
+        checkpointer = store.checkpointer
+        assert checkpointer is not None
+        real_write_locked = checkpointer.write_locked
+
+        @contextlib.contextmanager
+        def write_locked(*args, **kwargs):
+            with real_write_locked(*args, **kwargs):
+                held.append(write_lock_held(store.path))
+                yield
+
+        monkeypatch.setattr(checkpointer, "write_locked", write_locked)
         busy, frames, copied = store.checkpoint()
-        store._db.set_trace_callback(None)
         assert busy == 0 and copied == frames
     finally:
         store.close()
-    assert held == [guard]
+    assert held == ([True] if guard else [])
 
 
 # Seconds of writing in the test below (the study in docs/operations.md, "WAL checkpoints",
