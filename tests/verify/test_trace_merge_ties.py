@@ -127,3 +127,40 @@ def test_of_two_prunes_at_one_commit_key_the_one_that_raised_the_watermark_less_
     assert marks["deep"][0] == marks["shallow"][0]  # tied: no event between them
     assert marks["deep"][1] > marks["shallow"][1]
     assert TraceChecker().run(traces).units > 0
+
+
+def test_two_restart_sweeps_at_one_commit_key_chain_on_a_pair_taken_again(tmp_path):
+    # Found by the nemesis (SQLite, seed 1, in CI): a gateway killed without its `close` line
+    # makes every pair resynchronised (spec 15.3), so events after it no longer move the
+    # replayed positions; two gateways restarting then swept one pair at one commit key, the
+    # first moving it on, the second finding it moved. Judged against the stale replayed
+    # positions neither sweep fitted, the merge took the second first: a false T3. Spec 15.3: a
+    # pair taken again fits any first step, unless a tied unit placed before stepped it.
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    w, t = "agent:w:main", "agent:t:main"
+    with Gateway.open(url, trace=tmp_path / "lost.jsonl", notify_on_create=False) as lost:
+        for key in (w, t):
+            lost.create_session(key)
+        lost.watch(w, t)
+        assert lost.record_event(t, "goal_changed", actor_type="human", summary="first")  # notified
+        with Gateway.open(url, trace=tmp_path / "on.jsonl", notify_on_create=False) as going_on:
+            # The lost gateway's last batch comes after the other's sweep: from there on the
+            # pair is taken again, and the event after it moves no replayed position.
+            assert lost.record_event(t, "goal_changed", actor_type="human", summary="second")
+            assert going_on.record_event(t, "goal_changed", actor_type="human", summary="third")
+    with Gateway.open(url, trace=tmp_path / "first.jsonl", notify_on_create=False):
+        pass  # its restart sweep notifies at the second event
+    with Gateway.open(url, trace=tmp_path / "second.jsonl", notify_on_create=False):
+        pass  # its sweep finds the pair already there
+    lines = {name: read_lines(tmp_path / f"{name}.jsonl") for name in ("lost", "on", "first", "second")}
+    lines["lost"] = [line for line in lines["lost"] if line["op"] != "close"]  # killed before its close
+    sweeps = {name: [line for line in lines[name] if line["op"] == "step" and line["trigger"] == "restart_sweep"]
+              for name in ("first", "second")}
+    assert sweeps["first"][0]["c"] == sweeps["second"][0]["c"]  # tied
+    assert sweeps["first"][0]["before"] != sweeps["first"][0]["after"] == sweeps["second"][0]["before"]
+    traces = []
+    for name, pid in (("lost", 1), ("on", 2), ("second", 3), ("first", 4)):  # the second sweep first in order
+        rewritten = [{**line, "pid": pid} for line in lines[name]]
+        traces.append(read_trace(write_lines(tmp_path / f"{name}-{pid}.jsonl", rewritten)))
+    summary = TraceChecker().run(traces)
+    assert summary.resynced > 0 and summary.steps > 0, summary
