@@ -176,6 +176,8 @@ class Worker:
             self.woken_cv.notify()
 
     def turns(self) -> None:
+        from sessionstate.errors import UnknownSession
+
         while not self.stopping.is_set():
             with self.woken_cv:
                 while not self.woken and not self.stopping.is_set():
@@ -185,7 +187,11 @@ class Worker:
                 watcher = self.woken.pop(0)
             deadline = time.monotonic() + TURN_RETRY_SECONDS
             while not self.stopping.is_set():
-                if self.drain(watcher, turn=True) or time.monotonic() > deadline:
+                try:
+                    drained = self.drain(watcher, turn=True)
+                except UnknownSession:
+                    break  # deleted after its wake: no turn to take (the drain wrote why)
+                if drained or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
 
