@@ -26,11 +26,13 @@ The session graph is the reference's common case: a main session and a sub-agent
 Each step is at the level the reference's adapter calls. ``drain``: the reference's queue peek
 and consume and ``acknowledgeSessionStateNotices``; the project's ``drain_system_events``.
 ``changesSince``: the reference's ``listSessionStateEventsSince`` (event page, earliest
-sequence, head) and ``getSessionStateVersion``; the project's ``Gateway.session_status`` with
-``changes_since`` (head, event page, earliest sequence), without the tool layer. The whole
-agent-facing call, ``call_tool(main, "session_status", {sessionKey, changesSince})`` (argument
-schema, caller and policy, visibility, the status card), is its own row, ``session_status
-tool call``, on the project's side only: the reference's adapter has no tool-layer op.
+sequence, head) and ``getSessionStateVersion``; the project's signal log read under the gateway's
+lock, ``Store.changes_page`` (head, earliest sequence, event page; the adapter's ``changesPage``).
+Two rows above that level are the project's only (the reference's adapter has no op for them):
+``session_status``, the gateway's whole answer, ``Gateway.session_status`` with
+``changes_since`` (the same read, then the agent-facing event objects with their ISO instants),
+and ``session_status tool call``, ``call_tool(main, "session_status", {sessionKey,
+changesSince})`` (argument schema, caller and policy, visibility, the status card).
 
 The raw floor is ``_support.RawLog`` on a plain ``sqlite3`` connection, with the same graph
 (made by the project's own API, so schema and rows are identical): the insert, the head bump
@@ -66,7 +68,7 @@ MAIN, CHILD = "agent:a:main", "agent:a:subagent:c1"
 KIND = "human_direct_message"
 START = 1_700_000_000.0
 LABELS = ("record", "record after a drain", "drain", "changesSince")  # both sides
-TOOL = "session_status tool call"  # the project's side only
+STATUS, TOOL = "session_status", "session_status tool call"  # the project's side only
 PROJECT, REFERENCE = "sessionstate", "openclaw"
 
 
@@ -86,12 +88,14 @@ def round_steps(events: int) -> list[list[Any]]:
     return steps
 
 
-def read_steps(events: int, head: int, tool: bool) -> list[list[Any]]:
+def read_steps(events: int, head: int, project: bool) -> list[list[Any]]:
     since = max(0, head - 20)
-    steps = [["changesSince", {"session": CHILD, "since": since}, "changesSince"]] * max(1, events // 4)
-    if tool:
-        steps += [["statusTool", {"caller": MAIN, "session": CHILD, "since": since}, TOOL]] * max(1, events // 4)
-    return steps
+    reads = max(1, events // 4)
+    if not project:
+        return [["changesSince", {"session": CHILD, "since": since}, "changesSince"]] * reads
+    return ([["changesPage", {"session": CHILD, "since": since}, "changesSince"]] * reads
+            + [["changesSince", {"session": CHILD, "since": since}, STATUS]] * reads
+            + [["statusTool", {"caller": MAIN, "session": CHILD, "since": since}, TOOL]] * reads)
 
 
 class Side:
@@ -114,7 +118,7 @@ class Side:
         sequences = answer["sequences"]
         self.sequences += sequences
         head = max(s for s in sequences if s is not None)
-        reads = self.adapter.call("bench", steps=read_steps(events, head, TOOL in self.labels))
+        reads = self.adapter.call("bench", steps=read_steps(events, head, self.name == PROJECT))
         for part in (answer, reads):
             for label, total in part["ns"].items():
                 if label in self.micros:
@@ -147,7 +151,7 @@ class RawFloor:
 
 
 def run(rounds: int, events: int, reference_command: list[str]) -> dict[str, Any]:
-    sides = [Side(PROJECT, project_command(), (*LABELS, TOOL)), Side(REFERENCE, reference_command)]
+    sides = [Side(PROJECT, project_command(), (*LABELS, STATUS, TOOL)), Side(REFERENCE, reference_command)]
     with tempfile.TemporaryDirectory(prefix="sessionstate-side-by-side-") as tmp:
         floor = RawFloor(Path(tmp))
         try:
@@ -181,7 +185,8 @@ def table(result: dict[str, Any]) -> str:
     for label in LABELS:
         out.append(f"| {label} | {result['micros'][PROJECT][label]:.1f} | {result['micros'][REFERENCE][label]:.1f} "
                    f"| {result['reference_over_project'][label]:.2f} |")
-    out.append(f"| {TOOL} | {result['micros'][PROJECT][TOOL]:.1f} | — | — |")
+    for label in (STATUS, TOOL):
+        out.append(f"| {label} | {result['micros'][PROJECT][label]:.1f} | — | — |")
     out.append(f"\nraw sqlite3 floor, one event per transaction: {result['raw_record_micros']:.1f} µs "
                f"({PROJECT}'s record is {result['project_record_over_raw']:.2f}× it)")
     out.append("same sequences in both: " + ("yes" if result["same_sequences"] else "NO"))

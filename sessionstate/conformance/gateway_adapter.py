@@ -16,7 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..errors import UnknownSession
 from ..facade.gateway import Gateway
+from ..services.notice.core import CHANGES_PAGE
+from ..shared.keys import resolve_agent_id
 from .protocol import serve, timed_steps
 
 FAULTS = ("queue-survives-reset", "drop-follow-up")
@@ -92,6 +95,12 @@ class GatewayAdapter:
             # The gateway's state read (head, event page, earliest, gap): the level of the
             # reference's listSessionStateEventsSince with getSessionStateVersion.
             return _changes(gw.session_status(r["session"], changes_since=int(r["since"])))
+        if op == "changesPage":
+            # This project only (the side-by-side's changesSince row): the signal log's own read
+            # (head, earliest held sequence, event page) under the gateway's lock, the level of
+            # the reference's listSessionStateEventsSince with getSessionStateVersion, without
+            # the agent-facing event objects session_status builds.
+            return _page(gw, r["session"], int(r["since"]))
         if op == "statusTool":
             # This project only (the side-by-side's tool row): the agent-facing tool call.
             answer = gw.call_tool(r["caller"], "session_status", {"sessionKey": r["session"],
@@ -122,6 +131,20 @@ class GatewayAdapter:
             woken, self.woken = self.woken, []
             return {"wakes": [list(w) for w in woken]}
         raise ValueError(f"unknown op {op!r}")
+
+
+def _page(gw: Gateway, key: str, since: int) -> dict[str, Any]:
+    agent_id = resolve_agent_id(key, None)
+    if agent_id is None:
+        raise ValueError(f"changesPage needs an agent-qualified key, not {key!r}")
+    with gw.store.lock:
+        page = gw.store.changes_page(key, agent_id, since, CHANGES_PAGE + 1)
+    if page is None:
+        raise UnknownSession(f"unknown session {key!r}")
+    rows = page.events
+    return {"stateVersion": page.last_sequence, "historyGap": since < page.pruned_max_sequence,
+            "truncated": len(rows) > CHANGES_PAGE,
+            "events": [{"sequence": row[0], "kind": row[1], "actorType": row[2]} for row in rows[:CHANGES_PAGE]]}
 
 
 def _changes(status: dict[str, Any]) -> dict[str, Any]:

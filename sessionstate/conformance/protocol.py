@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 OPS = ("hello", "create", "spawn", "record", "human", "watch", "drain", "pending", "changesSince", "fresh",
-       "version", "reset", "delete", "prune", "restart", "clock", "wakes", "bench", "statusTool", "bye")
+       "version", "reset", "delete", "prune", "restart", "clock", "wakes", "bench", "changesPage",
+       "statusTool", "bye")
 
 
 class AdapterFailure(Exception):

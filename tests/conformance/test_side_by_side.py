@@ -52,6 +52,21 @@ def test_the_status_tool_step_answers_what_the_state_read_answers(project: Adapt
         project.call("statusTool", caller=MAIN, session="agent:a:nobody", since=0)
 
 
+def test_the_signal_log_page_step_answers_what_the_gateway_answers(project: Adapter):
+    sequences = project.call("bench", steps=[RECORD + ["record"]] * 4)["sequences"]
+    for since in (0, sequences[1], sequences[-1]):
+        read = project.call("changesSince", session=CHILD, since=since)
+        assert project.call("changesPage", session=CHILD, since=since) == read
+    assert [e["sequence"] for e in project.call("changesPage", session=CHILD, since=sequences[1])["events"]] == sequences[2:]
+    project.call("clock", now=1_700_000_000.0 + 400 * 86_400)
+    project.call("prune")  # every event is past retention: a gap below the pruned watermark (INV8)
+    gap = project.call("changesPage", session=CHILD, since=0)
+    assert gap["historyGap"] is True and gap["events"] == []
+    assert gap == project.call("changesSince", session=CHILD, since=0)
+    with pytest.raises(AdapterFailure, match="unknown session"):
+        project.call("changesPage", session="agent:a:nobody", since=0)
+
+
 def test_bench_refuses_what_it_cannot_time_and_the_adapter_goes_on(project: Adapter):
     with pytest.raises(AdapterFailure, match="cannot time"):
         project.call("bench", steps=[["fresh", {"now": 1.0}, "x"]])
@@ -74,9 +89,10 @@ def test_the_side_by_side_benchmark_records_the_same_events_in_both(tmp_path: Pa
     assert set(result["micros"]) == {"sessionstate", "openclaw"}
     both = {"record", "record after a drain", "drain", "changesSince"}
     assert set(result["micros"]["openclaw"]) == both
-    assert set(result["micros"]["sessionstate"]) == both | {"session_status tool call"}
+    assert set(result["micros"]["sessionstate"]) == both | {"session_status", "session_status tool call"}
     assert set(result["reference_over_project"]) == both
     for name, micros in result["micros"].items():
         assert all(value > 0 for value in micros.values()), (name, micros)
     assert "openclaw 2026.9.6" in result["implementations"]["openclaw"]
-    assert "| record |" in done.stdout and "| session_status tool call |" in done.stdout and "same sequences in both: yes" in done.stdout
+    assert "| record |" in done.stdout and "| session_status |" in done.stdout
+    assert "| session_status tool call |" in done.stdout and "same sequences in both: yes" in done.stdout
