@@ -18,8 +18,8 @@ from typing import Any
 
 from ..errors import UnknownSession
 from ..facade.gateway import Gateway
-from ..services.notice.core import CHANGES_PAGE
 from ..shared.keys import resolve_agent_id
+from ..shared.validation import CHANGES_PAGE
 from .protocol import serve, timed_steps
 
 FAULTS = ("queue-survives-reset", "drop-follow-up")

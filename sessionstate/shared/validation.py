@@ -192,6 +192,10 @@ def check_optional_id(value: object, field: str) -> str | None:
     return check_line(value, field, MAX_ID_LENGTH)
 
 
+# The most events one changesSince answer carries (spec INV9).
+CHANGES_PAGE = 200
+
+
 def check_changes_since(value: object, field: str = "changesSince") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"{field} must be an integer, not {type(value).__name__}")

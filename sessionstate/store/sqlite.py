@@ -23,7 +23,8 @@ from ..errors import InvalidDatabaseUrl, StorageError, StorageUnavailable, Unkno
 from . import bootstrap, schema, tables  # noqa: F401  (tables registers every table module)
 from .dialect import SQLITE
 from .failures import DRIVER_ERRORS, storage_error, translated
-from .records import EventRow, PruneObserver, VacuumReport
+from .event_rows import EventRowCache
+from .records import ChangesPage, EventRow, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
@@ -214,6 +215,7 @@ class SqliteStore(SqlStore):
         if self.checkpointer is not None:
             self._set_autocheckpoint(self.checkpointer)
         self._sql = CoreStatements(SQLITE, sorted(notifying_kinds))
+        self.event_rows = EventRowCache()
         self.meta = SqlMetadataTable(db, SQLITE, self.storage_error)
         self.runs = SqlRunTable(db, SQLITE, self.storage_error)
         self.transcripts = SqlTranscriptTable(db, SQLITE, self.storage_error)
@@ -327,6 +329,26 @@ class SqliteStore(SqlStore):
         return self._db.execute(sql, params).fetchall()
 
     # -- the signal log ---------------------------------------------------------------------
+
+    def changes_page(self, key: str, agent_id: str, after: int, limit: int) -> ChangesPage | None:
+        """``SqlStore.changes_page``, the rows from ``event_rows`` when it holds every one of the
+        page's sequences (read from the index), else read whole and kept; inside a transaction
+        read as the base class does (event_rows.py says why)."""
+        if self.in_transaction:
+            return super().changes_page(key, agent_id, after, limit)
+        run = self._run
+        head = run(self._sql.head_and_earliest, (key, agent_id)).fetchone()
+        if head is None:
+            return None
+        arguments = (key, agent_id, after, limit)
+        kept = self.event_rows
+        # The session's newest event not kept (new since the last read, or a page that never
+        # reached it): the index read would find a row missing; the page is read whole at once.
+        events = kept.rows(run(self._sql.page_sequences, arguments).fetchall()) if kept.holds(head[0]) else None
+        if events is None:
+            events = run(self._sql.event_page, arguments).fetchall()
+            kept.keep(events)
+        return ChangesPage(head[0], head[1], head[2], events)
 
     def _append(self, row: EventRow) -> tuple[int, bool]:
         db = self._db

@@ -145,6 +145,8 @@ class CoreStatements:
             " ORDER BY sequence LIMIT ?"
         )
         self.event_page = sql(f"SELECT {d.event_page_columns}{page_rows}")
+        # The page's sequences alone, from the session's index (event_rows.py has the rows).
+        self.page_sequences = sql(f"SELECT sequence{page_rows}")
         # The same page with every instant in epoch seconds (where event_page rounds in SQL).
         self.event_page_in_seconds = sql(f"SELECT {EVENT_PAGE_IN_SECONDS}{page_rows}")
         # changesSince's head and earliest held sequence in one statement (the page is another).

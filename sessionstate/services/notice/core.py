@@ -26,7 +26,6 @@ from .wakes import DEFAULT_WAKE_WINDOW, WakeCoalescer, start_wake_timer
 log = logging.getLogger("sessionstate")
 
 OCCURRED_AT_WINDOW = DAY_SECONDS  # R16
-CHANGES_PAGE = 200
 APPEND_ATTEMPTS = 3  # a burst that rolled back whole (conflict, lost connection) runs again
 RETRY_PAUSE_SECONDS = 0.05
 

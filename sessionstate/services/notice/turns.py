@@ -10,11 +10,10 @@ from typing import Any
 from ...errors import CommitOutcomeUnknown, StorageError, UnknownSession
 from ...shared.keys import SessionRef, check_key, is_agent_qualified, resolve_agent_id
 from ...shared.provenance import Notice
-from ...shared.validation import MAX_SYSTEM_EVENT_CHARS, check_changes_since, check_text
+from ...shared.validation import CHANGES_PAGE, MAX_SYSTEM_EVENT_CHARS, check_changes_since, check_text
 from ...statemachine import Positions, derive_state
 from ...statemachine.table import DRAIN, PENDING_STATES
 from ..locking import locked
-from .core import CHANGES_PAGE
 from .cursors import CursorLifecycle
 
 log = logging.getLogger(__name__)
