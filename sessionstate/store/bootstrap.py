@@ -90,6 +90,10 @@ class SqliteSchemaEditor:
     def has_column(self, table: str, column: str) -> bool:
         return any(row[1] == column for row in self.db.execute(f"PRAGMA table_info({table})"))
 
+    def autoincrements(self, table: str) -> bool:
+        row = self.db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+        return row is not None and "AUTOINCREMENT" in row[0].upper()
+
 
 def create_statements(missing: list[Table]) -> list[str]:
     """The DDL that creates ``missing`` tables (with their indexes and triggers) exactly as

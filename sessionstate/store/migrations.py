@@ -14,7 +14,7 @@ database is unchanged.
 Version 2 added an index for the change pump and version 3 drops it again; version 4 adds
 the cursors' provenance (spec R25); version 5 widens to 64 bits, on PostgreSQL only, the
 integer columns older releases declared 32-bit there although the code lets them grow past
-2**31 - 1 (``schema.WideInt``). A new file is created at the current
+2**31 - 1 (``schema.WideInt``); version 6 rebuilds SQLite's change log without AUTOINCREMENT. A new file is created at the current
 version directly from the SQLModel declarations; a step therefore only ever meets files
 written by an older release. A step must tolerate a missing feature table (one whose module
 was added later: it is created after the steps, from the current declarations).
@@ -44,6 +44,10 @@ class SchemaEditor(Protocol):
 
     # Whether the backend's INTEGER column holds 64 bits (SQLite's does, PostgreSQL's holds 32).
     integer_holds_64_bits: bool
+
+    def autoincrements(self, table: str) -> bool:
+        """Whether ``table`` keeps SQLite's AUTOINCREMENT counter (never on PostgreSQL)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,26 @@ def _widen_integers(db: SchemaEditor) -> None:
                 db.execute(f"ALTER SEQUENCE {sequence} AS BIGINT")
 
 
+# The change log as version 6 declares it (serving.CursorChangeRow), frozen here: a later
+# declaration must not change what this step builds.
+CURSOR_CHANGES_V6 = (
+    "CREATE TABLE session_cursor_changes (\n\tstamp INTEGER NOT NULL, \n\twatcher_session_key VARCHAR NOT NULL,"
+    " \n\trecorded_at FLOAT NOT NULL, \n\tPRIMARY KEY (stamp)\n)"
+)
+
+
+def _plain_change_stamps(db: SchemaEditor) -> None:
+    if not db.has_table("session_cursor_changes") or not db.autoincrements("session_cursor_changes"):
+        return  # PostgreSQL, a table created afterwards, or one already rebuilt
+    # SQLite cannot drop AUTOINCREMENT in place: the table is built anew and its rows copied,
+    # stamps included, so a pump's watermark still reads them in order.
+    db.execute("ALTER TABLE session_cursor_changes RENAME TO session_cursor_changes_v5")
+    db.execute(CURSOR_CHANGES_V6)
+    db.execute("INSERT INTO session_cursor_changes (stamp, watcher_session_key, recorded_at)"
+               " SELECT stamp, watcher_session_key, recorded_at FROM session_cursor_changes_v5")
+    db.execute("DROP TABLE session_cursor_changes_v5")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "index pending cursors by notified_sequence (the change pump, spec R22)", _pending_notified_index),
     # Maintaining that index on every freeze cost 5-8 % of an append with three watchers; the
@@ -119,6 +143,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "drop ix_cursors_pending_notified (the change pump reads the log instead)", _drop_pending_notified_index),
     Migration(4, "cursor provenance: spawn / explicit / ambient (spec R25)", _cursor_provenance),
     Migration(5, "64-bit ids, token counts and counters on PostgreSQL (no change on SQLite)", _widen_integers),
+    # Its sqlite_sequence row was one more WAL page in every drain's commit.
+    Migration(6, "change-log stamps without SQLite's AUTOINCREMENT (no change on PostgreSQL)", _plain_change_stamps),
 )
 
 

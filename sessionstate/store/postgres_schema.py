@@ -69,6 +69,9 @@ class PostgresSchemaEditor:
             " AND table_name = :table AND column_name = :column"
         ), {"table": table, "column": column}).first() is not None
 
+    def autoincrements(self, table: str) -> bool:
+        return False  # SQLite's counter; a serial column's sequence is another thing
+
 
 def prepare(conn: Connection, where: str, *, create: bool) -> None:
     """Bring the database on ``conn`` (a transaction open on it) to this release's schema,

@@ -14,7 +14,7 @@ from sqlmodel import Field, SQLModel
 
 from .statements import CAUGHT_UP_CURSOR
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Cursor provenance (spec R25), by rank: a registration raises ambient, never lowers.
 PROVENANCE_SPAWN = "spawn"

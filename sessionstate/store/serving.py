@@ -52,8 +52,10 @@ class ClaimRow(SQLModel, table=True):
 
 
 class CursorChangeRow(SQLModel, table=True):
+    # A stamp is SQLite's rowid, the newest plus one: the trim never takes the newest row, so
+    # no stamp is given twice without AUTOINCREMENT, whose sqlite_sequence row was one more
+    # page in every drain's commit (migration 6).
     __tablename__ = "session_cursor_changes"
-    __table_args__ = ({"sqlite_autoincrement": True},)
 
     stamp: Optional[int] = Field(default=None, sa_column=Column(WideInt, primary_key=True))
     watcher_session_key: str
