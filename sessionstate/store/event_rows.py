@@ -41,6 +41,10 @@ class EventRowCache:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def clear(self) -> None:
+        """Drop every kept row: the next page of each session is a first read."""
+        self._rows.clear()
+
     def holds(self, sequence: int) -> bool:
         return sequence in self._rows
 

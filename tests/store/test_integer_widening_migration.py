@@ -138,8 +138,9 @@ def test_a_failing_later_step_leaves_the_postgresql_columns_32_bit(pg_url, monke
         ).fetchone()[0])
         db.execute("ALTER TABLE no_such_table ADD COLUMN y integer")
 
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 6)
-    monkeypatch.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, Migration(6, "bad", bad)))
+    failing = len(migrations.MIGRATIONS) + 2  # the step after the last
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", failing)
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, Migration(failing, "bad", bad)))
     with pytest.raises(StorageError, match="no_such_table"):
         Gateway.open(pg_url)
     assert seen_by_the_failing_step == ["bigint"]  # step 5 had run
