@@ -212,6 +212,20 @@ class GatewayVersusModel(RuleBasedStateMachine):
         for pair in [p for p in self.pending_texts if p[0] == watcher]:
             del self.pending_texts[pair]
 
+    @precondition(lambda self: bool(self.model.sessions))
+    @rule(data=st.data(), forget=st.booleans())
+    def changes_since(self, data, forget) -> None:
+        """INV9 at any point of a session's log. ``forget`` first drops the rows SQLite keeps
+        for pages (store/event_rows.py), as their bound drops the oldest: the reads after it
+        meet pages whose newest row is kept and whose older rows are not."""
+        key = data.draw(st.sampled_from(sorted(self.model.sessions)))
+        since = data.draw(st.integers(min_value=0, max_value=max(self.model.heads.values())), label="since")
+        note(f"changesSince {key} {since}" + (" (kept rows dropped)" if forget else ""))
+        kept = getattr(self.gw.store, "event_rows", None)  # SQLite's only
+        if forget and kept is not None:
+            kept.clear()
+        assert self.gw.session_status(key, changes_since=since) == self.model.status(key, since)
+
     @rule()
     def restart(self) -> None:
         note("restart")
