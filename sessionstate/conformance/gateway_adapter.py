@@ -142,7 +142,7 @@ def _page(gw: Gateway, key: str, since: int) -> dict[str, Any]:
     if page is None:
         raise UnknownSession(f"unknown session {key!r}")
     rows = page.events
-    return {"stateVersion": page.last_sequence, "historyGap": since < page.pruned_max_sequence,
+    return {"stateVersion": page.last_sequence, "historyGap": page.history_gap(since),
             "truncated": len(rows) > CHANGES_PAGE,
             "events": [{"sequence": row[0], "kind": row[1], "actorType": row[2]} for row in rows[:CHANGES_PAGE]]}
 

@@ -69,7 +69,7 @@ from .postgres_statements import (
     put_cursors_literal,
 )
 from .postgres_trace import traced, traced_round_trips
-from .records import CaughtUpRow, ChangesPage, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
+from .records import CaughtUpRow, CursorRecord, EventRow, PositionsTuple, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
@@ -295,15 +295,14 @@ class PostgresStore(postgres_record.RecordsAlone, DrainReads, PostgresConnected,
 
     # -- the signal log ---------------------------------------------------------------------
 
-    def changes_page(self, key: str, agent_id: str, after: int, limit: int) -> ChangesPage | None:
-        """``SqlStore.changes_page``, with each instant rounded to whole microseconds by the
-        server; a page holding an instant beyond +-10**12 s (NULL there: the bigint could
-        overflow) is read again with every instant in epoch seconds, for Python to round."""
-        page = super().changes_page(key, agent_id, after, limit)
-        if page is not None and None in map(itemgetter(3), page.events):
+    def _page_events(self, key: str, agent_id: str, after: int, limit: int, last_sequence: int) -> list[Any]:
+        """Each instant rounded to whole microseconds by the server; a page holding an instant
+        beyond +-10**12 s (NULL there: the bigint could overflow) is read again with every
+        instant in epoch seconds, for Python to round."""
+        events = super()._page_events(key, agent_id, after, limit, last_sequence)
+        if None in map(itemgetter(3), events):
             events = self._run(self._sql.event_page_in_seconds, (key, agent_id, after, limit)).fetchall()
-            return page._replace(events=events)
-        return page
+        return events
 
     def _append(self, row: EventRow) -> tuple[int, bool]:
         """The head row is locked first (its absence raises ``UnknownSession``), then the

@@ -94,6 +94,10 @@ class ChangesPage(NamedTuple):
     earliest_sequence: int | None
     events: list[tuple[Any, ...]]
 
+    def history_gap(self, since: int) -> bool:
+        """INV8: whether events after ``since`` were pruned, from the watermark only."""
+        return since < self.pruned_max_sequence
+
 
 class MetaRecord(NamedTuple):
     """A session's runtime metadata; a session without a row reads as ``defaults``."""

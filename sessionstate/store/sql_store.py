@@ -234,12 +234,15 @@ class SqlStore:
     def changes_page(self, key: str, agent_id: str, after: int, limit: int) -> ChangesPage | None:
         """``changesSince``'s read (contract ``SignalLog``): the head with the earliest held
         sequence, then the page as plain tuples (``contract.EventPageRow``)."""
-        run = self._run
-        head = run(self._sql.head_and_earliest, (key, agent_id)).fetchone()
+        head = self._run(self._sql.head_and_earliest, (key, agent_id)).fetchone()
         if head is None:
             return None
-        events = run(self._sql.event_page, (key, agent_id, after, limit)).fetchall()
-        return ChangesPage(head[0], head[1], head[2], events)
+        return ChangesPage(head[0], head[1], head[2], self._page_events(key, agent_id, after, limit, head[0]))
+
+    def _page_events(self, key: str, agent_id: str, after: int, limit: int, last_sequence: int) -> list[Any]:
+        """The page's rows (``contract.EventPageRow``) of a session whose newest sequence is
+        ``last_sequence``; a backend may read them its own way."""
+        return self._run(self._sql.event_page, (key, agent_id, after, limit)).fetchall()
 
     def sequence_high_water(self) -> int:
         """The largest sequence ever assigned (pruned or deleted ones included); 0 before any."""

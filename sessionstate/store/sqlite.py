@@ -24,7 +24,7 @@ from . import bootstrap, schema, tables  # noqa: F401  (tables registers every t
 from .dialect import SQLITE
 from .failures import DRIVER_ERRORS, storage_error, translated
 from .event_rows import EventRowCache
-from .records import ChangesPage, EventRow, PruneObserver, VacuumReport
+from .records import EventRow, PruneObserver, VacuumReport
 from .runs import SqlRunTable
 from .serving import SqlServingTable
 from .session_meta import SqlMetadataTable
@@ -330,25 +330,22 @@ class SqliteStore(SqlStore):
 
     # -- the signal log ---------------------------------------------------------------------
 
-    def changes_page(self, key: str, agent_id: str, after: int, limit: int) -> ChangesPage | None:
-        """``SqlStore.changes_page``, the rows from ``event_rows`` when it holds every one of the
-        page's sequences (read from the index), else read whole and kept; inside a transaction
-        read as the base class does (event_rows.py says why)."""
+    def _page_events(self, key: str, agent_id: str, after: int, limit: int, last_sequence: int) -> list[Any]:
+        """The rows from ``event_rows`` when it holds every one of the page's sequences (read
+        from the index), else read whole and kept; inside a transaction read whole and not
+        kept (event_rows.py says why)."""
         if self.in_transaction:
-            return super().changes_page(key, agent_id, after, limit)
-        run = self._run
-        head = run(self._sql.head_and_earliest, (key, agent_id)).fetchone()
-        if head is None:
-            return None
-        arguments = (key, agent_id, after, limit)
+            return super()._page_events(key, agent_id, after, limit, last_sequence)
         kept = self.event_rows
         # The session's newest event not kept (new since the last read, or a page that never
         # reached it): the index read would find a row missing; the page is read whole at once.
-        events = kept.rows(run(self._sql.page_sequences, arguments).fetchall()) if kept.holds(head[0]) else None
-        if events is None:
-            events = run(self._sql.event_page, arguments).fetchall()
-            kept.keep(events)
-        return ChangesPage(head[0], head[1], head[2], events)
+        if kept.holds(last_sequence):
+            events = kept.rows(self._run(self._sql.page_sequences, (key, agent_id, after, limit)).fetchall())
+            if events is not None:
+                return events
+        events = super()._page_events(key, agent_id, after, limit, last_sequence)
+        kept.keep(events)
+        return events
 
     def _append(self, row: EventRow) -> tuple[int, bool]:
         db = self._db

@@ -33,6 +33,8 @@ from .trace_read import Proc, TraceFile, TraceLine, TraceOrderError, Unit, merge
 
 Target = tuple[str, str]
 Pair = tuple[str, Target]
+EVENT_TRIGGERS = (MATERIAL_EVENT, SELF_EVENT, LOG_ONLY_EVENT)
+HISTORY = 64  # lines kept per pair and overall for the report
 
 
 class PrunedMark(NamedTuple):
@@ -43,8 +45,6 @@ class PrunedMark(NamedTuple):
 
 def _pairs_of(overlay: dict[Any, Any]) -> set[Any]:
     return {key for key in overlay if not isinstance(key, PrunedMark)}
-EVENT_TRIGGERS = (MATERIAL_EVENT, SELF_EVENT, LOG_ONLY_EVENT)
-HISTORY = 64  # lines kept per pair and overall for the report
 
 
 class Violation(Exception):

@@ -209,6 +209,20 @@ def test_the_changes_page_holds_the_head_the_earliest_sequence_and_an_ascending_
     assert store.changes_page("agent:a:nobody", "a", 0, 2) is None  # no head: no session
 
 
+def test_a_page_read_in_a_rolled_back_transaction_leaves_nothing_the_next_commit_reads(store):
+    # SQLite gives the rolled-back sequence to the next event (store/event_rows.py keeps
+    # nothing a transaction reads for that reason); PostgreSQL gives the next one.
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            sequence, _ = store.append_event(A, "a", "goal_changed", "human", None, None, "rolled back", None, 1.0, 1.0, None)
+            assert store.changes_page(A, "a", 0, 10).events[-1][4] == "rolled back"  # its own, visible to it
+            raise RuntimeError("roll back")
+    committed, _ = append(store, kind=LOG_ONLY)
+    assert committed >= sequence
+    for _ in range(2):  # read whole, then (SQLite) from the rows kept
+        assert [(row[0], row[1], row[4]) for row in store.changes_page(A, "a", 0, 10).events] == [(committed, LOG_ONLY, "s")]
+
+
 # -- cursors: effective positions (R7) ------------------------------------------------------
 
 

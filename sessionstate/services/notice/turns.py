@@ -166,5 +166,5 @@ class Turns(CursorLifecycle):
             "events": events_json(events[:CHANGES_PAGE] if truncated else events),
             "truncated": truncated,
             "earliestAvailableSequence": page.earliest_sequence,
-            "historyGap": changes_since < page.pruned_max_sequence,  # INV8: from the watermark only
+            "historyGap": page.history_gap(changes_since),
         }}
