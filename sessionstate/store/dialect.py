@@ -50,7 +50,7 @@ EVENT_PAGE_IN_SECONDS = "sequence, kind, actor_type, occurred_at, summary, actor
 # is exact, the fraction times 10**6 is the same IEEE product, round(float8) is rint:
 # half-even), so Python only formats text (timefmt.iso_micros). Beyond +-10**12 s the bigint
 # product could overflow: such a row reads NULL there, and the store reads that page again as
-# EVENT_PAGE_IN_SECONDS (PostgresStore.changes_page).
+# EVENT_PAGE_IN_SECONDS (PostgresStore._page_events).
 _POSTGRES_PAGE = (
     "sequence, kind, actor_type, CASE WHEN abs(occurred_at) < 1e12::float8"
     " THEN trunc(occurred_at)::bigint * 1000000"
